@@ -1,0 +1,46 @@
+# The two commands of the README. Both start from nothing but Python 3.11, make and the
+# package registries: they create .venv, install faasdl into it, and go.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest redis-server bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[train,dev]"
+	touch $(STAMP)
+
+## make demo: a real job on the embedded platform, with injected failures.
+demo: $(STAMP)
+	$(BIN)/faasdl demo
+
+## make test: lint, type checks, then the whole test suite.
+test: $(STAMP) redis-server lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check faasdl tests
+	$(BIN)/ruff format --check faasdl tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+# The store tests start private redis-server processes themselves; this only makes sure the
+# binary is there (Debian's package) on a fresh machine.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  echo "installing redis-server with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@redis-server --version
+
+bench: $(STAMP)
+	$(BIN)/faasdl bench platform
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``faasdl bench …``: each returns a dict the CLI prints as JSON."""

@@ -1,0 +1,141 @@
+"""The ``faasdl`` command.
+
+Every command reads its settings from the environment (``FAASDL_…``, see ``faasdl.config``);
+options given on the command line win. Errors print one line naming the problem and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, NoReturn
+
+import typer
+from pydantic import ValidationError as PydanticValidationError
+from rich.console import Console
+
+from faasdl import __version__
+from faasdl.config import Settings
+from faasdl.errors import FaasdlError
+
+app = typer.Typer(
+    name="faasdl",
+    help="Train deep-learning models on Apache OpenWhisk, through failures.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+platform_app = typer.Typer(help="The embedded OpenWhisk-compatible platform.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks; each prints its figures as JSON on its last line.", no_args_is_help=True
+)
+app.add_typer(platform_app, name="platform")
+app.add_typer(bench_app, name="bench")
+
+console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except PydanticValidationError as exc:
+        problems = "; ".join(
+            f"FAASDL_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors()
+        )
+        fail(f"invalid settings: {problems}")
+
+
+@app.command()
+def version() -> None:
+    """Print faasdl's version."""
+    typer.echo(__version__)
+
+
+@platform_app.command("serve")
+def platform_serve(
+    host: Annotated[str | None, typer.Option(help="Interface to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 3233).", min=0, max=65535)] = None,
+    pool_memory_mb: Annotated[
+        int | None, typer.Option(help="Container pool user memory in MB.", min=128)
+    ] = None,
+) -> None:
+    """Serve the embedded platform behind OpenWhisk's REST API v1 (for wsk and REST clients)."""
+    import uvicorn
+
+    from faasdl.platform.local import LocalPlatform
+    from faasdl.platform.local.server import create_app
+
+    settings = load_settings()
+    server = settings.server.model_copy(
+        update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    )
+    local = settings.local
+    if pool_memory_mb is not None:
+        try:
+            local = type(local).model_validate(
+                local.model_dump() | {"pool_memory_mb": pool_memory_mb}
+            )
+        except PydanticValidationError as exc:
+            fail(f"--pool-memory-mb: {exc.errors()[0]['msg']}")
+    platform = LocalPlatform(settings=local)
+    console.print(
+        f"embedded OpenWhisk on http://{server.host}:{server.port}/api/v1 "
+        f"(namespace '{local.namespace}', pool {local.pool_memory_mb} MB)"
+    )
+    uvicorn.run(create_app(platform, server), host=server.host, port=server.port, log_level="info")
+
+
+@platform_app.command("info")
+def platform_info() -> None:
+    """Print the configured platform's limits as JSON."""
+    from faasdl.platform import make_platform
+
+    settings = load_settings()
+    try:
+        with make_platform(settings) as platform:
+            typer.echo(json.dumps(platform.limits().model_dump(), indent=2))
+    except FaasdlError as exc:
+        fail(str(exc))
+
+
+@bench_app.command("platform")
+def bench_platform(
+    samples: Annotated[int, typer.Option(help="Samples per latency figure.", min=3)] = 30,
+    tf_samples: Annotated[int, typer.Option(help="Samples for the TensorFlow figures.", min=1)] = 3,
+    throughput_activations: Annotated[
+        int, typer.Option(help="Activations in the throughput run.", min=10)
+    ] = 500,
+) -> None:
+    """Cold, warm and prewarmed start latency, REST overhead and throughput of the platform."""
+    from faasdl.bench.platform import run_platform_bench
+
+    try:
+        result = run_platform_bench(
+            samples=samples,
+            tf_samples=tf_samples,
+            throughput_activations=throughput_activations,
+            progress=console,
+        )
+    except FaasdlError as exc:
+        fail(str(exc))
+    typer.echo(json.dumps(result))
+
+
+@app.command()
+def demo(
+    shards: Annotated[int, typer.Option(help="Concurrent actions.", min=2, max=32)] = 6,
+    kills: Annotated[int, typer.Option(help="Activations to kill mid-run.", min=0)] = 2,
+) -> None:
+    """Run a small job on the embedded platform with injected failures and show what happens."""
+    from faasdl.demo import run_demo
+
+    try:
+        ok = run_demo(shards=shards, kills=kills, console=Console())
+    except FaasdlError as exc:
+        fail(str(exc))
+    if not ok:
+        raise typer.Exit(1)

@@ -1,0 +1,141 @@
+"""faasdl's one settings class.
+
+Every option is an environment variable with the prefix ``FAASDL_``; nested backends use ``__``
+(``FAASDL_LOCAL__POOL_MEMORY_MB=2048``, ``FAASDL_OPENWHISK__API_HOST=https://ow.example``).
+The defaults run everything on one machine with no configuration at all.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: OpenWhisk's well-known development key (``whisk.auth.guest``). The embedded server accepts it
+#: by default because it listens on loopback only; a real deployment brings its own key.
+GUEST_API_KEY = (
+    "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
+    "123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
+)
+
+
+class LocalPlatformSettings(BaseModel):
+    """The embedded OpenWhisk-like platform (``faasdl.platform.local``)."""
+
+    namespace: str = Field("guest", description="Name of the single namespace the platform serves.")
+    pool_memory_mb: int = Field(
+        4096, ge=128, description="Container pool user memory; every container reserves its limit."
+    )
+    memory_min_mb: int = Field(128, ge=16, description="Smallest action memory limit accepted.")
+    memory_max_mb: int = Field(2048, ge=16, description="Largest action memory limit accepted.")
+    memory_std_mb: int = Field(256, ge=16, description="Memory limit of an action that names none.")
+    timeout_min_ms: int = Field(100, ge=1, description="Smallest action time limit accepted.")
+    timeout_max_ms: int = Field(300_000, ge=1, description="Largest action time limit accepted.")
+    timeout_std_ms: int = Field(
+        60_000, ge=1, description="Time limit of an action that names none."
+    )
+    log_max_mb: int = Field(10, ge=0, description="Largest per-activation log limit accepted.")
+    concurrent_invocations: int = Field(
+        100, ge=1, description="In-flight plus queued activations allowed (429 beyond)."
+    )
+    invocations_per_minute: int = Field(
+        0, ge=0, description="Activations allowed per rolling minute; 0 means no limit."
+    )
+    payload_max_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest invoke payload and action result."
+    )
+    code_max_bytes: int = Field(48 * 1_048_576, ge=1024, description="Largest action code.")
+    idle_timeout_s: float = Field(
+        600.0, gt=0, description="Idle warm containers are evicted after."
+    )
+    memory_enforcement: Literal["auto", "cgroup", "watchdog"] = Field(
+        "auto",
+        description="How memory limits are enforced: a memory cgroup per container, an RSS "
+        "watchdog, or 'auto' (cgroup where writable, else the watchdog).",
+    )
+    watchdog_interval_ms: int = Field(25, ge=5, description="RSS watchdog sampling period.")
+    container_start_timeout_s: float = Field(
+        30.0, gt=0, description="A container that has not started by then is a provisioning error."
+    )
+    max_activation_records: int = Field(
+        100_000, ge=100, description="Oldest finished activation records are dropped beyond this."
+    )
+
+    @model_validator(mode="after")
+    def _ranges(self) -> LocalPlatformSettings:
+        if not self.memory_min_mb <= self.memory_std_mb <= self.memory_max_mb:
+            raise ValueError(
+                "memory limits must satisfy memory_min_mb <= memory_std_mb <= memory_max_mb"
+            )
+        if not self.timeout_min_ms <= self.timeout_std_ms <= self.timeout_max_ms:
+            raise ValueError(
+                "time limits must satisfy timeout_min_ms <= timeout_std_ms <= timeout_max_ms"
+            )
+        if self.memory_max_mb > self.pool_memory_mb:
+            raise ValueError(
+                f"memory_max_mb ({self.memory_max_mb}) exceeds pool_memory_mb "
+                f"({self.pool_memory_mb}): such an action could never be placed"
+            )
+        return self
+
+
+class OpenWhiskSettings(BaseModel):
+    """A real OpenWhisk reached through its REST API v1 (``faasdl.platform.openwhisk``)."""
+
+    api_host: str = Field("http://127.0.0.1:3233", description="Base URL of the OpenWhisk API.")
+    auth: SecretStr = Field(SecretStr(GUEST_API_KEY), description="API key 'uuid:key'.")
+    namespace: str = Field("_", description="Namespace; '_' is the key's default namespace.")
+    verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
+    request_timeout_s: float = Field(70.0, gt=0, description="Socket timeout of one HTTP request.")
+    blocking_wait_ms: int = Field(
+        60_000, ge=1, le=60_000, description="How long a blocking invoke waits before polling."
+    )
+    poll_initial_s: float = Field(0.05, gt=0, description="First delay when polling an activation.")
+    poll_max_s: float = Field(2.0, gt=0, description="Longest delay between polls.")
+    retry_attempts: int = Field(8, ge=1, description="Attempts for throttled or unavailable calls.")
+    retry_max_wait_s: float = Field(10.0, gt=0, description="Cap of the jittered backoff.")
+    lost_grace_s: float = Field(
+        60.0, ge=0, description="Added to twice the action timeout before a missing record is lost."
+    )
+    admin_url: str | None = Field(
+        None,
+        description="faasdl's platform extension endpoint (the embedded server's /faasdl/v1), "
+        "used to kill containers for failure injection; a real OpenWhisk has none.",
+    )
+
+    @model_validator(mode="after")
+    def _auth_shape(self) -> OpenWhiskSettings:
+        uuid, sep, key = self.auth.get_secret_value().partition(":")
+        if not sep or not uuid or not key:
+            raise ValueError("auth must be an OpenWhisk API key of the form 'uuid:key'")
+        return self
+
+
+class ServerSettings(BaseModel):
+    """The embedded platform's OpenWhisk-compatible REST server (``faasdl platform serve``)."""
+
+    host: str = Field("127.0.0.1", description="Interface to listen on.")
+    port: int = Field(3233, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
+    auth: SecretStr = Field(SecretStr(GUEST_API_KEY), description="The API key clients must send.")
+    blocking_wait_max_ms: int = Field(
+        60_000, ge=1, description="Longest wait of a blocking invoke before it answers 202."
+    )
+
+
+class Settings(BaseSettings):
+    """All of faasdl's configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FAASDL_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    platform: Literal["local", "openwhisk"] = Field(
+        "local", description="Which platform runs actions (see faasdl.platform.PLATFORMS)."
+    )
+    local: LocalPlatformSettings = Field(default_factory=LocalPlatformSettings)
+    openwhisk: OpenWhiskSettings = Field(default_factory=OpenWhiskSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    price_per_gb_s: float = Field(
+        0.000017, ge=0, description="Price of one GB-second of action memory, in USD."
+    )

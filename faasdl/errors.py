@@ -1,0 +1,138 @@
+"""The one exception tree of faasdl.
+
+Every error faasdl raises is a :class:`FaasdlError`; errors of the libraries it talks through
+(requests, redis, pyignite, kubernetes) are translated at the boundary with ``raise … from exc``.
+Each class carries the HTTP status the controller's single exception handler answers with.
+
+::
+
+    FaasdlError (500)
+    ├── ConfigError (500)                  settings that cannot work
+    ├── ValidationError (422)              a request or spec that cannot run; names the field
+    ├── PlatformError (502)                anything the FaaS platform refused or failed at
+    │   ├── AuthenticationFailed (401)
+    │   ├── ActionNotFound (404)
+    │   ├── ActivationNotFound (404)
+    │   ├── ActionExists (409)             create without overwrite of an existing action
+    │   ├── InvalidAction (400)            unknown kind, limits out of range, bad code
+    │   ├── PayloadTooLarge (413)
+    │   ├── Throttled (429)                namespace rate or concurrency limit
+    │   ├── Unsupported (501)              an operation this platform cannot do
+    │   ├── PlatformUnavailable (503)      unreachable, 5xx, or shut down
+    │   └── ActivationTimeout (504)        activations not finished by a deadline (or lost)
+    ├── StoreError (500)
+    │   ├── StoreUnavailable (503)
+    │   └── Superseded (409)               a fenced write from an attempt that lost ownership
+    ├── EstimationError (422)
+    └── AggregationError (500)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class FaasdlError(Exception):
+    """Root of every faasdl error."""
+
+    status_code = 500
+
+
+class ConfigError(FaasdlError):
+    """Settings that cannot work together (raised at start-up, never mid-job)."""
+
+
+class ValidationError(FaasdlError):
+    """A request, spec or argument that cannot run. ``field`` names the offending input."""
+
+    status_code = 422
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+class PlatformError(FaasdlError):
+    """The FaaS platform refused a request or failed to carry it out."""
+
+    status_code = 502
+
+
+class AuthenticationFailed(PlatformError):
+    status_code = 401
+
+
+class ActionNotFound(PlatformError):
+    status_code = 404
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"action '{name}' does not exist")
+        self.name = name
+
+
+class ActivationNotFound(PlatformError):
+    status_code = 404
+
+    def __init__(self, activation_id: str) -> None:
+        super().__init__(f"activation '{activation_id}' does not exist")
+        self.activation_id = activation_id
+
+
+class ActionExists(PlatformError):
+    status_code = 409
+
+
+class InvalidAction(PlatformError):
+    status_code = 400
+
+
+class PayloadTooLarge(PlatformError):
+    status_code = 413
+
+
+class Throttled(PlatformError):
+    """A namespace limit was hit; safe to retry after a backoff."""
+
+    status_code = 429
+
+
+class Unsupported(PlatformError):
+    status_code = 501
+
+
+class PlatformUnavailable(PlatformError):
+    """The platform could not be reached or answered with a server error; retryable."""
+
+    status_code = 503
+
+
+class ActivationTimeout(PlatformError):
+    """Activations did not finish before a deadline; ``pending`` lists their ids."""
+
+    status_code = 504
+
+    def __init__(self, message: str, *, pending: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.pending = tuple(pending)
+
+
+class StoreError(FaasdlError):
+    """The state store refused or failed an operation."""
+
+
+class StoreUnavailable(StoreError):
+    status_code = 503
+
+
+class Superseded(StoreError):
+    """A write fenced by an owner epoch that is no longer current: the writer is a zombie."""
+
+    status_code = 409
+
+
+class EstimationError(FaasdlError):
+    status_code = 422
+
+
+class AggregationError(FaasdlError):
+    """Models that cannot be merged (shapes differ, no examples, missing results)."""

@@ -1,0 +1,323 @@
+"""The ``Platform`` seam: what faasdl needs from a FaaS platform, and OpenWhisk's records.
+
+Two implementations pass one contract suite (``tests/platform/test_contract.py``):
+:class:`~faasdl.platform.local.LocalPlatform`, the embedded platform, and
+:class:`~faasdl.platform.openwhisk.OpenWhiskPlatform`, the REST API v1 client.
+Records mirror OpenWhisk's JSON (reference/openwhisk.md §1-2) field for field, so a record read
+from a real OpenWhisk and one made by the embedded platform are the same type.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from enum import IntEnum
+from types import TracebackType
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faasdl.errors import InvalidAction
+
+#: ``response.status`` for each OpenWhisk status code (``ActivationResponse.messageForCode``).
+SUCCESS = "success"
+APPLICATION_ERROR = "application error"
+DEVELOPER_ERROR = "action developer error"
+WHISK_ERROR = "whisk internal error"
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_@.\- ]*(/[A-Za-z0-9_][A-Za-z0-9_@.\- ]*)?$")
+
+
+class StatusCode(IntEnum):
+    SUCCESS = 0
+    APPLICATION_ERROR = 1
+    DEVELOPER_ERROR = 2
+    WHISK_ERROR = 3
+
+    @property
+    def status(self) -> str:
+        return (SUCCESS, APPLICATION_ERROR, DEVELOPER_ERROR, WHISK_ERROR)[self]
+
+
+class KeyValue(BaseModel):
+    key: str
+    value: Any = None
+
+
+class ActionLimits(BaseModel):
+    """Per-action limits; OpenWhisk's field names and units (MB, ms, MB)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    memory: int = 256
+    timeout: int = 60_000
+    logs: int = 10
+    concurrency: int = 1
+
+
+class ActionExec(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str
+    code: str | None = None
+    image: str | None = None
+    main: str | None = None
+    binary: bool = False
+
+
+class Action(BaseModel):
+    """An action as OpenWhisk returns it (swagger ``Action``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    namespace: str
+    name: str
+    version: str = "0.0.1"
+    publish: bool = False
+    exec: ActionExec
+    annotations: list[KeyValue] = Field(default_factory=list)
+    parameters: list[KeyValue] = Field(default_factory=list)
+    limits: ActionLimits = Field(default_factory=ActionLimits)
+    updated: int | None = None
+
+
+class ActionSpec(BaseModel):
+    """What to deploy: ``code`` is Python source (``str``) or a zip holding ``__main__.py``."""
+
+    name: str
+    code: str | bytes
+    kind: str = "python:3.11"
+    main: str = "main"
+    memory_mb: int | None = None
+    timeout_ms: int | None = None
+    logs_mb: int | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    annotations: dict[str, Any] = Field(default_factory=dict)
+
+    def validate_name(self) -> None:
+        if not _NAME.match(self.name) or len(self.name) > 256:
+            raise InvalidAction(f"action name '{self.name}' contains illegal characters")
+
+
+class ActivationResponse(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    status: str
+    success: bool
+    result: Any = None
+    size: int | None = None
+
+
+class Activation(BaseModel):
+    """An activation record (OpenWhisk ``WhiskActivation.toExtendedJson``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    namespace: str
+    name: str
+    subject: str = ""
+    activationId: str
+    start: int
+    end: int = 0
+    duration: int | None = None
+    version: str = "0.0.1"
+    publish: bool = False
+    cause: str | None = None
+    annotations: list[KeyValue] = Field(default_factory=list)
+    logs: list[str] = Field(default_factory=list)
+    response: ActivationResponse
+
+    def annotation(self, key: str, default: Any = None) -> Any:
+        for kv in self.annotations:
+            if kv.key == key:
+                return kv.value
+        return default
+
+    @property
+    def success(self) -> bool:
+        return self.response.success
+
+    @property
+    def error(self) -> str | None:
+        """``response.result.error`` when the activation failed, else ``None``."""
+        result = self.response.result
+        if not self.response.success and isinstance(result, dict):
+            err = result.get("error")
+            return err if isinstance(err, str) else (None if err is None else str(err))
+        return None
+
+    @property
+    def init_time(self) -> int | None:
+        """Milliseconds spent in ``/init``; present only on a cold start."""
+        value = self.annotation("initTime")
+        return int(value) if value is not None else None
+
+    @property
+    def wait_time(self) -> int:
+        return int(self.annotation("waitTime", 0))
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.annotation("timeout", False))
+
+    @property
+    def memory_mb(self) -> int | None:
+        limits = self.annotation("limits")
+        return int(limits["memory"]) if isinstance(limits, dict) and "memory" in limits else None
+
+
+class PlatformLimits(BaseModel):
+    """What a platform allows; the estimator and admission plan within these."""
+
+    memory_min_mb: int
+    memory_max_mb: int
+    memory_std_mb: int
+    timeout_min_ms: int
+    timeout_max_ms: int
+    timeout_std_ms: int
+    pool_memory_mb: int | None = Field(
+        None, description="Container pool user memory (None when the platform does not say)."
+    )
+    concurrent_invocations: int | None = None
+    invocations_per_minute: int | None = None
+    payload_max_bytes: int | None = None
+    kinds: list[str] = Field(default_factory=list)
+    memory_enforcement: str | None = Field(
+        None, description="How memory limits are enforced (embedded platform only)."
+    )
+
+
+def variant_name(base: str, memory_mb: int, timeout_ms: int) -> str:
+    """Name of an action variant for a memory/time class: OpenWhisk limits are per action."""
+    return f"{base}-m{memory_mb}-t{-(-timeout_ms // 1000)}s"
+
+
+class Platform(ABC):
+    """A FaaS platform with OpenWhisk's semantics.
+
+    Constructors take keyword arguments and do no I/O; :meth:`open` connects or starts,
+    :meth:`close` releases everything (for the embedded platform: every container process).
+    Both are idempotent, and the class is a context manager.
+
+    Errors are always members of :mod:`faasdl.errors`: a throttle is
+    :class:`~faasdl.errors.Throttled` (an implementation that talks to a remote platform retries
+    it with jittered backoff first), an unreachable or failing platform is
+    :class:`~faasdl.errors.PlatformUnavailable`, a missing action is
+    :class:`~faasdl.errors.ActionNotFound`. A failed *activation* is not an exception:
+    it is a record whose ``response.success`` is false (classify it with
+    :func:`faasdl.platform.classify.classify`).
+    """
+
+    name: str
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @abstractmethod
+    def open(self) -> None:
+        """Connect or start. Raises ``PlatformUnavailable`` if the platform cannot be reached."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every resource. Activations still running are killed (embedded platform)."""
+
+    @abstractmethod
+    def limits(self) -> PlatformLimits:
+        """The platform's limits."""
+
+    @abstractmethod
+    def deploy(self, spec: ActionSpec, *, overwrite: bool = True) -> Action:
+        """Create or update an action. Limits left out take the platform's standard values.
+
+        Raises ``InvalidAction`` (unknown kind, limits out of range, code too large or empty, bad
+        name) and, with ``overwrite=False`` on an existing action, ``ActionExists``. Updating an
+        action never changes an activation already running; new activations use the new code.
+        """
+
+    @abstractmethod
+    def get_action(self, name: str) -> Action:
+        """The action, without its code. Raises ``ActionNotFound``."""
+
+    @abstractmethod
+    def list_actions(self) -> list[Action]:
+        """Every action of the namespace."""
+
+    @abstractmethod
+    def delete_action(self, name: str) -> None:
+        """Delete an action; its warm containers go too. Raises ``ActionNotFound``."""
+
+    @abstractmethod
+    def invoke(self, name: str, params: Mapping[str, Any] | None = None) -> str:
+        """Start an activation and return its id at once (non-blocking).
+
+        Raises ``ActionNotFound``, ``PayloadTooLarge``, and ``Throttled`` when a namespace limit is
+        hit (after the implementation's own retries, if any). A full container pool is *not* an
+        error: the activation waits in the pool's FIFO queue and its ``waitTime`` shows it.
+        """
+
+    @abstractmethod
+    def get_activation(self, activation_id: str) -> Activation | None:
+        """The finished activation's record, or ``None`` while it is not yet recorded.
+
+        OpenWhisk answers 404 both for "still running" and for "never existed"; callers enforce
+        their own deadline (see :meth:`wait`).
+        """
+
+    def wait(self, activation_ids: Iterable[str], *, timeout_s: float) -> dict[str, Activation]:
+        """Wait until every activation is recorded; return the records by id.
+
+        Raises ``ActivationTimeout`` (with ``pending`` set) when ``timeout_s`` passes first.
+        """
+        return self._wait(list(activation_ids), timeout_s)
+
+    @abstractmethod
+    def _wait(self, activation_ids: list[str], timeout_s: float) -> dict[str, Activation]: ...
+
+    def call(
+        self, name: str, params: Mapping[str, Any] | None = None, *, timeout_s: float | None = None
+    ) -> Activation:
+        """Invoke and wait for the record. ``timeout_s`` defaults to the activation's lost-deadline:
+        twice the action's time limit plus a grace period (reference/openwhisk.md §7)."""
+        activation_id = self.invoke(name, params)
+        if timeout_s is None:
+            timeout_s = self.lost_deadline_s(name)
+        return self.wait([activation_id], timeout_s=timeout_s)[activation_id]
+
+    def lost_deadline_s(self, name: str) -> float:
+        """How long to wait for an activation of ``name`` before calling it lost."""
+        return 2 * self.get_action(name).limits.timeout / 1000 + 60.0
+
+    @abstractmethod
+    def list_activations(
+        self, *, name: str | None = None, since_ms: int | None = None, limit: int = 30
+    ) -> list[Activation]:
+        """Recorded activations, newest first; ``name`` filters by action, ``since_ms`` by start."""
+
+    @abstractmethod
+    def prewarm(self, name: str, count: int = 1) -> int:
+        """Get ``count`` initialized containers of ``name`` ready, so that the next activations skip
+        the cold start (Canary's runtime replicas). Returns how many are ready.
+
+        On the embedded platform these are real idle containers that reserve pool memory. On
+        OpenWhisk they are warm-up invocations with ``{"warmup": true}``, which faasdl's actions
+        answer at once after importing everything; OpenWhisk keeps the containers warm.
+        """
+
+    @abstractmethod
+    def kill(self, activation_id: str) -> None:
+        """Kill the container running ``activation_id`` (failure injection).
+
+        The activation then ends as an action developer error ("did not produce a valid response
+        and exited unexpectedly"). Raises ``ActivationNotFound`` if it is not running and
+        ``Unsupported`` where the platform gives no way to do it.
+        """

@@ -1,0 +1,269 @@
+"""A container of the embedded platform: one OS process running ``runtime.py``, its memory guard,
+its log pipes, and the invoker's side of the ``/init`` and ``/run`` protocol."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import IO, Any
+
+from faasdl.platform.local.memory import MemoryGuard
+from faasdl.platform.messages import ACTIVATION_LOG_SENTINEL
+
+RUNTIME_PATH = Path(__file__).with_name("runtime.py")
+
+
+class ContainerStartError(Exception):
+    """The container process did not come up (provisioning failure)."""
+
+
+class KillReason(Enum):
+    TIMEOUT = "timeout"
+    INJECTED = "injected"
+    EVICTED = "evicted"
+    SHUTDOWN = "shutdown"
+
+
+class CallResult(Enum):
+    OK = "ok"
+    TIMED_OUT = "timed_out"
+    CONNECTION_LOST = "connection_lost"
+
+
+@dataclass
+class Reply:
+    """What one ``/init`` or ``/run`` call gave: the HTTP status and body, or how it broke."""
+
+    outcome: CallResult
+    status: int = 0
+    body: bytes = b""
+    started_ms: int = 0
+    ended_ms: int = 0
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def _log_timestamp() -> str:
+    now = time.time_ns()
+    seconds, nanos = divmod(now, 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{nanos:09d}Z"
+
+
+@dataclass
+class _LogBuffer:
+    lines: list[str] = field(default_factory=list)
+    sentinels: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    closed: dict[str, bool] = field(default_factory=lambda: {"stdout": False, "stderr": False})
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+
+class Container:
+    """One container process. Not thread-safe: the pool gives it to one activation at a time;
+    only :meth:`kill` may be called from another thread."""
+
+    def __init__(
+        self,
+        *,
+        container_id: str,
+        action_key: str,
+        memory_mb: int,
+        guard: MemoryGuard,
+        start_timeout_s: float,
+    ) -> None:
+        self.container_id = container_id
+        self.action_key = action_key
+        self.memory_mb = memory_mb
+        self.initialized = False
+        self.prewarmed = False
+        self.last_used = time.monotonic()
+        self.kill_reason: KillReason | None = None
+        self._guard = guard
+        self._start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._conn: http.client.HTTPConnection | None = None
+        self._workdir: str | None = None
+        self._logs = _LogBuffer()
+        self._readers: list[threading.Thread] = []
+        self._kill_lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def started(self) -> bool:
+        return self._process is not None
+
+    def start(self) -> None:
+        """Spawn the process, put it under its memory limit, and wait for its port."""
+        self._workdir = tempfile.mkdtemp(prefix=f"faasdl-{self.container_id}-")
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ)
+        env["FAASDL_READY_FD"] = str(write_fd)
+        env["FAASDL_PARENT_PID"] = str(os.getpid())
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-u", str(RUNTIME_PATH)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self._workdir,
+                env=env,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise ContainerStartError(f"cannot start a container process: {exc}") from exc
+        os.close(write_fd)
+        try:
+            self._guard.attach(self.container_id, self._process.pid, self.memory_mb)
+            port = self._read_port(read_fd)
+        except (OSError, ContainerStartError) as exc:
+            self.kill(KillReason.SHUTDOWN)
+            self.destroy()
+            raise ContainerStartError(str(exc)) from exc
+        finally:
+            os.close(read_fd)
+        for name, stream in (("stdout", self._process.stdout), ("stderr", self._process.stderr)):
+            assert stream is not None
+            reader = threading.Thread(
+                target=self._read_logs,
+                args=(name, stream),
+                daemon=True,
+                name=f"faasdl-logs-{self.container_id}-{name}",
+            )
+            reader.start()
+            self._readers.append(reader)
+        self._conn = http.client.HTTPConnection("127.0.0.1", port)
+        if self.kill_reason is not None:
+            # Killed while it was starting, before there was a process to signal.
+            self.kill(self.kill_reason)
+
+    def _read_port(self, read_fd: int) -> int:
+        deadline = time.monotonic() + self._start_timeout_s
+        data = b""
+        while not data.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ContainerStartError("the container did not report its port in time")
+            ready, _, _ = select.select([read_fd], [], [], remaining)
+            if ready:
+                chunk = os.read(read_fd, 64)
+                if not chunk:
+                    raise ContainerStartError("the container exited before it was ready")
+                data += chunk
+        return int(data)
+
+    def _read_logs(self, stream_name: str, stream: IO[bytes]) -> None:
+        buf = self._logs
+        for raw in iter(stream.readline, b""):
+            text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            with buf.cond:
+                if text == ACTIVATION_LOG_SENTINEL:
+                    buf.sentinels[stream_name] += 1
+                else:
+                    buf.lines.append(f"{_log_timestamp()} {stream_name}: {text}")
+                buf.cond.notify_all()
+        with buf.cond:
+            buf.closed[stream_name] = True
+            buf.cond.notify_all()
+
+    def take_logs(self, *, expect_sentinel: bool, wait_s: float = 2.0) -> list[str]:
+        """The log lines since the last call. With ``expect_sentinel`` it waits (briefly) for both
+        streams' end-of-activation sentinel; otherwise for both pipes to close."""
+        buf = self._logs
+        deadline = time.monotonic() + wait_s
+
+        def done() -> bool:
+            if expect_sentinel:
+                return all(buf.sentinels[s] > 0 or buf.closed[s] for s in buf.sentinels)
+            return all(buf.closed.values())
+
+        with buf.cond:
+            while not done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                buf.cond.wait(remaining)
+            lines, buf.lines = buf.lines, []
+            for s in buf.sentinels:
+                buf.sentinels[s] = max(0, buf.sentinels[s] - 1)
+            return lines
+
+    def call(self, path: str, message: dict[str, Any], timeout_s: float) -> Reply:
+        """POST ``message`` to ``path``; a dead process or a missed deadline is an outcome."""
+        assert self._conn is not None
+        body = json.dumps(message).encode("utf-8")
+        started = time.time()
+        self._conn.timeout = timeout_s
+        try:
+            if self._conn.sock is None:
+                self._conn.connect()
+            sock: socket.socket = self._conn.sock
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(timeout_s)
+            self._conn.request("POST", path, body, {"Content-Type": "application/json"})
+            response = self._conn.getresponse()
+            payload = response.read()
+            return Reply(CallResult.OK, response.status, payload, _ms(started), _ms(time.time()))
+        except TimeoutError:
+            return Reply(CallResult.TIMED_OUT, started_ms=_ms(started), ended_ms=_ms(time.time()))
+        except (OSError, http.client.HTTPException):
+            return Reply(
+                CallResult.CONNECTION_LOST, started_ms=_ms(started), ended_ms=_ms(time.time())
+            )
+
+    def oom_killed(self) -> bool:
+        return self._guard.oom_killed(self.container_id)
+
+    def kill(self, reason: KillReason) -> None:
+        """SIGKILL the container's process group; the first reason given sticks."""
+        with self._kill_lock:
+            if self.kill_reason is None:
+                self.kill_reason = reason
+            if self._process is not None and self._process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._process.pid, signal.SIGKILL)
+
+    def destroy(self) -> None:
+        """Kill and reap the process, close pipes and connection, free the memory guard."""
+        self.kill(self.kill_reason or KillReason.SHUTDOWN)
+        if self._conn is not None:
+            self._conn.close()
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=5)
+            for reader in self._readers:
+                reader.join(timeout=2)
+            for stream in (self._process.stdout, self._process.stderr):
+                if stream is not None:
+                    stream.close()
+        self._guard.detach(self.container_id)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)

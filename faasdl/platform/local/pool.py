@@ -1,0 +1,272 @@
+"""The container pool of the embedded invoker (OpenWhisk ``ContainerPool``): a user-memory budget
+that every container reserves its limit from (prewarmed ones too), warm reuse per action version,
+eviction of idle containers when room is needed or after an idle timeout, and a FIFO queue of
+activations that wait, never fail, while the pool is full."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+
+from faasdl.platform.local.container import Container, KillReason
+
+log = logging.getLogger(__name__)
+
+
+class State(Enum):
+    WARMING = "warming"  # starting and initializing for prewarm: reserved, not assignable
+    BUSY = "busy"
+    IDLE = "idle"
+
+
+@dataclass(eq=False)
+class Work:
+    """One queued activation. ``execute`` runs it on the container it is given and answers
+    whether the container may stay warm."""
+
+    activation_id: str
+    action_key: str
+    memory_mb: int
+    execute: Callable[[Container], bool]
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class PoolClosed(Exception):
+    pass
+
+
+class ContainerPool:
+    def __init__(
+        self,
+        *,
+        memory_mb: int,
+        idle_timeout_s: float,
+        new_container: Callable[[str, int], Container],
+        max_workers: int,
+    ) -> None:
+        self._budget = memory_mb
+        self._idle_timeout_s = idle_timeout_s
+        self._new_container = new_container
+        self._max_workers = max_workers
+        self._cond = threading.Condition()
+        self._queue: deque[Work] = deque()
+        self._containers: dict[str, tuple[Container, State]] = {}
+        self._running: dict[str, Container] = {}
+        self._reserved = 0
+        self._peak_reserved = 0
+        self._closed = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._reaper: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._cond:
+            if self._executor is not None:
+                return
+            self._closed = False
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._max_workers, thread_name_prefix="faasdl-invoker"
+            )
+            self._reaper = threading.Thread(
+                target=self._reap_idle, name="faasdl-reaper", daemon=True
+            )
+            self._reaper.start()
+
+    def close(self) -> list[Work]:
+        """Kill every container, wait for running activations to wind up, and return the work
+        that never started."""
+        with self._cond:
+            self._closed = True
+            never_started = list(self._queue)
+            self._queue.clear()
+            containers = [c for c, _ in self._containers.values()]
+            self._cond.notify_all()
+        for container in containers:
+            container.kill(KillReason.SHUTDOWN)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        if self._reaper is not None:
+            self._reaper.join(timeout=5)
+        with self._cond:
+            leftovers = [c for c, _ in self._containers.values()]
+            self._containers.clear()
+            self._reserved = 0
+            self._executor = None
+        for container in leftovers:
+            container.destroy()
+        return never_started
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def in_flight(self) -> int:
+        """Queued plus running activations (what OpenWhisk's concurrency throttle counts)."""
+        with self._cond:
+            return len(self._queue) + len(self._running)
+
+    def running_container(self, activation_id: str) -> Container | None:
+        with self._cond:
+            return self._running.get(activation_id)
+
+    def stats(self) -> dict[str, int]:
+        with self._cond:
+            states = [s for _, s in self._containers.values()]
+            return {
+                "reserved_mb": self._reserved,
+                "peak_reserved_mb": self._peak_reserved,
+                "budget_mb": self._budget,
+                "queued": len(self._queue),
+                "busy": states.count(State.BUSY),
+                "idle": states.count(State.IDLE),
+                "warming": states.count(State.WARMING),
+            }
+
+    def container_pids(self) -> list[int]:
+        with self._cond:
+            return [c.pid for c, _ in self._containers.values() if c.pid is not None]
+
+    # -- work ------------------------------------------------------------------------------
+
+    def submit(self, work: Work) -> None:
+        with self._cond:
+            if self._closed or self._executor is None:
+                raise PoolClosed("the container pool is not running")
+            self._queue.append(work)
+            self._pump()
+
+    def prewarm(
+        self, action_key: str, memory_mb: int, count: int, warm: Callable[[Container], bool]
+    ) -> int:
+        """Make ``count`` idle initialized containers of ``action_key`` exist (counting those
+        already idle). ``warm`` starts and initializes one and answers whether it worked.
+        Returns how many are idle and ready; fewer when the pool has no room for more."""
+        futures: list[tuple[Container, Future[bool]]] = []
+        with self._cond:
+            if self._closed or self._executor is None:
+                raise PoolClosed("the container pool is not running")
+            ready = sum(
+                1
+                for c, s in self._containers.values()
+                if c.action_key == action_key and s is State.IDLE
+            )
+            for _ in range(max(0, count - ready)):
+                if not self._make_room(memory_mb, keep_key=action_key):
+                    break
+                container = self._add(action_key, memory_mb, State.WARMING)
+                futures.append((container, self._executor.submit(warm, container)))
+        for container, future in futures:
+            ok = future.result()
+            with self._cond:
+                if ok and not self._closed:
+                    container.prewarmed = True
+                    container.last_used = time.monotonic()
+                    self._containers[container.container_id] = (container, State.IDLE)
+                    ready += 1
+                    self._pump()
+                else:
+                    self._remove(container, KillReason.EVICTED)
+        return ready
+
+    def drop(self, action_key: str) -> None:
+        """Destroy the idle containers of an action version that will never be used again."""
+        with self._cond:
+            for container, state in list(self._containers.values()):
+                if container.action_key == action_key and state is State.IDLE:
+                    self._remove(container, KillReason.EVICTED)
+            self._pump()
+
+    # -- internals (call with the lock held) ------------------------------------------------
+
+    def _add(self, action_key: str, memory_mb: int, state: State) -> Container:
+        container = self._new_container(action_key, memory_mb)
+        self._containers[container.container_id] = (container, state)
+        self._reserved += memory_mb
+        self._peak_reserved = max(self._peak_reserved, self._reserved)
+        return container
+
+    def _remove(self, container: Container, reason: KillReason) -> None:
+        if self._containers.pop(container.container_id, None) is None:
+            return
+        self._reserved -= container.memory_mb
+        container.kill(reason)
+        if self._executor is not None and not self._closed:
+            self._executor.submit(container.destroy)
+        else:
+            # Shutting down: reap here, so that close() returns with no process left behind.
+            container.destroy()
+
+    def _take_idle(self, action_key: str) -> Container | None:
+        # The most recently used warm container first; prewarmed replicas are kept for last.
+        candidates = [
+            c
+            for c, s in self._containers.values()
+            if s is State.IDLE and c.action_key == action_key
+        ]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda c: (not c.prewarmed, c.last_used))
+
+    def _make_room(self, memory_mb: int, *, keep_key: str | None = None) -> bool:
+        while self._reserved + memory_mb > self._budget:
+            idle = [
+                c
+                for c, s in self._containers.values()
+                if s is State.IDLE and c.action_key != keep_key
+            ]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda c: (c.prewarmed, c.last_used))
+            self._remove(victim, KillReason.EVICTED)
+        return True
+
+    def _pump(self) -> None:
+        assert self._executor is not None
+        while self._queue and not self._closed:
+            work = self._queue[0]
+            container = self._take_idle(work.action_key)
+            if container is None:
+                if not self._make_room(work.memory_mb):
+                    return  # FIFO: the head waits for memory, and everything behind it too
+                container = self._add(work.action_key, work.memory_mb, State.BUSY)
+            self._queue.popleft()
+            self._containers[container.container_id] = (container, State.BUSY)
+            self._running[work.activation_id] = container
+            self._executor.submit(self._run, work, container)
+
+    def _run(self, work: Work, container: Container) -> None:
+        keep = False
+        try:
+            keep = work.execute(container)
+        except Exception:  # the invoker must survive any bug in one activation's handling
+            log.exception("activation %s failed in the invoker", work.activation_id)
+        finally:
+            with self._cond:
+                self._running.pop(work.activation_id, None)
+                if keep and not self._closed and container.alive():
+                    container.last_used = time.monotonic()
+                    self._containers[container.container_id] = (container, State.IDLE)
+                else:
+                    self._remove(container, container.kill_reason or KillReason.EVICTED)
+                if not self._closed:
+                    self._pump()
+                self._cond.notify_all()
+
+    def _reap_idle(self) -> None:
+        interval = min(1.0, self._idle_timeout_s / 2)
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                self._cond.wait(interval)
+                if self._closed:
+                    return
+                cutoff = time.monotonic() - self._idle_timeout_s
+                for container, state in list(self._containers.values()):
+                    if state is State.IDLE and container.last_used < cutoff:
+                        self._remove(container, KillReason.EVICTED)

@@ -1,0 +1,520 @@
+"""``faasdl platform serve``: the embedded platform behind OpenWhisk's REST API v1.
+
+The subset that ``wsk`` and the official clients use for actions and activations, with basic auth
+by ``uuid:key``, OpenWhisk's status codes and ``{"error", "code"}`` bodies, and responses shaped as
+reference/openwhisk-apiv1swagger.json says. One extension lives outside ``/api/v1``:
+``POST /faasdl/v1/activations/{id}/kill`` kills an activation's container (failure injection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from faasdl import __version__
+from faasdl.config import ServerSettings
+from faasdl.errors import (
+    ActionNotFound,
+    ActivationNotFound,
+    FaasdlError,
+    InvalidAction,
+)
+from faasdl.platform import messages
+from faasdl.platform.base import Action, ActionSpec, Activation, StatusCode
+from faasdl.platform.local.embedded import LocalPlatform, decode_code
+
+API = "/api/v1"
+LIST_MAX = 200
+
+
+class ApiError(Exception):
+    """An error answered with OpenWhisk's body: ``{"error": message, "code": transaction id}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": message, "code": uuid.uuid4().hex}, status_code=status, headers=headers
+    )
+
+
+def _action_json(action: Action) -> dict[str, Any]:
+    data = action.model_dump(exclude_none=True)
+    data["exec"].setdefault("binary", action.exec.binary)
+    return data
+
+
+def _record_json(record: Activation) -> dict[str, Any]:
+    return record.model_dump(exclude_none=True)
+
+
+def _brief_json(record: Activation) -> dict[str, Any]:
+    data = record.model_dump(
+        include={
+            "namespace",
+            "name",
+            "version",
+            "publish",
+            "activationId",
+            "start",
+            "end",
+            "duration",
+            "annotations",
+            "cause",
+        },
+        exclude_none=True,
+    )
+    data["statusCode"] = _status_code(record)
+    return data
+
+
+def _status_code(record: Activation) -> int:
+    for code in StatusCode:
+        if code.status == record.response.status:
+            return int(code)
+    return int(StatusCode.WHISK_ERROR)
+
+
+def _invoke_status(record: Activation) -> int:
+    code = _status_code(record)
+    if code == StatusCode.SUCCESS:
+        return 200
+    return 500 if code == StatusCode.WHISK_ERROR else 502
+
+
+def create_app(
+    platform: LocalPlatform, settings: ServerSettings | None = None, *, owns_platform: bool = True
+) -> FastAPI:
+    """The REST app. With ``owns_platform`` it opens ``platform`` on start-up and closes it on
+    shutdown; otherwise the caller does both."""
+    settings = settings or ServerSettings()
+    uuid_part, _, key_part = settings.auth.get_secret_value().partition(":")
+    local = platform.settings
+    # A zip of code_max bytes grows by a third in base64, plus the JSON around it.
+    put_limit = local.code_max_bytes * 4 // 3 + 64 * 1024
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        if not owns_platform:
+            yield
+            return
+        await asyncio.to_thread(platform.open)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(platform.close)
+
+    app = FastAPI(
+        title="faasdl embedded OpenWhisk",
+        version=__version__,
+        description="OpenWhisk REST API v1 (actions and activations) over the embedded platform.",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.message)
+
+    @app.exception_handler(FaasdlError)
+    async def _faasdl_error(_: Request, exc: FaasdlError) -> JSONResponse:
+        if isinstance(exc, (ActionNotFound, ActivationNotFound)):
+            return _error(404, messages.RESOURCE_DOES_NOT_EXIST)
+        return _error(exc.status_code, str(exc))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return _error(500, "The server encountered an internal error.")
+
+    def authenticate(request: Request) -> str:
+        header = request.headers.get("authorization")
+        if not header:
+            raise ApiError(401, messages.AUTH_REQUIRED)
+        scheme, _, encoded = header.partition(" ")
+        try:
+            user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise ApiError(401, messages.AUTH_INVALID) from None
+        ok_user = secrets.compare_digest(user.encode(), uuid_part.encode())
+        ok_key = secrets.compare_digest(password.encode(), key_part.encode())
+        if scheme.lower() != "basic" or not (ok_user and ok_key):
+            raise ApiError(401, messages.AUTH_INVALID)
+        return user
+
+    api = APIRouter(prefix=API, dependencies=[Depends(authenticate)])
+    admin = APIRouter(prefix="/faasdl/v1", dependencies=[Depends(authenticate)])
+
+    def check_namespace(namespace: str) -> None:
+        if namespace not in ("_", local.namespace):
+            raise ApiError(
+                403, f"The supplied authentication is not authorized to access '{namespace}'."
+            )
+
+    async def read_json(request: Request, limit: int) -> Any:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, messages.entity_too_big("Request entity", int(declared), limit))
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise ApiError(413, messages.entity_too_big("Request entity", len(body), limit))
+        if not body.strip():
+            return None
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise ApiError(400, f"The request content was malformed:\n{exc}") from None
+
+    def list_window(limit: int, skip: int, collection: str) -> tuple[int, int]:
+        if limit < 0 or limit > LIST_MAX:
+            raise ApiError(
+                400, f"The value '{limit}' is not in the range of 0 to {LIST_MAX} for {collection}."
+            )
+        if skip < 0:
+            raise ApiError(
+                400, f"The value '{skip}' is not greater than or equal to 0 for {collection}."
+            )
+        return (limit or LIST_MAX), skip
+
+    @app.get("/", summary="Platform information and limits (no authentication)")
+    def info() -> dict[str, Any]:
+        limits = platform.limits()
+        return {
+            "description": "faasdl embedded OpenWhisk-compatible platform",
+            "support": {"github": "faasdl"},
+            "api_paths": [API],
+            "build": __version__,
+            "limits": {
+                "actions_per_minute": local.invocations_per_minute or None,
+                "concurrent_actions": local.concurrent_invocations,
+                "min_action_memory": local.memory_min_mb * 1024 * 1024,
+                "max_action_memory": local.memory_max_mb * 1024 * 1024,
+                "std_action_memory": local.memory_std_mb * 1024 * 1024,
+                "min_action_duration": local.timeout_min_ms,
+                "max_action_duration": local.timeout_max_ms,
+                "std_action_duration": local.timeout_std_ms,
+                "max_action_logs": local.log_max_mb * 1024 * 1024,
+                "container_pool_user_memory": local.pool_memory_mb * 1024 * 1024,
+                "payload_max": local.payload_max_bytes,
+                "memory_enforcement": limits.memory_enforcement,
+            },
+            "runtimes": {
+                "python": [
+                    {"kind": kind, "default": kind == limits.kinds[0], "deprecated": False}
+                    for kind in limits.kinds
+                ]
+            },
+        }
+
+    @api.get("/namespaces", summary="Namespaces of the key")
+    def namespaces() -> list[str]:
+        return [local.namespace]
+
+    @api.get("/namespaces/{namespace}/limits", summary="Limits of a namespace")
+    def namespace_limits(namespace: str) -> dict[str, Any]:
+        check_namespace(namespace)
+        return {
+            "invocationsPerMinute": local.invocations_per_minute,
+            "concurrentInvocations": local.concurrent_invocations,
+            "minActionMemory": local.memory_min_mb,
+            "maxActionMemory": local.memory_max_mb,
+            "minActionTimeout": local.timeout_min_ms,
+            "maxActionTimeout": local.timeout_max_ms,
+            "minActionLogs": 0,
+            "maxActionLogs": local.log_max_mb,
+            "minActionConcurrency": 1,
+            "maxActionConcurrency": 1,
+            "maxParameterSize": f"{local.payload_max_bytes} B",
+        }
+
+    @api.get("/namespaces/{namespace}/actions", summary="List actions")
+    def list_actions(
+        namespace: str,
+        limit: Annotated[int, Query()] = 30,
+        skip: Annotated[int, Query()] = 0,
+    ) -> list[dict[str, Any]]:
+        check_namespace(namespace)
+        count, skip = list_window(limit, skip, "actions")
+        return [_action_json(a) for a in platform.list_actions()[skip : skip + count]]
+
+    @api.get("/namespaces/{namespace}/actions/{name:path}", summary="Get an action")
+    def get_action(
+        namespace: str, name: str, code: Annotated[bool, Query()] = True
+    ) -> dict[str, Any]:
+        check_namespace(namespace)
+        return _action_json(platform.get_action(name, code=code))
+
+    @api.delete("/namespaces/{namespace}/actions/{name:path}", summary="Delete an action")
+    def delete_action(namespace: str, name: str) -> dict[str, Any]:
+        check_namespace(namespace)
+        action = platform.get_action(name)
+        platform.delete_action(name)
+        return _action_json(action)
+
+    @api.put("/namespaces/{namespace}/actions/{name:path}", summary="Create or update an action")
+    async def put_action(
+        namespace: str,
+        name: str,
+        request: Request,
+        overwrite: Annotated[bool, Query()] = False,
+    ) -> JSONResponse:
+        check_namespace(namespace)
+        body = await read_json(request, put_limit)
+        spec = _spec_from_put(platform, name, body)
+        action = await asyncio.to_thread(platform.deploy, spec, overwrite=overwrite)
+        return JSONResponse(_action_json(action))
+
+    @api.post("/namespaces/{namespace}/actions/{name:path}", summary="Invoke an action")
+    async def invoke(
+        namespace: str,
+        name: str,
+        request: Request,
+        blocking: Annotated[str, Query()] = "false",
+        result: Annotated[str, Query()] = "false",
+        timeout: Annotated[str | None, Query()] = None,
+    ) -> Response:
+        check_namespace(namespace)
+        params = await read_json(request, local.payload_max_bytes)
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise ApiError(
+                400, "The request content was malformed:\nthe payload must be a JSON object"
+            )
+        wait_ms = settings.blocking_wait_max_ms
+        if timeout is not None:
+            if not timeout.isdigit() or not 0 < int(timeout) <= settings.blocking_wait_max_ms:
+                raise ApiError(400, messages.invalid_wait_timeout(settings.blocking_wait_max_ms))
+            wait_ms = int(timeout)
+        if blocking != "true":
+            activation_id = platform.invoke(name, params)
+            return _accepted(activation_id)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Activation] = loop.create_future()
+
+        def finished(record: Activation) -> None:
+            def settle() -> None:
+                if not done.done():
+                    done.set_result(record)
+
+            loop.call_soon_threadsafe(settle)
+
+        activation_id = platform.invoke_with_callback(name, params, finished)
+        try:
+            record = await asyncio.wait_for(asyncio.shield(done), wait_ms / 1000)
+        except TimeoutError:
+            return _accepted(activation_id)
+        body = record.response.result if result == "true" else _record_json(record)
+        return JSONResponse(
+            body,
+            status_code=_invoke_status(record),
+            headers={"x-openwhisk-activation-id": activation_id},
+        )
+
+    @api.get("/namespaces/{namespace}/activations", summary="List activations")
+    def list_activations(
+        namespace: str,
+        name: str | None = None,
+        limit: Annotated[int, Query()] = 30,
+        skip: Annotated[int, Query()] = 0,
+        since: Annotated[int | None, Query()] = None,
+        upto: Annotated[int | None, Query()] = None,
+        docs: Annotated[bool, Query()] = False,
+    ) -> list[dict[str, Any]]:
+        check_namespace(namespace)
+        count, skip = list_window(limit, skip, "activations")
+        records = platform.list_activations(
+            name=name, since_ms=since, limit=local.max_activation_records
+        )
+        if upto is not None:
+            records = [r for r in records if r.start <= upto]
+        page = records[skip : skip + count]
+        return [_record_json(r) if docs else _brief_json(r) for r in page]
+
+    def activation(namespace: str, activation_id: str) -> Activation:
+        check_namespace(namespace)
+        record = platform.get_activation(activation_id)
+        if record is None:
+            raise ActivationNotFound(activation_id)
+        return record
+
+    @api.get("/namespaces/{namespace}/activations/{activation_id}", summary="Get an activation")
+    def get_activation(namespace: str, activation_id: str) -> dict[str, Any]:
+        return _record_json(activation(namespace, activation_id))
+
+    @api.get(
+        "/namespaces/{namespace}/activations/{activation_id}/result", summary="Activation result"
+    )
+    def get_result(namespace: str, activation_id: str) -> dict[str, Any]:
+        record = activation(namespace, activation_id)
+        return record.response.model_dump(exclude_none=True)
+
+    @api.get("/namespaces/{namespace}/activations/{activation_id}/logs", summary="Activation logs")
+    def get_logs(namespace: str, activation_id: str) -> dict[str, Any]:
+        return {"logs": activation(namespace, activation_id).logs}
+
+    @admin.post(
+        "/activations/{activation_id}/kill",
+        status_code=204,
+        summary="Kill the container running an activation (failure injection)",
+    )
+    def kill(activation_id: str) -> Response:
+        platform.kill(activation_id)
+        return Response(status_code=204)
+
+    app.include_router(api)
+    app.include_router(admin)
+    return app
+
+
+def _accepted(activation_id: str) -> JSONResponse:
+    return JSONResponse(
+        {"activationId": activation_id},
+        status_code=202,
+        headers={"x-openwhisk-activation-id": activation_id},
+    )
+
+
+def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
+    """Turn an ``ActionPut`` body into a spec; an update may leave out exec and limits."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request content was malformed:\nthe action must be a JSON object")
+    try:
+        existing: Action | None = platform.get_action(name, code=True)
+    except ActionNotFound:
+        existing = None
+    exec_ = body.get("exec")
+    if exec_ is None:
+        if existing is None:
+            raise ApiError(400, "The request content was malformed:\nexec undefined")
+        exec_ = existing.exec.model_dump()
+    if not isinstance(exec_, dict) or not isinstance(exec_.get("kind"), str):
+        raise ApiError(400, "The request content was malformed:\nexec.kind must be a string")
+    if exec_["kind"] == "blackbox":
+        raise InvalidAction(
+            messages.unsupported_kind("blackbox", platform.limits().kinds)
+            + " (the embedded platform runs no container images)"
+        )
+    code = exec_.get("code")
+    if not isinstance(code, str):
+        raise ApiError(400, "The request content was malformed:\nexec.code must be a string")
+    limits = body.get("limits") or {}
+    if not isinstance(limits, dict):
+        raise ApiError(400, "The request content was malformed:\nlimits must be an object")
+    old = existing.limits if existing else None
+    try:
+        memory = _int_or(limits, "memory", old.memory if old else None)
+        timeout = _int_or(limits, "timeout", old.timeout if old else None)
+        logs = _int_or(limits, "logs", old.logs if old else None)
+        parameters = _key_values(body.get("parameters"), "parameters")
+        annotations = _key_values(body.get("annotations"), "annotations")
+    except ValueError as exc:
+        raise ApiError(400, f"The request content was malformed:\n{exc}") from None
+    if "concurrency" in limits and limits["concurrency"] != 1:
+        raise InvalidAction(f"concurrency {limits['concurrency']} exceeds allowed threshold of 1")
+    return ActionSpec(
+        name=name,
+        code=decode_code(code) if existing is None or body.get("exec") else _stored_code(existing),
+        kind=exec_["kind"],
+        main=exec_.get("main") or "main",
+        memory_mb=memory,
+        timeout_ms=timeout,
+        logs_mb=logs,
+        parameters=parameters,
+        annotations=annotations,
+    )
+
+
+def _stored_code(action: Action) -> str | bytes:
+    code = action.exec.code or ""
+    return base64.b64decode(code) if action.exec.binary else code
+
+
+def _int_or(limits: dict[str, Any], key: str, default: int | None) -> int | None:
+    if key not in limits:
+        return default
+    value = limits[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"limits.{key} must be an integer")
+    return value
+
+
+def _key_values(items: Any, field: str) -> dict[str, Any]:
+    if items is None:
+        return {}
+    if not isinstance(items, list) or not all(
+        isinstance(i, dict) and isinstance(i.get("key"), str) for i in items
+    ):
+        raise ValueError(f"{field} must be a list of {{key, value}} objects")
+    return {i["key"]: i.get("value") for i in items}
+
+
+class ServerThread:
+    """Runs the REST server on a background thread (tests, benchmarks). The caller opens and
+    closes the platform."""
+
+    def __init__(self, platform: LocalPlatform, settings: ServerSettings | None = None) -> None:
+        self.settings = settings or ServerSettings(port=0)
+        app = create_app(platform, self.settings, owns_platform=False)
+        config = uvicorn.Config(
+            app,
+            host=self.settings.host,
+            port=self.settings.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, name="faasdl-ow-server", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        servers = self._server.servers
+        port = servers[0].sockets[0].getsockname()[1] if servers else self.settings.port
+        return f"http://{self.settings.host}:{port}"
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the embedded OpenWhisk server did not start")
+            time.sleep(0.01)
+        return self.url
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    platform: LocalPlatform, settings: ServerSettings | None = None
+) -> Iterator[str]:
+    """Serve ``platform`` on loopback for the duration of the block; yields the base URL."""
+    server = ServerThread(platform, settings)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

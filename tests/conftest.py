@@ -1,0 +1,92 @@
+"""Shared fixtures. Platforms are real: the embedded platform in process, and the REST client
+talking to the embedded platform's OpenWhisk-compatible server on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from faasdl.config import LocalPlatformSettings, OpenWhiskSettings, ServerSettings
+from faasdl.platform.base import Platform
+from faasdl.platform.local import LocalPlatform
+from faasdl.platform.local.server import ServerThread
+from faasdl.platform.openwhisk import OpenWhiskPlatform
+
+PlatformFactory = Callable[..., Platform]
+
+DEFAULTS: dict[str, Any] = {"pool_memory_mb": 2048, "memory_max_mb": 1024}
+
+
+class Served:
+    """An embedded platform, its REST server, and a REST client of it."""
+
+    def __init__(self, settings: LocalPlatformSettings, **client: Any) -> None:
+        self.local = LocalPlatform(settings=settings)
+        self.local.open()
+        self.server_settings = ServerSettings(port=0)
+        self.server = ServerThread(self.local, self.server_settings)
+        self.url = self.server.start()
+        self.client = OpenWhiskPlatform(
+            settings=OpenWhiskSettings(
+                api_host=self.url,
+                auth=self.server_settings.auth,
+                admin_url=f"{self.url}/faasdl/v1",
+                retry_attempts=3,
+                retry_max_wait_s=0.2,
+                **client,
+            )
+        )
+        self.client.open()
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.stop()
+        self.local.close()
+
+
+@pytest.fixture
+def make_local() -> Iterator[Callable[..., LocalPlatform]]:
+    created: list[LocalPlatform] = []
+
+    def make(**overrides: Any) -> LocalPlatform:
+        platform = LocalPlatform(settings=LocalPlatformSettings(**(DEFAULTS | overrides)))
+        platform.open()
+        created.append(platform)
+        return platform
+
+    yield make
+    for platform in reversed(created):
+        platform.close()
+
+
+@pytest.fixture
+def make_served() -> Iterator[Callable[..., Served]]:
+    created: list[Served] = []
+
+    def make(client: dict[str, Any] | None = None, **overrides: Any) -> Served:
+        served = Served(LocalPlatformSettings(**(DEFAULTS | overrides)), **(client or {}))
+        created.append(served)
+        return served
+
+    yield make
+    for served in reversed(created):
+        served.close()
+
+
+@pytest.fixture(params=["local", "openwhisk"])
+def make_platform(
+    request: pytest.FixtureRequest,
+    make_local: Callable[..., LocalPlatform],
+    make_served: Callable[..., Served],
+) -> PlatformFactory:
+    """Builds the platform under test: the embedded one, or the REST client over its server."""
+    if request.param == "local":
+        return make_local
+    return lambda **overrides: make_served(**overrides).client
+
+
+@pytest.fixture
+def platform(make_platform: PlatformFactory) -> Platform:
+    return make_platform()

@@ -1,0 +1,64 @@
+"""Action sources used by the platform tests."""
+
+ECHO = """\
+def main(args):
+    print("hello", args.get("name", "world"))
+    return {"echo": args}
+"""
+
+WARMABLE_SLEEP = """\
+import time
+
+def main(args):
+    if args.get("warmup"):
+        return {"warm": True}
+    time.sleep(float(args.get("seconds", 0)))
+    return {"slept": args.get("seconds", 0)}
+"""
+
+RAISES = """\
+def main(args):
+    raise ValueError("bad input: " + str(args.get("n")))
+"""
+
+CRASHES = """\
+import os
+
+def main(args):
+    os._exit(3)
+"""
+
+# Allocates in 4 MB steps every 10 ms up to `mb` MB, printing the time and its RSS after each
+# step; the pages are written, so they are resident.
+ALLOCATES = """\
+import time
+
+def rss_mb():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096 / 2**20
+
+def main(args):
+    held = []
+    while len(held) * 4 < args["mb"]:
+        held.append(b"\\x01" * (4 * 2**20))
+        print(f"step {time.time():.6f} {rss_mb():.1f}", flush=True)
+        time.sleep(0.01)
+    return {"allocated_mb": len(held) * 4}
+"""
+
+NOT_A_DICT = """\
+def main(args):
+    return 42
+"""
+
+BROKEN = """\
+import no_such_module_anywhere
+
+def main(args):
+    return {}
+"""
+
+BIG_RESULT = """\
+def main(args):
+    return {"blob": "x" * args["bytes"]}
+"""
