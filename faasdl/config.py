@@ -7,10 +7,13 @@ The defaults run everything on one machine with no configuration at all.
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "FAASDL_"
 
 #: OpenWhisk's well-known development key (``whisk.auth.guest``). The embedded server accepts it
 #: by default because it listens on loopback only; a real deployment brings its own key.
@@ -127,7 +130,7 @@ class Settings(BaseSettings):
     """All of faasdl's configuration."""
 
     model_config = SettingsConfigDict(
-        env_prefix="FAASDL_", env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
     )
 
     platform: Literal["local", "openwhisk"] = Field(
@@ -139,3 +142,21 @@ class Settings(BaseSettings):
     price_per_gb_s: float = Field(
         0.000017, ge=0, description="Price of one GB-second of action memory, in USD."
     )
+
+    @model_validator(mode="after")
+    def _no_unknown_variables(self) -> Settings:
+        # pydantic-settings ignores variables it does not know; a misspelt one would silently
+        # leave a default in force. FAASDL_TEST_* is the test suite's own namespace.
+        known = {name.upper() for name in type(self).model_fields}
+        unknown = sorted(
+            var
+            for var in os.environ
+            if var.startswith(ENV_PREFIX)
+            and not var.startswith(f"{ENV_PREFIX}TEST_")
+            and var[len(ENV_PREFIX) :].split("__")[0] not in known
+        )
+        if unknown:
+            raise ValueError(
+                f"unknown setting(s) {', '.join(unknown)}: Extra inputs are not permitted"
+            )
+        return self

@@ -3,6 +3,7 @@ talking to the embedded platform's OpenWhisk-compatible server on loopback."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,16 @@ from faasdl.platform.local.server import ServerThread
 from faasdl.platform.openwhisk import OpenWhiskPlatform
 
 PlatformFactory = Callable[..., Platform]
+
+
+def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0, what: str = "") -> None:
+    """Poll ``condition`` until it holds; fail the test if it does not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout_s} s: {what or condition}")
+        time.sleep(0.01)
+
 
 DEFAULTS: dict[str, Any] = {"pool_memory_mb": 2048, "memory_max_mb": 1024}
 
@@ -30,12 +41,14 @@ class Served:
         self.url = self.server.start()
         self.client = OpenWhiskPlatform(
             settings=OpenWhiskSettings(
-                api_host=self.url,
-                auth=self.server_settings.auth,
-                admin_url=f"{self.url}/faasdl/v1",
-                retry_attempts=3,
-                retry_max_wait_s=0.2,
-                **client,
+                **{
+                    "api_host": self.url,
+                    "auth": self.server_settings.auth,
+                    "admin_url": f"{self.url}/faasdl/v1",
+                    "retry_attempts": 3,
+                    "retry_max_wait_s": 0.2,
+                }
+                | client
             )
         )
         self.client.open()

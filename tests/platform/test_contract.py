@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import re
 import threading
-import time
 import zipfile
 
 import pytest
@@ -30,7 +29,7 @@ from faasdl.platform.base import (
     Platform,
 )
 from faasdl.platform.classify import FailureKind, classify
-from tests.conftest import PlatformFactory
+from tests.conftest import PlatformFactory, eventually
 from tests.platform import actions
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr): ")
@@ -40,17 +39,17 @@ def deploy(platform: Platform, name: str, code: str | bytes, **limits: int) -> N
     platform.deploy(ActionSpec(name=name, code=code, **limits))
 
 
-def wait_running(platform: Platform, activation_id: str, *, timeout_s: float = 10.0) -> None:
-    """Kill ``activation_id`` as soon as it has a container (retrying while it is queued)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+def kill_when_running(platform: Platform, activation_id: str) -> None:
+    """Kill ``activation_id`` as soon as it has a container (it is refused while queued)."""
+
+    def killed() -> bool:
         try:
             platform.kill(activation_id)
-            return
         except ActivationNotFound:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
+            return False
+        return True
+
+    eventually(killed, what=f"kill {activation_id}")
 
 
 def test_deploy_get_list_update_delete(platform: Platform) -> None:
@@ -195,7 +194,7 @@ def test_killing_an_activations_container_is_a_developer_error(platform: Platfor
     activation_id = platform.invoke("sleep", {"seconds": 30})
 
     # Execute
-    wait_running(platform, activation_id)
+    kill_when_running(platform, activation_id)
     record = platform.wait([activation_id], timeout_s=20)[activation_id]
 
     # Assert

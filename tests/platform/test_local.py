@@ -1,0 +1,137 @@
+"""What only the embedded platform has: its memory guards, container processes and pool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psutil
+import pytest
+
+from faasdl.config import LocalPlatformSettings
+from faasdl.errors import ActivationNotFound, PlatformUnavailable
+from faasdl.platform import messages
+from faasdl.platform.base import ActionSpec
+from faasdl.platform.local import LocalPlatform
+from faasdl.platform.local.memory import CgroupV1Guard, CgroupV2Guard, make_guard
+from tests.conftest import eventually
+from tests.platform import actions
+
+MakeLocal = Callable[..., LocalPlatform]
+
+
+def test_watchdog_enforces_memory_limits_too(make_local: MakeLocal) -> None:
+    platform = make_local(memory_enforcement="watchdog")
+    platform.deploy(ActionSpec(name="hog", code=actions.ALLOCATES, memory_mb=128))
+
+    record = platform.call("hog", {"mb": 256})
+
+    assert platform.limits().memory_enforcement == "rss-watchdog"
+    assert record.error == messages.MEMORY_EXHAUSTED
+
+
+def test_an_action_under_its_limit_is_left_alone(make_local: MakeLocal) -> None:
+    platform = make_local()
+    platform.deploy(ActionSpec(name="modest", code=actions.ALLOCATES, memory_mb=256))
+
+    record = platform.call("modest", {"mb": 96})
+
+    assert record.success, record.error
+    assert record.response.result == {"allocated_mb": 96}
+
+
+def test_auto_picks_a_cgroup_where_one_is_writable() -> None:
+    guard = make_guard("auto", watchdog_interval_s=0.025, tag="probe-test")
+    try:
+        expected = isinstance(guard, (CgroupV1Guard, CgroupV2Guard))
+        assert guard.name.startswith("cgroup") is expected
+    finally:
+        guard.close()
+
+
+def test_close_leaves_no_container_process(make_local: MakeLocal) -> None:
+    # Prepare: warm containers, a prewarmed one, and one running an activation.
+    platform = make_local()
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+    platform.deploy(ActionSpec(name="echo", code=actions.ECHO))
+    platform.call("echo")
+    platform.prewarm("sleep", 2)
+    running = platform.invoke("sleep", {"seconds": 30})
+    pids = platform.container_pids()
+
+    # Execute
+    platform.close()
+
+    # Assert
+    assert len(pids) >= 3
+    assert not [pid for pid in pids if psutil.pid_exists(pid)]
+    record = platform.get_activation(running)
+    assert record is not None
+    assert record.response.status == "whisk internal error"
+    with pytest.raises(PlatformUnavailable):
+        platform.invoke("echo")
+
+
+def test_prewarmed_containers_reserve_pool_memory(make_local: MakeLocal) -> None:
+    platform = make_local(pool_memory_mb=1024)
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP, memory_mb=256))
+
+    ready = platform.prewarm("sleep", 3)
+
+    stats = platform.pool_stats()
+    assert ready == 3
+    assert stats["idle"] == 3
+    assert stats["reserved_mb"] == 768
+
+
+def test_prewarm_stops_at_the_pool_budget(make_local: MakeLocal) -> None:
+    platform = make_local(pool_memory_mb=512, memory_max_mb=512)
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP, memory_mb=256))
+
+    assert platform.prewarm("sleep", 5) == 2
+
+
+def test_idle_containers_of_other_actions_are_evicted_for_room(make_local: MakeLocal) -> None:
+    platform = make_local(pool_memory_mb=512, memory_max_mb=512)
+    platform.deploy(ActionSpec(name="a", code=actions.ECHO, memory_mb=256))
+    platform.deploy(ActionSpec(name="b", code=actions.ECHO, memory_mb=512))
+    platform.call("a")
+
+    record = platform.call("b")
+
+    assert record.success
+    assert platform.pool_stats()["peak_reserved_mb"] <= 512
+
+
+def test_idle_containers_expire(make_local: MakeLocal) -> None:
+    platform = make_local(idle_timeout_s=0.2)
+    platform.deploy(ActionSpec(name="echo", code=actions.ECHO))
+    platform.call("echo")
+
+    eventually(lambda: platform.pool_stats()["idle"] == 0, timeout_s=5, what="idle eviction")
+
+    assert platform.call("echo").init_time is not None
+
+
+def test_queued_activation_cannot_be_killed(make_local: MakeLocal) -> None:
+    platform = make_local(pool_memory_mb=256, memory_max_mb=256)
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP, memory_mb=256))
+    first = platform.invoke("sleep", {"seconds": 1})
+    queued = platform.invoke("sleep", {"seconds": 0})
+
+    with pytest.raises(ActivationNotFound):
+        platform.kill(queued)
+
+    records = platform.wait([first, queued], timeout_s=30)
+    assert all(r.success for r in records.values())
+
+
+def test_settings_refuse_a_max_memory_the_pool_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="could never be placed"):
+        LocalPlatformSettings(pool_memory_mb=512, memory_max_mb=1024)
+
+
+def test_a_closed_platform_refuses_work() -> None:
+    platform = LocalPlatform()
+
+    with pytest.raises(PlatformUnavailable, match="not open"):
+        platform.prewarm("x")

@@ -1,0 +1,341 @@
+"""The embedded platform's OpenWhisk-compatible REST server: status codes and error bodies for bad
+input, and response shapes checked against OpenWhisk's own swagger (apiv1swagger.json)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import requests
+
+from faasdl.config import OpenWhiskSettings
+from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
+from faasdl.platform import messages
+from faasdl.platform.base import ActionSpec
+from faasdl.platform.openwhisk import OpenWhiskPlatform
+from tests.conftest import Served
+from tests.platform import actions
+
+SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
+
+
+def conforms(instance: Any, definition: str) -> None:
+    schema = {"$ref": f"#/definitions/{definition}", "definitions": SWAGGER["definitions"]}
+    jsonschema.Draft4Validator(schema).validate(instance)
+
+
+@pytest.fixture
+def served(make_served: Callable[..., Served]) -> Served:
+    return make_served()
+
+
+class Api:
+    def __init__(self, served: Served) -> None:
+        self.base = f"{served.url}/api/v1/namespaces/_"
+        uuid, _, key = served.server_settings.auth.get_secret_value().partition(":")
+        self.session = requests.Session()
+        self.session.auth = (uuid, key)
+
+    def put_action(self, name: str, body: Any, **params: str) -> requests.Response:
+        return self.session.put(f"{self.base}/actions/{name}", json=body, params=params)
+
+
+@pytest.fixture
+def api(served: Served) -> Api:
+    return Api(served)
+
+
+def python_action(code: str = actions.ECHO, **limits: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"exec": {"kind": "python:3.11", "code": code}}
+    if limits:
+        body["limits"] = limits
+    return body
+
+
+def assert_error(response: requests.Response, status: int, text: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    conforms(body, "ErrorMessage")
+    assert text in body["error"]
+    assert len(body["code"]) == 32
+
+
+def test_info_needs_no_auth_and_reports_limits(served: Served) -> None:
+    info = requests.get(served.url + "/").json()
+
+    assert info["api_paths"] == ["/api/v1"]
+    assert info["limits"]["max_action_memory"] == 1024 * 1024 * 1024
+    assert info["limits"]["memory_enforcement"] in ("cgroup-v1", "cgroup-v2", "rss-watchdog")
+    assert any(r["kind"] == "python:3.11" for r in info["runtimes"]["python"])
+
+
+def test_responses_conform_to_the_openwhisk_swagger(api: Api) -> None:
+    # Prepare / Execute
+    put = api.put_action("echo", python_action())
+    got = api.session.get(f"{api.base}/actions/echo")
+    listed = api.session.get(f"{api.base}/actions")
+    invoked = api.session.post(
+        f"{api.base}/actions/echo", json={"x": 1}, params={"blocking": "true"}
+    )
+    record = invoked.json()
+    accepted = api.session.post(f"{api.base}/actions/echo", json={})
+    activation = api.session.get(f"{api.base}/activations/{record['activationId']}")
+    briefs = api.session.get(f"{api.base}/activations", params={"name": "echo"})
+    logs = api.session.get(f"{api.base}/activations/{record['activationId']}/logs")
+    result = api.session.get(f"{api.base}/activations/{record['activationId']}/result")
+    limits = api.session.get(f"{api.base}/limits")
+
+    # Assert
+    conforms(put.json(), "Action")
+    conforms(got.json(), "Action")
+    assert got.json()["exec"]["code"] == actions.ECHO
+    for action in listed.json():
+        conforms(action, "Action")
+    assert invoked.status_code == 200
+    assert invoked.headers["x-openwhisk-activation-id"] == record["activationId"]
+    conforms(record, "Activation")
+    assert accepted.status_code == 202
+    conforms(accepted.json(), "ActivationId")
+    conforms(activation.json(), "Activation")
+    for brief in briefs.json():
+        conforms(brief, "ActivationBrief")
+        assert brief["statusCode"] == 0
+    conforms(logs.json(), "ActivationLogs")
+    conforms(result.json(), "ActivationResult")
+    assert result.json()["result"] == {"echo": {"x": 1}}
+    conforms(limits.json(), "UserLimits")
+
+
+def test_blocking_invoke_status_codes(api: Api) -> None:
+    api.put_action("raises", python_action(actions.RAISES))
+    api.put_action("crash", python_action(actions.CRASHES))
+    api.put_action("sleep", python_action(actions.WARMABLE_SLEEP))
+
+    app_error = api.session.post(f"{api.base}/actions/raises", json={}, params={"blocking": "true"})
+    developer = api.session.post(
+        f"{api.base}/actions/crash", json={}, params={"blocking": "true", "result": "true"}
+    )
+    too_slow = api.session.post(
+        f"{api.base}/actions/sleep",
+        json={"seconds": 2},
+        params={"blocking": "true", "timeout": "100"},
+    )
+
+    assert app_error.status_code == 502
+    assert app_error.json()["response"]["status"] == "application error"
+    assert developer.status_code == 502
+    assert developer.json() == {"error": messages.ABNORMAL_RUN}
+    assert too_slow.status_code == 202  # the blocking window ran out; the activation goes on
+    conforms(too_slow.json(), "ActivationId")
+
+
+@pytest.mark.parametrize(
+    ("auth", "text"),
+    [(None, messages.AUTH_REQUIRED), (("nobody", "wrong"), messages.AUTH_INVALID)],
+)
+def test_every_api_path_needs_valid_auth(
+    served: Served, auth: tuple[str, str] | None, text: str
+) -> None:
+    base = f"{served.url}/api/v1/namespaces/_"
+    calls = [
+        ("GET", f"{served.url}/api/v1/namespaces"),
+        ("GET", f"{base}/actions"),
+        ("PUT", f"{base}/actions/x"),
+        ("POST", f"{base}/actions/x"),
+        ("DELETE", f"{base}/actions/x"),
+        ("GET", f"{base}/activations"),
+        ("GET", f"{base}/activations/{'0' * 32}"),
+        ("POST", f"{served.url}/faasdl/v1/activations/{'0' * 32}/kill"),
+    ]
+    for method, url in calls:
+        assert_error(requests.request(method, url, auth=auth, json={}), 401, text)
+
+
+def test_other_namespaces_are_forbidden(api: Api) -> None:
+    response = api.session.get(api.base.replace("/_", "/someone-else") + "/actions")
+
+    assert_error(response, 403, "not authorized to access 'someone-else'")
+
+
+def test_malformed_json_is_a_bad_request(api: Api) -> None:
+    response = api.session.put(
+        f"{api.base}/actions/echo", data=b"{not json", headers={"Content-Type": "application/json"}
+    )
+
+    assert_error(response, 400, "The request content was malformed")
+
+
+def test_payload_that_is_not_an_object_is_a_bad_request(api: Api) -> None:
+    api.put_action("echo", python_action())
+
+    response = api.session.post(f"{api.base}/actions/echo", json=[1, 2, 3])
+
+    assert_error(response, 400, "the payload must be a JSON object")
+
+
+def test_oversized_body_is_refused_from_its_declared_length(served: Served, api: Api) -> None:
+    # Prepare: declare a body far over the limit but send none of it: the server must answer
+    # from the header, without waiting to read the body.
+    api.put_action("echo", python_action())
+    host, port = served.url.removeprefix("http://").split(":")
+    token = base64.b64encode(served.server_settings.auth.get_secret_value().encode()).decode()
+    request = (
+        "POST /api/v1/namespaces/_/actions/echo HTTP/1.1\r\n"
+        f"Host: {host}\r\nAuthorization: Basic {token}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 50000000\r\n\r\n"
+    )
+
+    # Execute
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request.encode())
+        reply = sock.recv(65536).decode()
+
+    # Assert
+    assert reply.startswith("HTTP/1.1 413")
+    assert "larger than allowed: 50000000 > 1048576 bytes." in reply
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "text"),
+    [
+        (
+            python_action(memory=4096),
+            400,
+            "memory size 4096 MB exceeds allowed threshold of 1024 MB",
+        ),
+        (python_action(timeout=50), 400, "duration 50 milliseconds below allowed threshold"),
+        ({"exec": {"kind": "swift:5.7", "code": "x"}}, 400, "runtime 'swift:5.7' is not supported"),
+        ({"exec": {"kind": "blackbox", "image": "a/b"}}, 400, "runs no container images"),
+        ({"exec": {"kind": "python:3.11"}}, 400, "exec.code must be a string"),
+        ({"limits": {"memory": 256}}, 400, "exec undefined"),
+        (python_action() | {"limits": {"memory": "lots"}}, 400, "limits.memory must be an integer"),
+        (python_action() | {"parameters": {"a": 1}}, 400, "parameters must be a list"),
+    ],
+)
+def test_bad_actions_are_refused_and_nothing_is_created(
+    api: Api, body: dict[str, Any], status: int, text: str
+) -> None:
+    response = api.put_action("bad", body)
+
+    assert_error(response, status, text)
+    assert_error(api.session.get(f"{api.base}/actions/bad"), 404, messages.RESOURCE_DOES_NOT_EXIST)
+
+
+def test_existing_action_without_overwrite_conflicts(api: Api) -> None:
+    assert api.put_action("echo", python_action()).status_code == 200
+
+    response = api.put_action("echo", python_action())
+
+    assert_error(response, 409, messages.RESOURCE_EXISTS)
+    assert api.put_action("echo", python_action(), overwrite="true").status_code == 200
+
+
+def test_unknown_action_and_activation_are_not_found(api: Api) -> None:
+    for response in (
+        api.session.post(f"{api.base}/actions/missing", json={}),
+        api.session.get(f"{api.base}/actions/missing"),
+        api.session.delete(f"{api.base}/actions/missing"),
+        api.session.get(f"{api.base}/activations/{'0' * 32}"),
+        api.session.get(f"{api.base}/activations/{'0' * 32}/logs"),
+    ):
+        assert_error(response, 404, messages.RESOURCE_DOES_NOT_EXIST)
+
+
+def test_bad_wait_timeout_and_list_limits_are_refused(api: Api) -> None:
+    api.put_action("echo", python_action())
+
+    wait = api.session.post(
+        f"{api.base}/actions/echo", json={}, params={"blocking": "true", "timeout": "90000"}
+    )
+    limit = api.session.get(f"{api.base}/actions", params={"limit": 500})
+
+    assert_error(wait, 400, "Timeout must be number of milliseconds up to 60000.")
+    assert_error(limit, 400, "The value '500' is not in the range of 0 to 200 for actions.")
+
+
+def test_update_without_exec_keeps_the_code_and_changes_limits(api: Api) -> None:
+    api.put_action("echo", python_action(memory=256))
+
+    response = api.put_action("echo", {"limits": {"memory": 512}}, overwrite="true")
+    invoked = api.session.post(
+        f"{api.base}/actions/echo", json={"k": "v"}, params={"blocking": "true"}
+    )
+
+    assert response.json()["limits"]["memory"] == 512
+    assert invoked.json()["response"]["result"] == {"echo": {"k": "v"}}
+
+
+# -- the REST client against the server --------------------------------------------------------
+
+
+def test_client_retries_429_with_backoff_until_it_gets_through(
+    make_served: Callable[..., Served],
+) -> None:
+    # Prepare: one activation allowed in flight, and it sleeps for a second.
+    served = make_served(
+        client={"retry_attempts": 12, "retry_max_wait_s": 0.3}, concurrent_invocations=1
+    )
+    client = served.client
+    client.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+    first = client.invoke("sleep", {"seconds": 1})
+    started = time.monotonic()
+
+    # Execute: throttled while the first runs, retried, then accepted.
+    second = client.invoke("sleep", {"seconds": 0})
+
+    # Assert
+    assert time.monotonic() - started > 0.3
+    records = client.wait([first, second], timeout_s=30)
+    assert all(r.success for r in records.values())
+
+
+def test_client_gives_up_on_a_persistent_throttle(make_served: Callable[..., Served]) -> None:
+    served = make_served(
+        client={"retry_attempts": 2, "retry_max_wait_s": 0.05}, concurrent_invocations=1
+    )
+    served.client.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+    served.client.invoke("sleep", {"seconds": 3})
+
+    with pytest.raises(Throttled, match="Too many concurrent requests in flight"):
+        served.client.invoke("sleep", {"seconds": 0})
+
+
+def test_client_reports_bad_credentials(served: Served) -> None:
+    client = OpenWhiskPlatform(
+        settings=OpenWhiskSettings(api_host=served.url, auth="someone:wrong-key")
+    )
+    client.open()
+    try:
+        with pytest.raises(AuthenticationFailed, match="supplied authentication is invalid"):
+            client.list_actions()
+    finally:
+        client.close()
+
+
+def test_client_reports_an_unreachable_platform() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=f"http://127.0.0.1:{port}"))
+
+    with pytest.raises(PlatformUnavailable, match=f"127.0.0.1:{port}"):
+        client.open()
+
+
+def test_client_cannot_kill_without_an_admin_endpoint(served: Served) -> None:
+    client = OpenWhiskPlatform(
+        settings=OpenWhiskSettings(api_host=served.url, auth=served.server_settings.auth)
+    )
+    client.open()
+    try:
+        with pytest.raises(Exception, match="cannot kill an activation's container"):
+            client.kill("0" * 32)
+    finally:
+        client.close()

@@ -1,0 +1,57 @@
+"""The faasdl command: it runs, and bad settings or options fail with a message naming them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from faasdl import __version__
+from faasdl.cli import app
+
+runner = CliRunner()
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["version"])
+
+    assert result.exit_code == 0
+    assert result.stdout.strip() == __version__
+
+
+def test_platform_info_prints_the_limits_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAASDL_LOCAL__POOL_MEMORY_MB", "3072")
+
+    result = runner.invoke(app, ["platform", "info"])
+
+    assert result.exit_code == 0, result.output
+    limits = json.loads(result.stdout)
+    assert limits["pool_memory_mb"] == 3072
+    assert limits["memory_enforcement"] in ("cgroup-v1", "cgroup-v2", "rss-watchdog")
+
+
+def test_bad_settings_exit_non_zero_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAASDL_LOCAL__POOL_MEMORY_MB", "lots")
+
+    result = runner.invoke(app, ["platform", "info"])
+
+    assert result.exit_code == 2
+    assert "FAASDL_LOCAL__POOL_MEMORY_MB" in result.output
+
+
+def test_bad_option_is_refused() -> None:
+    result = runner.invoke(app, ["platform", "serve", "--port", "99999"])
+
+    assert result.exit_code == 2
+    assert "--port" in result.output
+
+
+def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAASDL_PLATFORM", "openwhisk")
+    monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", "http://127.0.0.1:9")
+
+    result = runner.invoke(app, ["platform", "info"])
+
+    assert result.exit_code == 2
+    assert "cannot read OpenWhisk's limits from http://127.0.0.1:9" in result.output

@@ -1,0 +1,63 @@
+"""Settings: the FAASDL_ environment, nested sections, and validators that refuse nonsense."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from faasdl.config import GUEST_API_KEY, OpenWhiskSettings, Settings
+from faasdl.platform import PLATFORMS, make_platform
+from faasdl.platform.local import LocalPlatform
+from faasdl.platform.openwhisk import OpenWhiskPlatform
+
+
+def test_defaults_need_no_configuration() -> None:
+    settings = Settings()
+
+    assert settings.platform == "local"
+    assert settings.local.pool_memory_mb >= settings.local.memory_max_mb
+    assert settings.price_per_gb_s == 0.000017
+
+
+def test_environment_with_nested_sections(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAASDL_PLATFORM", "openwhisk")
+    monkeypatch.setenv("FAASDL_LOCAL__POOL_MEMORY_MB", "8192")
+    monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", "https://ow.example:31001")
+
+    settings = Settings()
+
+    assert settings.platform == "openwhisk"
+    assert settings.local.pool_memory_mb == 8192
+    assert settings.openwhisk.api_host == "https://ow.example:31001"
+
+
+def test_factory_builds_the_named_platform_without_io() -> None:
+    assert isinstance(make_platform(Settings()), LocalPlatform)
+    assert isinstance(make_platform(Settings(platform="openwhisk")), OpenWhiskPlatform)
+    assert set(PLATFORMS) == {"local", "openwhisk"}
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "text"),
+    [
+        ("FAASDL_PLATFORM", "lambda", "local"),
+        ("FAASDL_LOCAL__POOL_MEMORY_MB", "-1", "greater than or equal to 128"),
+        ("FAASDL_LOCAL__MEMORY_STD_MB", "4000", "memory_min_mb <= memory_std_mb <= memory_max_mb"),
+        ("FAASDL_OPENWHISK__AUTH", "no-colon-here", "uuid:key"),
+        ("FAASDL_NOT_A_SETTING", "1", "Extra inputs are not permitted"),
+    ],
+)
+def test_nonsense_is_refused_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, text: str
+) -> None:
+    monkeypatch.setenv(env, value)
+
+    with pytest.raises(ValidationError, match=text):
+        Settings()
+
+
+def test_secrets_do_not_show_in_reprs() -> None:
+    settings = OpenWhiskSettings()
+
+    assert GUEST_API_KEY.split(":")[1] not in repr(settings)
+    assert GUEST_API_KEY.split(":")[1] not in str(Settings().model_dump())
