@@ -61,3 +61,21 @@ def test_secrets_do_not_show_in_reprs() -> None:
 
     assert GUEST_API_KEY.split(":")[1] not in repr(settings)
     assert GUEST_API_KEY.split(":")[1] not in str(Settings().model_dump())
+
+
+def test_readme_documents_every_setting() -> None:
+    from pathlib import Path
+
+    from faasdl.config import LocalPlatformSettings, ServerSettings
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    sections = {
+        "FAASDL_": Settings,
+        "FAASDL_LOCAL__": LocalPlatformSettings,
+        "FAASDL_OPENWHISK__": OpenWhiskSettings,
+        "FAASDL_SERVER__": ServerSettings,
+    }
+    for prefix, model in sections.items():
+        for name, field in model.model_fields.items():
+            if field.default_factory is None:
+                assert f"`{prefix}{name.upper()}`" in readme, f"{prefix}{name.upper()} undocumented"
