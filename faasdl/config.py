@@ -126,6 +126,32 @@ class ServerSettings(BaseModel):
     )
 
 
+class StoreSettings(BaseModel):
+    """The state store (``faasdl.store``): the URL picks the backend."""
+
+    url: str = Field(
+        "sqlite:///.faasdl/state.db",
+        description="sqlite:///relative/path.db, sqlite:////absolute/path.db, redis://host:port/db "
+        "(rediss:// for TLS), or ignite://host:10800[,host2:10800][?prefix=cache-name-prefix].",
+    )
+    chunk_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Blob chunk size (Ignite uses at most 1 MiB)."
+    )
+    spill_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024, description="Blobs larger than this go to the spill directory."
+    )
+    spill_dir: str = Field(
+        ".faasdl/spill", description="The spill tier: a directory every worker can read."
+    )
+    username: str | None = Field(None, description="Ignite user name.")
+    password: SecretStr | None = Field(None, description="Redis AUTH or Ignite password.")
+    tls_ca_file: str | None = Field(None, description="CA bundle to verify a rediss:// server.")
+    ignite_replicated: bool = Field(
+        True, description="Ignite caches REPLICATED (else PARTITIONED with ignite_backups)."
+    )
+    ignite_backups: int = Field(1, ge=0, description="Backups of a PARTITIONED Ignite cache.")
+
+
 class Settings(BaseSettings):
     """All of faasdl's configuration."""
 
@@ -139,6 +165,7 @@ class Settings(BaseSettings):
     local: LocalPlatformSettings = Field(default_factory=LocalPlatformSettings)
     openwhisk: OpenWhiskSettings = Field(default_factory=OpenWhiskSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
     price_per_gb_s: float = Field(
         0.000017, ge=0, description="Price of one GB-second of action memory, in USD."
     )

@@ -21,7 +21,9 @@ Each class carries the HTTP status the controller's single exception handler ans
     │   ├── PlatformUnavailable (503)      unreachable, 5xx, or shut down
     │   └── ActivationTimeout (504)        activations not finished by a deadline (or lost)
     ├── StoreError (500)
-    │   ├── StoreUnavailable (503)
+    │   ├── StoreUnavailable (503)         unreachable, or the connection was lost
+    │   ├── BlobNotFound (404)
+    │   ├── BlobCorrupted (500)            a chunk missing or failing its checksum: never wrong data
     │   └── Superseded (409)               a fenced write from an attempt that lost ownership
     ├── EstimationError (422)
     └── AggregationError (500)
@@ -122,6 +124,14 @@ class StoreError(FaasdlError):
 
 class StoreUnavailable(StoreError):
     status_code = 503
+
+
+class BlobNotFound(StoreError):
+    status_code = 404
+
+
+class BlobCorrupted(StoreError):
+    """A blob's chunk is missing or does not match its checksum."""
 
 
 class Superseded(StoreError):

@@ -66,10 +66,12 @@ def test_secrets_do_not_show_in_reprs() -> None:
 def test_readme_documents_every_setting() -> None:
     from pathlib import Path
 
+    from pydantic import BaseModel
+
     from faasdl.config import LocalPlatformSettings, ServerSettings
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    sections = {
+    sections: dict[str, type[BaseModel]] = {
         "FAASDL_": Settings,
         "FAASDL_LOCAL__": LocalPlatformSettings,
         "FAASDL_OPENWHISK__": OpenWhiskSettings,

@@ -1,0 +1,78 @@
+"""State stores behind one seam (:class:`~faasdl.store.base.StateStore`), chosen by URL scheme."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+from faasdl.config import StoreSettings
+from faasdl.errors import ValidationError
+from faasdl.store.base import StateStore, Versioned
+from faasdl.store.ignite import IgniteStore, parse_nodes
+from faasdl.store.redis import RedisStore
+from faasdl.store.sqlite import SqliteStore
+
+
+def _sqlite(url: str, s: StoreSettings) -> StateStore:
+    path = url.removeprefix("sqlite:///")
+    if not path:
+        raise ValidationError(
+            "sqlite URLs need a path: sqlite:///relative.db or sqlite:////abs.db", field="store url"
+        )
+    return SqliteStore(
+        path=Path(path), chunk_bytes=s.chunk_bytes, spill_bytes=s.spill_bytes, spill_dir=s.spill_dir
+    )
+
+
+def _redis(url: str, s: StoreSettings) -> StateStore:
+    return RedisStore(
+        url=url,
+        password=s.password.get_secret_value() if s.password else None,
+        tls_ca_file=s.tls_ca_file,
+        chunk_bytes=s.chunk_bytes,
+        spill_bytes=s.spill_bytes,
+        spill_dir=s.spill_dir,
+    )
+
+
+def _ignite(url: str, s: StoreSettings) -> StateStore:
+    hosts, _, query = url.removeprefix("ignite://").partition("?")
+    options = dict(parse_qsl(query))
+    return IgniteStore(
+        nodes=parse_nodes(hosts.rstrip("/")),
+        cache_prefix=options.get("prefix", "faasdl"),
+        replicated=s.ignite_replicated,
+        backups=s.ignite_backups,
+        username=s.username,
+        password=s.password.get_secret_value() if s.password else None,
+        chunk_bytes=min(s.chunk_bytes, 1024 * 1024),
+        spill_bytes=s.spill_bytes,
+        spill_dir=s.spill_dir,
+    )
+
+
+#: Every backend, by URL scheme.
+STORES: dict[str, Callable[[str, StoreSettings], StateStore]] = {
+    "sqlite": _sqlite,
+    "redis": _redis,
+    "rediss": _redis,
+    "ignite": _ignite,
+}
+
+
+def make_store(settings: StoreSettings, url: str | None = None) -> StateStore:
+    """The store ``url`` (default ``settings.url``) names, constructed but not opened (no I/O)."""
+    url = url or settings.url
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ValidationError(f"'{url}' is not a URL (scheme://...)", field="store url")
+    builder = STORES.get(scheme)
+    if builder is None:
+        raise ValidationError(
+            f"unknown scheme '{scheme}'; use one of {', '.join(sorted(STORES))}", field="store url"
+        )
+    return builder(url, settings)
+
+
+__all__ = ["STORES", "StateStore", "Versioned", "make_store"]

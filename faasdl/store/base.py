@@ -1,0 +1,399 @@
+"""The ``StateStore`` seam: versioned records with compare-and-set, and chunked checksummed blobs.
+
+Every state change of a unit in the exactly-once protocol (DESIGN.md §3) is one compare-and-set on
+one record, so a backend needs only single-key CAS; the shared logic here (validation, JSON,
+blobs, spill tier, garbage collection) is the same for all of them. Backends implement the
+primitives at the bottom of :class:`StateStore` and pass ``tests/store/test_contract.py``.
+
+Records are JSON values with a version: 1 on create, +1 on every write. Blobs are bytes, written
+chunks first under a fresh write id and published by one record write of their manifest, so a
+reader sees the previous blob or the whole new one, never a mix; a writer that dies before
+publishing leaves only orphan chunks, which :meth:`StateStore.collect_garbage` removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from faasdl.errors import BlobCorrupted, BlobNotFound, ValidationError
+
+MANIFEST_PREFIX = "blob/"
+MAX_KEY_LENGTH = 1024
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A record's value and its version."""
+
+    value: Any
+    version: int
+
+
+@dataclass(frozen=True)
+class BlobManifest:
+    name: str
+    write_id: str
+    size: int
+    sha256: str
+    chunk_size: int
+    chunk_sha256: tuple[str, ...]
+    spill_path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "write_id": self.write_id,
+            "size": self.size,
+            "sha256": self.sha256,
+            "chunk_size": self.chunk_size,
+            "chunk_sha256": list(self.chunk_sha256),
+            "spill_path": self.spill_path,
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> BlobManifest:
+        return cls(
+            name=name,
+            write_id=data["write_id"],
+            size=int(data["size"]),
+            sha256=data["sha256"],
+            chunk_size=int(data["chunk_size"]),
+            chunk_sha256=tuple(data["chunk_sha256"]),
+            spill_path=data.get("spill_path"),
+        )
+
+
+def check_key(key: object, field: str = "key") -> str:
+    if not isinstance(key, str):
+        raise ValidationError(f"must be a string, not {type(key).__name__}", field=field)
+    if not key:
+        raise ValidationError("must not be empty", field=field)
+    if "\x00" in key:
+        raise ValidationError("must not contain NUL characters", field=field)
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValidationError(f"is longer than {MAX_KEY_LENGTH} characters", field=field)
+    return key
+
+
+def encode(key: str, value: Any) -> bytes:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"is not JSON-serialisable ({exc})", field=f"value of {key!r}"
+        ) from exc
+
+
+def decode(data: bytes) -> Any:
+    return json.loads(data)
+
+
+def check_version(version: object) -> int:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValidationError(
+            f"must be a positive integer, not {version!r}", field="expected_version"
+        )
+    return version
+
+
+def _write_id() -> str:
+    # Starts with the time, so garbage collection can tell an old orphan from a write in flight.
+    return f"{time.time_ns():016x}{uuid.uuid4().hex[:12]}"
+
+
+def _blob_id(name: str) -> str:
+    """Chunks are addressed by a digest of the blob's name: short, and safe in any key space."""
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+
+
+def _write_id_age_s(write_id: str) -> float:
+    try:
+        return time.time() - int(write_id[:16], 16) / 1e9
+    except ValueError:
+        return float("inf")
+
+
+class StateStore(ABC):
+    """A key-value store with versioned records and blobs.
+
+    Constructors take keyword arguments and do no I/O; :meth:`open` connects (raising
+    ``StoreUnavailable`` when the store cannot be reached), :meth:`close` disconnects.
+
+    * A missing key is not an error: :meth:`get` returns ``None``, :meth:`delete` returns
+      ``False``. :meth:`get_blob` raises ``BlobNotFound`` because a caller asking for bytes has no
+      sensible default.
+    * A lost race is not an error either: :meth:`compare_and_set` and :meth:`put_if_absent`
+      return ``False``; they never overwrite silently. The fenced protocol above them turns a
+      lost race into ``Superseded`` where a writer must stop.
+    * Bad input (empty key, NUL in a key, a value that is not JSON, a version that is not a
+      positive integer) raises ``ValidationError`` naming it.
+    * Losing the connection raises ``StoreUnavailable``; backends retry reads and idempotent
+      chunk writes with backoff first, never a CAS (its outcome would be unknown).
+    """
+
+    name: str
+
+    def __init__(
+        self,
+        *,
+        chunk_bytes: int = 4 * 1024 * 1024,
+        spill_bytes: int | None = 256 * 1024 * 1024,
+        spill_dir: str | Path | None = None,
+    ) -> None:
+        if chunk_bytes < 1024:
+            raise ValidationError("must be at least 1024", field="chunk_bytes")
+        self.chunk_bytes = chunk_bytes
+        self.spill_bytes = spill_bytes
+        self.spill_dir = Path(spill_dir) if spill_dir is not None else None
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @abstractmethod
+    def open(self) -> None:
+        """Connect (and create tables or caches). Idempotent."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Disconnect. Idempotent."""
+
+    # -- records ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> Versioned | None:
+        """The value and version of ``key``, or ``None`` if it does not exist."""
+        found = self._get(check_key(key))
+        return None if found is None else Versioned(decode(found[0]), found[1])
+
+    def put(self, key: str, value: Any) -> int:
+        """Write ``value`` whatever the current version; return the new version."""
+        return self._put(check_key(key), encode(key, value))
+
+    def put_if_absent(self, key: str, value: Any) -> bool:
+        """Create ``key`` at version 1; ``False`` if it already exists (exactly one racer wins)."""
+        return self._put_if_absent(check_key(key), encode(key, value))
+
+    def compare_and_set(self, key: str, expected_version: int, value: Any) -> bool:
+        """Write ``value`` only if ``key`` is at ``expected_version`` (it then becomes
+        ``expected_version + 1``); ``False`` when the key moved on or does not exist."""
+        return self._compare_and_set(
+            check_key(key), check_version(expected_version), encode(key, value)
+        )
+
+    def delete(self, key: str, expected_version: int | None = None) -> bool:
+        """Delete ``key`` (only at ``expected_version`` if given); ``False`` if nothing was."""
+        if expected_version is not None:
+            check_version(expected_version)
+        return self._delete(check_key(key), expected_version)
+
+    def scan(self, prefix: str) -> list[tuple[str, Versioned]]:
+        """Every record whose key starts with ``prefix``, each exactly once, sorted by key."""
+        if not isinstance(prefix, str) or "\x00" in prefix:
+            raise ValidationError("must be a string without NUL characters", field="prefix")
+        seen: dict[str, Versioned] = {}
+        for key, data, version in self._scan(prefix):
+            if key.startswith(prefix):
+                seen[key] = Versioned(decode(data), version)
+        return sorted(seen.items())
+
+    # -- blobs -----------------------------------------------------------------------------
+
+    def put_blob(self, name: str, data: bytes) -> BlobManifest:
+        """Store ``data`` under ``name``, replacing any previous blob atomically.
+
+        Chunks (or the spill file) are written first under a fresh write id, then the manifest is
+        published with one record write; the previous blob's chunks are deleted afterwards.
+        """
+        check_key(name, "name")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ValidationError(f"must be bytes, not {type(data).__name__}", field="data")
+        data = bytes(data)
+        write_id = _write_id()
+        previous = self._manifest(name)
+        spill = self.spill_bytes is not None and len(data) > self.spill_bytes
+        if spill:
+            manifest = self._write_spill(name, write_id, data)
+        else:
+            pieces = [data[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
+            self._write_chunks(
+                [(self._chunk_key(name, write_id, i), piece) for i, piece in enumerate(pieces)]
+            )
+            manifest = BlobManifest(
+                name=name,
+                write_id=write_id,
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                chunk_size=self.chunk_bytes,
+                chunk_sha256=tuple(hashlib.sha256(p).hexdigest() for p in pieces),
+            )
+        self._publish_manifest(name, manifest)
+        if previous is not None:
+            self._discard(previous)
+        return manifest
+
+    def _publish_manifest(self, name: str, manifest: BlobManifest) -> None:
+        self.put(MANIFEST_PREFIX + name, manifest.to_json())
+
+    def get_blob(self, name: str) -> bytes:
+        """The blob's bytes, every chunk checked against its checksum.
+
+        Raises ``BlobNotFound`` if there is none and ``BlobCorrupted`` if a chunk is missing or
+        does not match its checksum: never wrong data.
+        """
+        manifest = self._manifest(check_key(name, "name"))
+        if manifest is None:
+            raise BlobNotFound(f"no blob named {name!r}")
+        if manifest.spill_path is not None:
+            data = self._read_spill(manifest)
+        else:
+            parts = []
+            for i, expected in enumerate(manifest.chunk_sha256):
+                piece = self._read_chunk(self._chunk_key(name, manifest.write_id, i))
+                if piece is None:
+                    raise BlobCorrupted(f"blob {name!r}: chunk {i} is missing")
+                if hashlib.sha256(piece).hexdigest() != expected:
+                    raise BlobCorrupted(f"blob {name!r}: chunk {i} does not match its checksum")
+                parts.append(piece)
+            data = b"".join(parts)
+        if len(data) != manifest.size or hashlib.sha256(data).hexdigest() != manifest.sha256:
+            raise BlobCorrupted(f"blob {name!r} does not match its checksum")
+        return data
+
+    def blob_manifest(self, name: str) -> BlobManifest | None:
+        return self._manifest(check_key(name, "name"))
+
+    def delete_blob(self, name: str) -> bool:
+        """Delete the blob and its chunks; ``False`` if there was none."""
+        manifest = self._manifest(check_key(name, "name"))
+        if manifest is None:
+            return False
+        if not self.delete(MANIFEST_PREFIX + name):
+            return False
+        self._discard(manifest)
+        return True
+
+    def collect_garbage(self, *, grace_s: float = 3600.0) -> int:
+        """Delete chunks and spill files no manifest points at, once older than ``grace_s``
+        (younger ones may belong to a write in flight). Returns how many were deleted."""
+        live = {
+            _blob_id(key[len(MANIFEST_PREFIX) :]): record.value.get("write_id")
+            for key, record in self.scan(MANIFEST_PREFIX)
+            if isinstance(record.value, dict)
+        }
+        orphans = []
+        for key in self._chunk_keys(""):
+            blob_id, write_id, _ = key.split("/")
+            if live.get(blob_id) != write_id and _write_id_age_s(write_id) > grace_s:
+                orphans.append(key)
+        self._delete_chunks(orphans)
+        removed = len(orphans)
+        if self.spill_dir is not None and self.spill_dir.is_dir():
+            live_ids = set(live.values())
+            for path in self.spill_dir.glob("*/*"):
+                if path.name not in live_ids and _write_id_age_s(path.name) > grace_s:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                        removed += 1
+        return removed
+
+    def _manifest(self, name: str) -> BlobManifest | None:
+        record = self.get(MANIFEST_PREFIX + name)
+        return None if record is None else BlobManifest.from_json(name, record.value)
+
+    def _discard(self, manifest: BlobManifest) -> None:
+        if manifest.spill_path is not None:
+            with contextlib.suppress(OSError):
+                Path(manifest.spill_path).unlink()
+        else:
+            self._delete_chunks(
+                self._chunk_key(manifest.name, manifest.write_id, i)
+                for i in range(len(manifest.chunk_sha256))
+            )
+
+    @staticmethod
+    def _chunk_key(name: str, write_id: str, index: int) -> str:
+        return f"{_blob_id(name)}/{write_id}/{index:08d}"
+
+    def _write_spill(self, name: str, write_id: str, data: bytes) -> BlobManifest:
+        if self.spill_dir is None:
+            raise ValidationError(
+                f"blob of {len(data)} bytes is over the store's {self.spill_bytes}-byte value "
+                "limit and no spill directory is configured",
+                field="spill_dir",
+            )
+        folder = self.spill_dir / _blob_id(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / write_id
+        with open(path, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        digest = hashlib.sha256(data).hexdigest()
+        return BlobManifest(
+            name=name,
+            write_id=write_id,
+            size=len(data),
+            sha256=digest,
+            chunk_size=len(data),
+            chunk_sha256=(digest,),
+            spill_path=str(path.resolve()),
+        )
+
+    def _read_spill(self, manifest: BlobManifest) -> bytes:
+        try:
+            return Path(manifest.spill_path or "").read_bytes()
+        except OSError as exc:
+            raise BlobCorrupted(f"blob {manifest.name!r}: spill file unreadable ({exc})") from exc
+
+    # -- what a backend implements ---------------------------------------------------------
+
+    @abstractmethod
+    def _get(self, key: str) -> tuple[bytes, int] | None: ...
+
+    @abstractmethod
+    def _put(self, key: str, data: bytes) -> int: ...
+
+    @abstractmethod
+    def _put_if_absent(self, key: str, data: bytes) -> bool: ...
+
+    @abstractmethod
+    def _compare_and_set(self, key: str, expected_version: int, data: bytes) -> bool:
+        """Atomically: if ``key`` is at ``expected_version``, write ``data`` at version + 1."""
+
+    @abstractmethod
+    def _delete(self, key: str, expected_version: int | None) -> bool: ...
+
+    @abstractmethod
+    def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
+        """Records under ``prefix`` (duplicates and extra keys are fine: the caller filters)."""
+
+    @abstractmethod
+    def _write_chunks(self, chunks: list[tuple[str, bytes]]) -> None:
+        """Durably write every chunk before returning (chunks are immutable once written)."""
+
+    @abstractmethod
+    def _read_chunk(self, key: str) -> bytes | None: ...
+
+    @abstractmethod
+    def _delete_chunks(self, keys: Iterable[str]) -> None: ...
+
+    @abstractmethod
+    def _chunk_keys(self, prefix: str) -> Iterator[str]: ...

@@ -1,0 +1,180 @@
+"""Typed records for Canary's five tables and the execution history, under DESIGN.md's prefixes:
+``worker/`` (worker_info), ``job/`` (job_info), ``fn/`` (function_info), ``ckpt/``
+(checkpoint_info), ``replica/`` (replication_info), ``history/`` (execution history)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from faasdl.errors import StoreError
+from faasdl.store.base import StateStore
+
+R = TypeVar("R", bound="Record")
+
+
+class Record(BaseModel, ABC):
+    """A record of one table; :meth:`key` is where it lives in the store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @abstractmethod
+    def key(self) -> str:
+        """The record's key, under its table's prefix."""
+
+
+class WorkerInfo(Record):
+    """A worker (an invoker node; on one machine a simulated group of containers)."""
+
+    worker_id: str
+    host: str = ""
+    memory_mb: int = 0
+    used_mb: int = 0
+    alive: bool = True
+    heartbeat_ms: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    def key(self) -> str:
+        return worker_key(self.worker_id)
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobInfo(Record):
+    job_id: str
+    tenant: str = "default"
+    state: JobState = JobState.QUEUED
+    spec: dict[str, Any] = Field(default_factory=dict)
+    plan: dict[str, Any] | None = None
+    round: int = 0
+    created_ms: int = 0
+    updated_ms: int = 0
+    losses: list[float] = Field(default_factory=list)
+    accuracy: list[float] = Field(default_factory=list)
+    error: str | None = None
+
+    def key(self) -> str:
+        return job_key(self.job_id)
+
+
+class UnitState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMMITTED = "committed"
+    FAILED = "failed"
+
+
+class FunctionInfo(Record):
+    """One unit of work (job, round, shard): the record every exactly-once step CASes."""
+
+    job_id: str
+    round: int
+    shard: int
+    state: UnitState = UnitState.PENDING
+    owner_epoch: int = 0
+    activation_id: str | None = None
+    head_checkpoint: str | None = None
+    heartbeat_ms: int | None = None
+    committed_result: str | None = None
+    attempts: int = 0
+    memory_mb: int | None = None
+    timeout_ms: int | None = None
+
+    def key(self) -> str:
+        return fn_key(self.job_id, self.round, self.shard)
+
+
+class CheckpointInfo(Record):
+    checkpoint_id: str
+    unit: str  # the fn/ key of the unit it belongs to
+    owner_epoch: int
+    step: int
+    blob: str
+    size: int
+    created_ms: int
+    previous: str | None = None
+
+    def key(self) -> str:
+        return ckpt_key(self.checkpoint_id)
+
+
+class ReplicationInfo(Record):
+    """Warm replicas kept of one runtime (an action variant)."""
+
+    runtime: str
+    replicas: int = 0
+    factor: float = 0.0
+    workers: list[str] = Field(default_factory=list)
+    updated_ms: int = 0
+
+    def key(self) -> str:
+        return replica_key(self.runtime)
+
+
+class ExecutionHistory(Record):
+    """Measured peak memory and durations of one model signature (model, shape, batch, shard)."""
+
+    signature: str
+    runs: int = 0
+    peak_memory_mb: float = 0.0
+    durations_ms: list[int] = Field(default_factory=list)
+
+    def key(self) -> str:
+        return history_key(self.signature)
+
+
+def worker_key(worker_id: str) -> str:
+    return f"worker/{worker_id}"
+
+
+def job_key(job_id: str) -> str:
+    return f"job/{job_id}"
+
+
+def fn_key(job_id: str, round_: int, shard: int) -> str:
+    return f"fn/{job_id}/{round_:05d}/{shard:05d}"
+
+
+def ckpt_key(checkpoint_id: str) -> str:
+    return f"ckpt/{checkpoint_id}"
+
+
+def replica_key(runtime: str) -> str:
+    return f"replica/{runtime}"
+
+
+def history_key(signature: str) -> str:
+    return f"history/{signature}"
+
+
+def load(store: StateStore, key: str, model: type[R]) -> tuple[R, int] | None:
+    """The record at ``key`` as ``model`` with its version, or ``None`` if absent.
+
+    A stored value that does not fit ``model`` is a ``StoreError`` naming the key."""
+    found = store.get(key)
+    if found is None:
+        return None
+    try:
+        return model.model_validate(found.value), found.version
+    except PydanticValidationError as exc:
+        raise StoreError(f"record {key!r} is not a valid {model.__name__}: {exc}") from exc
+
+
+def create(store: StateStore, record: Record) -> bool:
+    """Create the record; ``False`` if its key already exists."""
+    return store.put_if_absent(record.key(), record.model_dump(mode="json"))
+
+
+def replace(store: StateStore, record: Record, expected_version: int) -> bool:
+    """Compare-and-set the record over ``expected_version``; ``False`` on a lost race."""
+    return store.compare_and_set(record.key(), expected_version, record.model_dump(mode="json"))

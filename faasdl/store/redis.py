@@ -1,0 +1,223 @@
+"""``RedisStore``: records as hashes ``{v: version, d: data}`` changed only by Lua scripts (atomic,
+one round trip), blob chunks as plain strings written in pipelines. Durability is the server's:
+run it with ``appendonly yes`` and ``appendfsync always`` for acknowledged writes to survive a
+crash (reference/fault-tolerance.md §5)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar, cast
+
+import redis
+from redis.commands.core import Script
+from tenacity import (
+    before_sleep_log,
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from faasdl.errors import StoreUnavailable
+from faasdl.store.base import StateStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RECORD = "faasdl:r:"
+CHUNK = "faasdl:c:"
+
+_PUT = """
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSET', KEYS[1], 'd', ARGV[1])
+return v
+"""
+_PUT_IF_ABSENT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'v', 1, 'd', ARGV[1])
+return 1
+"""
+_CAS = """
+local v = redis.call('HGET', KEYS[1], 'v')
+if v ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, 'd', ARGV[2])
+return 1
+"""
+_DELETE_IF = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class RedisStore(StateStore):
+    """A store on a Redis server at ``url`` (``redis://[:password@]host:port/db``, ``rediss://``
+    for TLS)."""
+
+    name = "redis"
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        password: str | None = None,
+        tls_ca_file: str | None = None,
+        socket_timeout_s: float = 30.0,
+        retry_attempts: int = 5,
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self.url = url
+        self._password = password
+        self._tls_ca_file = tls_ca_file
+        self._socket_timeout_s = socket_timeout_s
+        self._retry_attempts = retry_attempts
+        self._client: redis.Redis | None = None
+        self._scripts: dict[str, Script] = {}
+
+    def open(self) -> None:
+        if self._client is not None:
+            return
+        options: dict[str, Any] = {
+            "socket_timeout": self._socket_timeout_s,
+            "socket_connect_timeout": self._socket_timeout_s,
+        }
+        if self._password is not None:
+            options["password"] = self._password
+        if self._tls_ca_file is not None:
+            options["ssl_ca_certs"] = self._tls_ca_file
+        client = redis.Redis.from_url(self.url, **options)
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            client.close()
+            raise StoreUnavailable(f"cannot reach Redis at {self._safe_url()}: {exc}") from exc
+        self._client = client
+        self._scripts = {
+            name: client.register_script(source)
+            for name, source in (
+                ("put", _PUT),
+                ("put_if_absent", _PUT_IF_ABSENT),
+                ("cas", _CAS),
+                ("delete_if", _DELETE_IF),
+            )
+        }
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _safe_url(self) -> str:
+        scheme, _, rest = self.url.partition("://")
+        return f"{scheme}://{rest.rpartition('@')[2]}"
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            raise StoreUnavailable("the Redis store is not open (call open() first)")
+        return self._client
+
+    def _once(self, op: Callable[[], T]) -> T:
+        """Run ``op`` once; a lost connection becomes ``StoreUnavailable`` (never retried: a CAS
+        whose reply was lost may or may not have happened)."""
+        try:
+            return op()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(
+                f"lost the connection to Redis at {self._safe_url()}: {exc}"
+            ) from exc
+
+    def _retried(self, op: Callable[[], T]) -> T:
+        """Run an idempotent ``op``, retrying a lost connection with jittered backoff."""
+        attempt = retry(
+            retry=retry_if_exception_type(StoreUnavailable),
+            wait=wait_random_exponential(multiplier=0.05, max=2.0),
+            stop=stop_after_attempt(self._retry_attempts),
+            before_sleep=before_sleep_log(log, logging.WARNING),
+            reraise=True,
+        )
+        return attempt(lambda: self._once(op))()
+
+    def _script(self, name: str, keys: list[str], args: list[Any]) -> int:
+        script = self._scripts.get(name)
+        if script is None:
+            raise StoreUnavailable("the Redis store is not open (call open() first)")
+        return int(self._once(lambda: script(keys=keys, args=args)))
+
+    def _get(self, key: str) -> tuple[bytes, int] | None:
+        client = self._redis()
+        version, data = self._retried(lambda: client.hmget(RECORD + key, ["v", "d"]))
+        return None if version is None else (cast(bytes, data), int(version))
+
+    def _put(self, key: str, data: bytes) -> int:
+        return self._script("put", [RECORD + key], [data])
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
+        return self._script("put_if_absent", [RECORD + key], [data]) == 1
+
+    def _compare_and_set(self, key: str, expected_version: int, data: bytes) -> bool:
+        return self._script("cas", [RECORD + key], [str(expected_version), data]) == 1
+
+    def _delete(self, key: str, expected_version: int | None) -> bool:
+        if expected_version is None:
+            client = self._redis()
+            return int(self._once(lambda: client.delete(RECORD + key))) == 1
+        return self._script("delete_if", [RECORD + key], [str(expected_version)]) == 1
+
+    def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
+        client = self._redis()
+        pattern = RECORD + _glob_escape(prefix) + "*"
+        # SCAN may return a key twice while the keyspace rehashes: deduplicate.
+        keys = sorted(set(self._retried(lambda: list(client.scan_iter(match=pattern, count=1000)))))
+        out = []
+        for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
+
+            def fetch(batch: list[bytes] = batch) -> list[Any]:
+                pipe = client.pipeline(transaction=False)
+                for k in batch:
+                    pipe.hmget(k, ["v", "d"])
+                return list(pipe.execute())
+
+            for raw_key, (version, data) in zip(batch, self._retried(fetch), strict=True):
+                if version is not None:  # deleted between SCAN and HMGET
+                    out.append((raw_key.decode()[len(RECORD) :], bytes(data), int(version)))
+        return out
+
+    def _write_chunks(self, chunks: list[tuple[str, bytes]]) -> None:
+        client = self._redis()
+
+        def write() -> None:
+            pipe = client.pipeline(transaction=False)
+            for key, data in chunks:
+                pipe.set(CHUNK + key, data)
+            pipe.execute()
+
+        self._retried(write)  # idempotent: chunk keys are fresh and their content fixed
+
+    def _read_chunk(self, key: str) -> bytes | None:
+        client = self._redis()
+        data = self._retried(lambda: client.get(CHUNK + key))
+        return None if data is None else cast(bytes, data)
+
+    def _delete_chunks(self, keys: Iterable[str]) -> None:
+        client = self._redis()
+        names = [CHUNK + k for k in keys]
+        for start in range(0, len(names), 1000):
+            batch = names[start : start + 1000]
+
+            def delete(batch: list[str] = batch) -> None:
+                client.delete(*batch)
+
+            self._retried(delete)
+
+    def _chunk_keys(self, prefix: str) -> Iterator[str]:
+        client = self._redis()
+        pattern = CHUNK + _glob_escape(prefix) + "*"
+        keys = set(self._retried(lambda: list(client.scan_iter(match=pattern, count=1000))))
+        for raw in sorted(keys):
+            yield raw.decode()[len(CHUNK) :]

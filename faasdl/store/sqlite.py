@@ -1,0 +1,169 @@
+"""``SqliteStore``: the embedded default. Records in one SQLite database in WAL mode, safe for many
+processes on one machine; blob chunks as files beside it, fsynced before their manifest is
+published."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from faasdl.errors import StoreUnavailable
+from faasdl.store.base import StateStore
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    version INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+
+
+class SqliteStore(StateStore):
+    """A store in ``path`` (its chunks under ``<path>.chunks/``)."""
+
+    name = "sqlite"
+
+    def __init__(
+        self,
+        *,
+        path: str | Path,
+        synchronous: str = "FULL",
+        busy_timeout_s: float = 60.0,
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self.path = Path(path)
+        self.chunk_dir = Path(f"{self.path}.chunks")
+        self._synchronous = synchronous
+        self._busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self._opened = False
+
+    def open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.chunk_dir.mkdir(parents=True, exist_ok=True)
+            self._conn().execute(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailable(f"cannot open the SQLite store at {self.path}: {exc}") from exc
+        self._opened = True
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+        self._opened = False
+
+    def _conn(self) -> sqlite3.Connection:
+        # One connection per thread: sqlite3 connections must not be shared across threads.
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._local.conn = conn
+        return conn
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        if not self._opened:
+            raise StoreUnavailable("the SQLite store is not open (call open() first)")
+        try:
+            return self._conn().execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"SQLite store {self.path}: {exc}") from exc
+
+    def _get(self, key: str) -> tuple[bytes, int] | None:
+        row = self._execute("SELECT value, version FROM records WHERE key = ?", (key,)).fetchone()
+        return None if row is None else (bytes(row[0]), int(row[1]))
+
+    def _put(self, key: str, data: bytes) -> int:
+        row = self._execute(
+            "INSERT INTO records (key, value, version) VALUES (?, ?, 1) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = version + 1 "
+            "RETURNING version",
+            (key, data),
+        ).fetchone()
+        return int(row[0])
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
+        cursor = self._execute(
+            "INSERT OR IGNORE INTO records (key, value, version) VALUES (?, ?, 1)", (key, data)
+        )
+        return cursor.rowcount == 1
+
+    def _compare_and_set(self, key: str, expected_version: int, data: bytes) -> bool:
+        cursor = self._execute(
+            "UPDATE records SET value = ?, version = version + 1 WHERE key = ? AND version = ?",
+            (data, key, expected_version),
+        )
+        return cursor.rowcount == 1
+
+    def _delete(self, key: str, expected_version: int | None) -> bool:
+        if expected_version is None:
+            cursor = self._execute("DELETE FROM records WHERE key = ?", (key,))
+        else:
+            cursor = self._execute(
+                "DELETE FROM records WHERE key = ? AND version = ?", (key, expected_version)
+            )
+        return cursor.rowcount == 1
+
+    def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
+        # Range scan on the primary key: keys >= prefix and < prefix + U+10FFFF.
+        rows = self._execute(
+            "SELECT key, value, version FROM records WHERE key >= ? AND key < ? ORDER BY key",
+            (prefix, prefix + "\U0010ffff"),
+        ).fetchall()
+        return [(str(k), bytes(v), int(n)) for k, v, n in rows]
+
+    def _chunk_path(self, key: str) -> Path:
+        return self.chunk_dir / key  # <blob id>/<write id>/<index>
+
+    def _write_chunks(self, chunks: list[tuple[str, bytes]]) -> None:
+        folders = set()
+        for key, data in chunks:
+            path = self._chunk_path(key)
+            if path.parent not in folders:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                folders.add(path.parent)
+            tmp = path.with_suffix(".tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp.replace(path)
+        for folder in folders:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _read_chunk(self, key: str) -> bytes | None:
+        try:
+            return self._chunk_path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _delete_chunks(self, keys: Iterable[str]) -> None:
+        folders = set()
+        for key in keys:
+            path = self._chunk_path(key)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            folders.add(path.parent)
+        for folder in folders:
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                folder.rmdir()
+
+    def _chunk_keys(self, prefix: str) -> Iterator[str]:
+        for path in self.chunk_dir.glob("*/*/*"):
+            key = path.relative_to(self.chunk_dir).as_posix()
+            if path.suffix != ".tmp" and key.startswith(prefix):
+                yield key

@@ -1,0 +1,221 @@
+"""The StateStore contract, run against SQLite and a real redis-server in every run, and against
+Ignite wherever FAASDL_TEST_IGNITE_URL is set (the ``store_url`` fixture)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from faasdl.errors import BlobCorrupted, BlobNotFound, StoreError, ValidationError
+from faasdl.store import StateStore
+from faasdl.store.base import MANIFEST_PREFIX
+from faasdl.store.records import FunctionInfo, JobInfo, create, fn_key, load, replace
+from tests.store.conftest import StoreFactory
+
+
+def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_versioned_records(store: StateStore) -> None:
+    assert store.get("job/a") is None
+    assert store.put_if_absent("job/a", {"n": 1})
+    assert not store.put_if_absent("job/a", {"n": 2})
+    assert store.get("job/a").value == {"n": 1}  # type: ignore[union-attr]
+    assert store.compare_and_set("job/a", 1, {"n": 3})
+    assert not store.compare_and_set("job/a", 1, {"n": 4})  # a stale version loses
+    assert not store.compare_and_set("job/missing", 1, {"n": 4})
+    assert store.put("job/a", {"n": 5}) == 3
+    assert store.get("job/a").version == 3  # type: ignore[union-attr]
+    assert not store.delete("job/a", expected_version=2)
+    assert store.delete("job/a", expected_version=3)
+    assert not store.delete("job/a")
+    assert store.put("job/b", [1, "two", None]) == 1
+
+
+def test_eight_processes_of_cas_increments_lose_nothing(store_url: str, store: StateStore) -> None:
+    # Prepare
+    store.put_if_absent("counter", {"n": 0})
+    worker = """
+        import sys
+        from faasdl.config import StoreSettings
+        from faasdl.store import make_store
+        with make_store(StoreSettings(), sys.argv[1]) as store:
+            done = 0
+            while done < 500:
+                current = store.get("counter")
+                if store.compare_and_set("counter", current.version, {"n": current.value["n"] + 1}):
+                    done += 1
+    """
+
+    # Execute
+    procs = [
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(worker), store_url])
+        for _ in range(8)
+    ]
+    codes = [p.wait(timeout=600) for p in procs]
+
+    # Assert
+    assert codes == [0] * 8
+    final = store.get("counter")
+    assert final is not None
+    assert final.value == {"n": 4000}
+    assert final.version == 4001
+
+
+def test_racing_put_if_absent_has_exactly_one_winner(make_store_for: StoreFactory) -> None:
+    stores = [make_store_for() for _ in range(16)]
+    barrier = threading.Barrier(len(stores))
+    wins: list[int] = []
+
+    def race(i: int) -> None:
+        barrier.wait()
+        if stores[i].put_if_absent("fn/race", {"winner": i}):
+            wins.append(i)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert len(wins) == 1
+    assert stores[0].get("fn/race").value == {"winner": wins[0]}  # type: ignore[union-attr]
+
+
+def test_scan_returns_every_key_of_a_prefix_exactly_once(store: StateStore) -> None:
+    for i in range(250):
+        store.put(f"job/{i:04d}", {"i": i})
+    store.put("jobs-elsewhere", {})
+    store.put("fn/x", {})
+    store.put("job*/glob", {"not": "matched by job/"})
+
+    found = store.scan("job/")
+
+    assert [k for k, _ in found] == [f"job/{i:04d}" for i in range(250)]
+    assert [v.value["i"] for _, v in found] == list(range(250))
+    assert [k for k, _ in store.scan("job*")] == ["job*/glob"]
+
+
+def test_blob_round_trip_and_replace(make_store_for: StoreFactory) -> None:
+    store = make_store_for(chunk_bytes=64 * 1024)
+    first = bytes(range(256)) * 1000  # 256 000 bytes: 4 chunks
+    second = b"\x07" * 70_000
+
+    manifest = store.put_blob("ckpt/a", first)
+    assert store.get_blob("ckpt/a") == first
+    store.put_blob("ckpt/a", second)
+
+    assert len(manifest.chunk_sha256) == 4
+    assert store.get_blob("ckpt/a") == second
+    assert store.collect_garbage(grace_s=0) == 0  # the first blob's chunks went with the replace
+    assert store.delete_blob("ckpt/a")
+    assert not store.delete_blob("ckpt/a")
+    with pytest.raises(BlobNotFound):
+        store.get_blob("ckpt/a")
+
+
+def test_a_blob_write_killed_before_its_manifest_is_invisible_and_collected(
+    store_url: str, make_store_for: StoreFactory, tmp_path: object
+) -> None:
+    # Prepare: an existing blob, then a writer that dies (SIGKILL) after its chunks are durable
+    # and before it publishes the manifest.
+    store = make_store_for(chunk_bytes=16 * 1024)
+    store.put_blob("ckpt/b", b"old" * 10_000)
+    writer = """
+        import os, signal, sys
+        from faasdl.config import StoreSettings
+        from faasdl.store import make_store
+        store = make_store(StoreSettings(chunk_bytes=16 * 1024), sys.argv[1])
+        store.open()
+        store._publish_manifest = lambda name, manifest: os.kill(os.getpid(), signal.SIGKILL)
+        store.put_blob("ckpt/b", b"new" * 50_000)
+    """
+
+    # Execute
+    result = run_python(writer, store_url)
+
+    # Assert: the writer died by SIGKILL, readers still see the old blob whole, and the new
+    # write's chunks are garbage that collection removes.
+    assert result.returncode == -9, result.stderr
+    assert store.get_blob("ckpt/b") == b"old" * 10_000
+    assert store.collect_garbage(grace_s=3600) == 0  # too young: could be a write in flight
+    assert store.collect_garbage(grace_s=0) == 10  # 150 000 bytes in 16 KiB chunks
+    assert store.get_blob("ckpt/b") == b"old" * 10_000
+
+
+def test_a_corrupted_chunk_is_detected_not_returned(make_store_for: StoreFactory) -> None:
+    store = make_store_for(chunk_bytes=4096)
+    store.put_blob("ckpt/c", b"a" * 20_000)
+    manifest = store.blob_manifest("ckpt/c")
+    assert manifest is not None
+    # Damage chunk 2 in place, as a disk or a bad write would.
+    store._write_chunks([(store._chunk_key("ckpt/c", manifest.write_id, 2), b"b" * 4096)])
+
+    with pytest.raises(BlobCorrupted, match="chunk 2 does not match its checksum"):
+        store.get_blob("ckpt/c")
+
+
+def test_a_blob_over_the_value_limit_goes_through_the_spill_tier(
+    make_store_for: StoreFactory,
+) -> None:
+    store = make_store_for(spill_bytes=10_000)
+    data = bytes(range(256)) * 200  # 51 200 bytes
+
+    manifest = store.put_blob("ckpt/big", data)
+
+    assert manifest.spill_path is not None
+    assert store.get_blob("ckpt/big") == data
+    assert store.get(MANIFEST_PREFIX + "ckpt/big") is not None  # only the location is stored
+    assert store.delete_blob("ckpt/big")
+    from pathlib import Path
+
+    assert not Path(manifest.spill_path).exists()
+
+
+def test_typed_records(store: StateStore) -> None:
+    unit = FunctionInfo(job_id="j1", round=0, shard=3)
+
+    assert create(store, unit)
+    assert not create(store, unit)
+    loaded, version = load(store, fn_key("j1", 0, 3), FunctionInfo)  # type: ignore[misc]
+    fenced = loaded.model_copy(update={"owner_epoch": 1})
+    assert replace(store, fenced, version)
+    assert not replace(store, fenced, version)  # a zombie holding the old version loses
+    assert load(store, fenced.key(), FunctionInfo)[0].owner_epoch == 1  # type: ignore[index]
+    store.put("job/broken", {"job_id": 5, "surprise": True})
+    with pytest.raises(StoreError, match="'job/broken' is not a valid JobInfo"):
+        load(store, "job/broken", JobInfo)
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda s: s.put("", 1), "key"),
+        (lambda s: s.put("a\x00b", 1), "key"),
+        (lambda s: s.put(42, 1), "key"),
+        (lambda s: s.put("k", {1, 2}), "value of 'k'"),
+        (lambda s: s.put("k", float("nan")), "value of 'k'"),
+        (lambda s: s.compare_and_set("k", "1", {}), "expected_version"),
+        (lambda s: s.compare_and_set("k", True, {}), "expected_version"),
+        (lambda s: s.compare_and_set("k", 0, {}), "expected_version"),
+        (lambda s: s.put_blob("b", "text, not bytes"), "data"),
+        (lambda s: s.scan("a\x00"), "prefix"),
+    ],
+)
+def test_bad_input_names_the_problem(store: StateStore, call: object, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        call(store)  # type: ignore[operator]
+
+    assert caught.value.field == field
+    assert store.scan("") == []  # nothing was written
