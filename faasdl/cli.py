@@ -125,6 +125,30 @@ def bench_platform(
     typer.echo(json.dumps(result))
 
 
+@bench_app.command("store")
+def bench_store(
+    backend: Annotated[str, typer.Option(help="sqlite or redis.")] = "sqlite",
+    url: Annotated[
+        str | None,
+        typer.Option(help="An existing store; default: a temporary one (a private redis-server)."),
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="Runs per blob size (median kept).", min=1)] = 5,
+    cas_ops: Annotated[int, typer.Option(help="CAS increments timed.", min=10)] = 2000,
+) -> None:
+    """Blob throughput (1, 16, 100 MiB) and CAS rate against the raw client; JSON last."""
+    from faasdl.bench.store import run_store_bench
+
+    if backend not in ("sqlite", "redis"):
+        fail(f"--backend: unknown backend '{backend}'; use sqlite or redis")
+    try:
+        result = run_store_bench(
+            backend=backend, url=url, repeats=repeats, cas_ops=cas_ops, progress=console
+        )
+    except FaasdlError as exc:
+        fail(str(exc))
+    typer.echo(json.dumps(result))
+
+
 @app.command()
 def demo(
     shards: Annotated[int, typer.Option(help="Concurrent actions.", min=2, max=32)] = 6,

@@ -21,6 +21,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -45,7 +46,7 @@ class BlobManifest:
     name: str
     write_id: str
     size: int
-    sha256: str
+    sha256: str  # of the chunk digests, in order (of the data itself for a spilled blob)
     chunk_size: int
     chunk_sha256: tuple[str, ...]
     spill_path: str | None = None
@@ -109,6 +110,11 @@ def check_version(version: object) -> int:
 def _write_id() -> str:
     # Starts with the time, so garbage collection can tell an old orphan from a write in flight.
     return f"{time.time_ns():016x}{uuid.uuid4().hex[:12]}"
+
+
+def _hash_list(digests: Iterable[str]) -> str:
+    """The blob's digest: SHA-256 over its chunks' digests (each chunk is hashed only once)."""
+    return hashlib.sha256("".join(digests).encode("ascii")).hexdigest()
 
 
 def _blob_id(name: str) -> str:
@@ -232,17 +238,24 @@ class StateStore(ABC):
         if spill:
             manifest = self._write_spill(name, write_id, data)
         else:
-            pieces = [data[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
-            self._write_chunks(
-                [(self._chunk_key(name, write_id, i), piece) for i, piece in enumerate(pieces)]
-            )
+            view = memoryview(data)
+            pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
+            # Hash while the chunks travel: hashlib and socket writes both release the GIL.
+            with ThreadPoolExecutor(max_workers=1) as hasher:
+                hashing = hasher.submit(
+                    lambda: tuple(hashlib.sha256(p).hexdigest() for p in pieces)
+                )
+                self._write_chunks(
+                    [(self._chunk_key(name, write_id, i), piece) for i, piece in enumerate(pieces)]
+                )
+                digests = hashing.result()
             manifest = BlobManifest(
                 name=name,
                 write_id=write_id,
                 size=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
+                sha256=_hash_list(digests),
                 chunk_size=self.chunk_bytes,
-                chunk_sha256=tuple(hashlib.sha256(p).hexdigest() for p in pieces),
+                chunk_sha256=digests,
             )
         self._publish_manifest(name, manifest)
         if previous is not None:
@@ -263,6 +276,8 @@ class StateStore(ABC):
             raise BlobNotFound(f"no blob named {name!r}")
         if manifest.spill_path is not None:
             data = self._read_spill(manifest)
+            if hashlib.sha256(data).hexdigest() != manifest.sha256:
+                raise BlobCorrupted(f"blob {name!r}: the spill file does not match its checksum")
         else:
             parts = []
             for i, expected in enumerate(manifest.chunk_sha256):
@@ -273,8 +288,10 @@ class StateStore(ABC):
                     raise BlobCorrupted(f"blob {name!r}: chunk {i} does not match its checksum")
                 parts.append(piece)
             data = b"".join(parts)
-        if len(data) != manifest.size or hashlib.sha256(data).hexdigest() != manifest.sha256:
-            raise BlobCorrupted(f"blob {name!r} does not match its checksum")
+            if _hash_list(manifest.chunk_sha256) != manifest.sha256:
+                raise BlobCorrupted(f"blob {name!r}: its manifest's chunk list is damaged")
+        if len(data) != manifest.size:
+            raise BlobCorrupted(f"blob {name!r} has {len(data)} bytes, not {manifest.size}")
         return data
 
     def blob_manifest(self, name: str) -> BlobManifest | None:
@@ -386,7 +403,7 @@ class StateStore(ABC):
         """Records under ``prefix`` (duplicates and extra keys are fine: the caller filters)."""
 
     @abstractmethod
-    def _write_chunks(self, chunks: list[tuple[str, bytes]]) -> None:
+    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
         """Durably write every chunk before returning (chunks are immutable once written)."""
 
     @abstractmethod

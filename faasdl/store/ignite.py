@@ -188,10 +188,10 @@ class IgniteStore(StateStore):
 
         return self._call(collect)
 
-    def _write_chunks(self, chunks: list[tuple[str, bytes]]) -> None:
+    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
         # One put_all per few chunks keeps each thin-client message small.
         for start in range(0, len(chunks), 4):
-            batch = dict(chunks[start : start + 4])
+            batch = {key: bytes(data) for key, data in chunks[start : start + 4]}
 
             def put(batch: dict[str, bytes] = batch) -> None:
                 self._chunks.put_all(batch)

@@ -188,7 +188,7 @@ class RedisStore(StateStore):
                     out.append((raw_key.decode()[len(RECORD) :], bytes(data), int(version)))
         return out
 
-    def _write_chunks(self, chunks: list[tuple[str, bytes]]) -> None:
+    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
         client = self._redis()
 
         def write() -> None:

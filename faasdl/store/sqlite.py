@@ -125,7 +125,7 @@ class SqliteStore(StateStore):
     def _chunk_path(self, key: str) -> Path:
         return self.chunk_dir / key  # <blob id>/<write id>/<index>
 
-    def _write_chunks(self, chunks: list[tuple[str, bytes]]) -> None:
+    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
         folders = set()
         for key, data in chunks:
             path = self._chunk_path(key)

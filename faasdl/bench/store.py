@@ -1,0 +1,192 @@
+"""``faasdl bench store``: blob write/read throughput and CAS rate of a backend, against the raw
+client writing the same bytes in the same run (redis-py pipelined SETs of the same chunks; plain
+file writes with fsync), so the overhead of chunking, checksums and manifests is visible."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+from rich.console import Console
+
+from faasdl.config import StoreSettings
+from faasdl.errors import ValidationError
+from faasdl.store import make_store
+from faasdl.store.base import StateStore
+from faasdl.store.redis_server import RedisServer
+
+MiB = 1024 * 1024
+
+
+def _median_rate(size: int, runs: list[float]) -> float:
+    return round(size / MiB / statistics.median(runs), 1)
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+Raw = tuple[Callable[[str, bytes], None], Callable[[str], None]]
+
+
+def _raw_redis(url: str, chunk: int) -> Raw:
+    client = redis.Redis.from_url(url)
+
+    def write(name: str, data: bytes) -> None:
+        pipe = client.pipeline(transaction=False)
+        for i in range(0, len(data), chunk):
+            pipe.set(f"raw:{name}:{i}", data[i : i + chunk])
+        pipe.execute()
+
+    def delete(name: str) -> None:
+        keys = list(client.scan_iter(match=f"raw:{name}:*"))
+        if keys:
+            client.delete(*keys)
+
+    return write, delete
+
+
+def _raw_files(folder: Path, chunk: int) -> Raw:
+    def write(name: str, data: bytes) -> None:
+        target = folder / name
+        target.mkdir(parents=True, exist_ok=True)
+        for i in range(0, len(data), chunk):
+            with open(target / str(i), "wb") as fh:
+                fh.write(data[i : i + chunk])
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    def delete(name: str) -> None:
+        shutil.rmtree(folder / name, ignore_errors=True)
+
+    return write, delete
+
+
+def _one_run(
+    store: StateStore, raw: Raw, name: str, data: bytes, *, raw_first: bool
+) -> tuple[float, float, float]:
+    """Seconds for the raw write, the blob write and the blob read of ``data``. Which writer goes
+    first alternates, and both clean up, so that neither meets a fuller server (or an
+    append-only-file rewrite) more often than the other."""
+    raw_write, raw_delete = raw
+    if raw_first:
+        raw_s = _timed(lambda: raw_write(name, data))
+        blob_s = _timed(lambda: store.put_blob(f"bench/{name}", data))
+    else:
+        blob_s = _timed(lambda: store.put_blob(f"bench/{name}", data))
+        raw_s = _timed(lambda: raw_write(name, data))
+    read_s = _timed(lambda: store.get_blob(f"bench/{name}"))
+    store.delete_blob(f"bench/{name}")
+    raw_delete(name)
+    return raw_s, blob_s, read_s
+
+
+def _measure(
+    store: StateStore,
+    raw: Raw,
+    sizes_mib: list[int],
+    repeats: int,
+    cas_ops: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "blob_write_mb_s": {},
+        "blob_read_mb_s": {},
+        "raw_write_mb_s": {},
+        "overhead_ratio": {},
+    }
+    for mib in sizes_mib:
+        size = mib * MiB
+        data = os.urandom(size)
+        say(f"{mib} MiB blobs x {repeats}")
+        runs = [
+            _one_run(store, raw, f"{mib}-{r}", data, raw_first=r % 2 == 0) for r in range(repeats)
+        ]
+        raws, writes, reads = (list(column) for column in zip(*runs, strict=True))
+        key = str(mib)
+        out["blob_write_mb_s"][key] = _median_rate(size, writes)
+        out["blob_read_mb_s"][key] = _median_rate(size, reads)
+        out["raw_write_mb_s"][key] = _median_rate(size, raws)
+        out["overhead_ratio"][key] = round(
+            out["blob_write_mb_s"][key] / out["raw_write_mb_s"][key], 3
+        )
+    say(f"{cas_ops} CAS increments")
+    store.put("bench/counter", {"n": 0})
+    started = time.perf_counter()
+    for _ in range(cas_ops):
+        current = store.get("bench/counter")
+        assert current is not None
+        store.compare_and_set("bench/counter", current.version, {"n": current.value["n"] + 1})
+    out["cas_ops_per_s"] = round(cas_ops / (time.perf_counter() - started), 1)
+    return out
+
+
+def run_store_bench(
+    *,
+    backend: str,
+    url: str | None = None,
+    sizes_mib: tuple[int, ...] = (1, 16, 100),
+    repeats: int = 5,
+    cas_ops: int = 2000,
+    progress: Console | None = None,
+) -> dict[str, Any]:
+    say: Callable[[str], None] = progress.print if progress else (lambda _: None)
+    settings = StoreSettings()
+    with tempfile.TemporaryDirectory(prefix="faasdl-bench-store-") as tmp:
+        folder = Path(tmp)
+        settings = settings.model_copy(update={"spill_dir": str(folder / "spill")})
+        if backend == "sqlite":
+            store = make_store(settings, url or f"sqlite:///{folder / 'bench.db'}")
+            raw = _raw_files(folder / "raw", settings.chunk_bytes)
+            return _run(store, raw, backend, settings, sizes_mib, repeats, cas_ops, say)
+        if backend == "redis":
+            if url is not None:
+                raw = _raw_redis(url, settings.chunk_bytes)
+                return _run(
+                    make_store(settings, url),
+                    raw,
+                    backend,
+                    settings,
+                    sizes_mib,
+                    repeats,
+                    cas_ops,
+                    say,
+                )
+            with RedisServer(directory=folder / "redis") as server:
+                say(f"private redis-server on port {server.port} (appendfsync always)")
+                raw = _raw_redis(server.url, settings.chunk_bytes)
+                return _run(
+                    make_store(settings, server.url),
+                    raw,
+                    backend,
+                    settings,
+                    sizes_mib,
+                    repeats,
+                    cas_ops,
+                    say,
+                )
+    raise ValidationError(f"unknown backend '{backend}'; use sqlite or redis", field="backend")
+
+
+def _run(
+    store: StateStore,
+    raw: Raw,
+    backend: str,
+    settings: StoreSettings,
+    sizes_mib: tuple[int, ...],
+    repeats: int,
+    cas_ops: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    with store:
+        result = _measure(store, raw, list(sizes_mib), repeats, cas_ops, say)
+    return {"backend": backend, "chunk_bytes": settings.chunk_bytes, **result}

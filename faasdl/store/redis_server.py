@@ -1,0 +1,100 @@
+"""A private ``redis-server`` on a free loopback port, for benchmarks and tests: append-only file
+with an fsync before every reply (``appendfsync always``), in a directory of its own."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from faasdl.errors import StoreUnavailable
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    def __init__(self, *, directory: Path, port: int | None = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise StoreUnavailable("redis-server is not installed (apt-get install redis-server)")
+        self.binary = binary
+        self.directory = directory
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *, timeout_s: float = 30.0) -> None:
+        """Start the server (loading its AOF if there is one) and wait until it answers."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except (redis.ConnectionError, redis.BusyLoadingError) as exc:
+                    if self.process.poll() is not None:
+                        raise StoreUnavailable(
+                            f"redis-server exited with {self.process.returncode}"
+                        ) from exc
+                    if time.monotonic() > deadline:
+                        raise StoreUnavailable(
+                            f"redis-server did not answer within {timeout_s} s"
+                        ) from exc
+                    time.sleep(0.01)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with no chance to flush anything."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
