@@ -68,7 +68,7 @@ def test_readme_documents_every_setting() -> None:
 
     from pydantic import BaseModel
 
-    from faasdl.config import LocalPlatformSettings, ServerSettings
+    from faasdl.config import LocalPlatformSettings, ServerSettings, StoreSettings
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     sections: dict[str, type[BaseModel]] = {
@@ -76,6 +76,7 @@ def test_readme_documents_every_setting() -> None:
         "FAASDL_LOCAL__": LocalPlatformSettings,
         "FAASDL_OPENWHISK__": OpenWhiskSettings,
         "FAASDL_SERVER__": ServerSettings,
+        "FAASDL_STORE__": StoreSettings,
     }
     for prefix, model in sections.items():
         for name, field in model.model_fields.items():

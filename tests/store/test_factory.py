@@ -1,0 +1,75 @@
+"""Choosing a store by URL, and what a bad URL says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from faasdl.config import StoreSettings
+from faasdl.errors import StoreUnavailable, ValidationError
+from faasdl.store import make_store
+from faasdl.store.ignite import IgniteStore
+from faasdl.store.redis import RedisStore
+from faasdl.store.redis_server import free_port
+from faasdl.store.sqlite import SqliteStore
+
+
+def test_urls_pick_the_backend_without_io(tmp_path: Path) -> None:
+    settings = StoreSettings()
+
+    sqlite = make_store(settings, f"sqlite:///{tmp_path}/x.db")
+    redis = make_store(settings, "redis://127.0.0.1:1/0")
+    ignite = make_store(settings, "ignite://10.0.0.1:10800,10.0.0.2?prefix=team-a")
+
+    assert isinstance(sqlite, SqliteStore)
+    assert sqlite.path == tmp_path / "x.db"
+    assert isinstance(redis, RedisStore)
+    assert isinstance(ignite, IgniteStore)
+    assert ignite.nodes == [("10.0.0.1", 10800), ("10.0.0.2", 10800)]
+    assert ignite.chunk_bytes == 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("url", "text"),
+    [
+        (
+            "mongodb://localhost/x",
+            "unknown scheme 'mongodb'; use one of ignite, redis, rediss, sqlite",
+        ),
+        ("just-a-path.db", "is not a URL"),
+        ("sqlite:///", "sqlite URLs need a path"),
+        ("ignite://host:notaport", "'host:notaport' is not host:port"),
+    ],
+)
+def test_bad_urls_are_refused_naming_the_problem(url: str, text: str) -> None:
+    with pytest.raises(ValidationError, match=text) as caught:
+        make_store(StoreSettings(), url)
+
+    assert caught.value.field == "store url"
+
+
+def test_an_unreachable_redis_is_store_unavailable() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    store = make_store(StoreSettings(), url)
+
+    with pytest.raises(StoreUnavailable, match=f"cannot reach Redis at {url}"):
+        store.open()
+
+
+def test_an_unwritable_sqlite_path_is_store_unavailable(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    store = make_store(StoreSettings(), f"sqlite:///{blocker}/state.db")
+
+    with pytest.raises(StoreUnavailable, match="cannot open the SQLite store"):
+        store.open()
+
+
+def test_redis_password_is_not_in_errors() -> None:
+    url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
+
+    with pytest.raises(StoreUnavailable) as caught:
+        make_store(StoreSettings(), url).open()
+
+    assert "s3cret-pw" not in str(caught.value)
