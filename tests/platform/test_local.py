@@ -12,7 +12,7 @@ from faasdl.errors import ActivationNotFound, PlatformUnavailable
 from faasdl.platform import messages
 from faasdl.platform.base import ActionSpec
 from faasdl.platform.local import LocalPlatform
-from faasdl.platform.local.memory import CgroupV1Guard, CgroupV2Guard, make_guard
+from faasdl.platform.local.memory import CgroupGuard, make_guard
 from tests.conftest import eventually
 from tests.platform import actions
 
@@ -42,7 +42,7 @@ def test_an_action_under_its_limit_is_left_alone(make_local: MakeLocal) -> None:
 def test_auto_picks_a_cgroup_where_one_is_writable() -> None:
     guard = make_guard("auto", watchdog_interval_s=0.025, tag="probe-test")
     try:
-        expected = isinstance(guard, (CgroupV1Guard, CgroupV2Guard))
+        expected = isinstance(guard, CgroupGuard)
         assert guard.name.startswith("cgroup") is expected
     finally:
         guard.close()

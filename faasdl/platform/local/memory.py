@@ -43,11 +43,23 @@ class MemoryGuard(ABC):
         """Release what the guard holds."""
 
 
-class CgroupV1Guard(MemoryGuard):
-    name = "cgroup-v1"
+class CgroupGuard(MemoryGuard):
+    """One memory cgroup per container. v1 and v2 differ only in file names."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, version: int) -> None:
         self._base = base
+        self.name = f"cgroup-v{version}"
+        # Optional files: their value, or None for "the limit itself".
+        self._optional: dict[str, str | None]
+        if version == 1:
+            self._limit_files = ("memory.limit_in_bytes",)
+            # Without swap accounting this file is absent or refuses writes; RAM is still capped.
+            self._optional = {"memory.memsw.limit_in_bytes": None}
+            self._events = ("memory.oom_control", "oom_kill")
+        else:
+            self._limit_files = ("memory.max",)
+            self._optional = {"memory.swap.max": "0", "memory.oom.group": "1"}
+            self._events = ("memory.events", "oom_kill")
 
     def _dir(self, container_id: str) -> Path:
         return self._base / container_id
@@ -56,59 +68,22 @@ class CgroupV1Guard(MemoryGuard):
         group = self._dir(container_id)
         group.mkdir(parents=True, exist_ok=True)
         limit = str(limit_mb * 1024 * 1024)
-        (group / "memory.limit_in_bytes").write_text(limit)
-        # Without swap accounting the file is absent or refuses writes; the limit still holds RAM.
-        with contextlib.suppress(OSError):
-            (group / "memory.memsw.limit_in_bytes").write_text(limit)
+        for name in self._limit_files:
+            (group / name).write_text(limit)
+        for name, value in self._optional.items():
+            with contextlib.suppress(OSError):
+                (group / name).write_text(limit if value is None else value)
         (group / "cgroup.procs").write_text(str(pid))
 
     def oom_killed(self, container_id: str) -> bool:
+        events, counter = self._events
         try:
-            text = (self._dir(container_id) / "memory.oom_control").read_text()
+            text = (self._dir(container_id) / events).read_text()
         except OSError:
             return False
         for line in text.splitlines():
             key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value) > 0
-        return False
-
-    def detach(self, container_id: str) -> None:
-        with contextlib.suppress(OSError):
-            self._dir(container_id).rmdir()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._base.rmdir()
-
-
-class CgroupV2Guard(MemoryGuard):
-    name = "cgroup-v2"
-
-    def __init__(self, base: Path) -> None:
-        self._base = base
-
-    def _dir(self, container_id: str) -> Path:
-        return self._base / container_id
-
-    def attach(self, container_id: str, pid: int, limit_mb: int) -> None:
-        group = self._dir(container_id)
-        group.mkdir(parents=True, exist_ok=True)
-        (group / "memory.max").write_text(str(limit_mb * 1024 * 1024))
-        with contextlib.suppress(OSError):
-            (group / "memory.swap.max").write_text("0")
-        with contextlib.suppress(OSError):
-            (group / "memory.oom.group").write_text("1")
-        (group / "cgroup.procs").write_text(str(pid))
-
-    def oom_killed(self, container_id: str) -> bool:
-        try:
-            text = (self._dir(container_id) / "memory.events").read_text()
-        except OSError:
-            return False
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
+            if key == counter:
                 return int(value) > 0
         return False
 
@@ -221,11 +196,11 @@ def make_guard(mode: str, *, watchdog_interval_s: float, tag: str) -> MemoryGuar
     if mode in ("auto", "cgroup"):
         v1_base = _V1_ROOT / f"faasdl-{tag}"
         if _V1_ROOT.is_dir() and _probe_v1(v1_base):
-            return CgroupV1Guard(v1_base)
+            return CgroupGuard(v1_base, version=1)
         for root in _V2_ROOTS:
             v2_base = root / f"faasdl-{tag}"
             if (root / "cgroup.controllers").exists() and _probe_v2(root, v2_base):
-                return CgroupV2Guard(v2_base)
+                return CgroupGuard(v2_base, version=2)
         if mode == "cgroup":
             raise ConfigError(
                 "memory_enforcement='cgroup' but no writable memory cgroup (v1 or v2) was found; "
