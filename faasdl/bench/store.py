@@ -4,6 +4,7 @@ file writes with fsync), so the overhead of chunking, checksums and manifests is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -149,31 +150,14 @@ def run_store_bench(
             raw = _raw_files(folder / "raw", settings.chunk_bytes)
             return _run(store, raw, backend, settings, sizes_mib, repeats, cas_ops, say)
         if backend == "redis":
-            if url is not None:
+            with contextlib.ExitStack() as stack:
+                if url is None:
+                    server = stack.enter_context(RedisServer(directory=folder / "redis"))
+                    say(f"private redis-server on port {server.port} (appendfsync always)")
+                    url = server.url
                 raw = _raw_redis(url, settings.chunk_bytes)
-                return _run(
-                    make_store(settings, url),
-                    raw,
-                    backend,
-                    settings,
-                    sizes_mib,
-                    repeats,
-                    cas_ops,
-                    say,
-                )
-            with RedisServer(directory=folder / "redis") as server:
-                say(f"private redis-server on port {server.port} (appendfsync always)")
-                raw = _raw_redis(server.url, settings.chunk_bytes)
-                return _run(
-                    make_store(settings, server.url),
-                    raw,
-                    backend,
-                    settings,
-                    sizes_mib,
-                    repeats,
-                    cas_ops,
-                    say,
-                )
+                store = make_store(settings, url)
+                return _run(store, raw, backend, settings, sizes_mib, repeats, cas_ops, say)
     raise ValidationError(f"unknown backend '{backend}'; use sqlite or redis", field="backend")
 
 
