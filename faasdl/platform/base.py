@@ -10,15 +10,15 @@ from a real OpenWhisk and one made by the embedded platform are the same type.
 from __future__ import annotations
 
 import re
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from enum import IntEnum
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.errors import InvalidAction
+from faasdl.lifecycle import Resource
 
 #: ``response.status`` for each OpenWhisk status code (``ActivationResponse.messageForCode``).
 SUCCESS = "success"
@@ -193,7 +193,7 @@ def variant_name(base: str, memory_mb: int, timeout_ms: int) -> str:
     return f"{base}-m{memory_mb}-t{-(-timeout_ms // 1000)}s"
 
 
-class Platform(ABC):
+class Platform(Resource):
     """A FaaS platform with OpenWhisk's semantics.
 
     Constructors take keyword arguments and do no I/O; :meth:`open` connects or starts,
@@ -210,18 +210,6 @@ class Platform(ABC):
     """
 
     name: str
-
-    def __enter__(self) -> Self:
-        self.open()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @abstractmethod
     def open(self) -> None:

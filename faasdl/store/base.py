@@ -19,15 +19,15 @@ import json
 import os
 import time
 import uuid
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from faasdl.errors import BlobCorrupted, BlobNotFound, ValidationError
+from faasdl.lifecycle import Resource
 
 MANIFEST_PREFIX = "blob/"
 MAX_KEY_LENGTH = 1024
@@ -129,7 +129,7 @@ def _write_id_age_s(write_id: str) -> float:
         return float("inf")
 
 
-class StateStore(ABC):
+class StateStore(Resource):
     """A key-value store with versioned records and blobs.
 
     Constructors take keyword arguments and do no I/O; :meth:`open` connects (raising
@@ -161,18 +161,6 @@ class StateStore(ABC):
         self.chunk_bytes = chunk_bytes
         self.spill_bytes = spill_bytes
         self.spill_dir = Path(spill_dir) if spill_dir is not None else None
-
-    def __enter__(self) -> Self:
-        self.open()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @abstractmethod
     def open(self) -> None:

@@ -326,10 +326,6 @@ class LocalPlatform(Platform):
         with self._lock:
             return self._records.get(activation_id)
 
-    def is_pending(self, activation_id: str) -> bool:
-        with self._lock:
-            return activation_id in self._pending
-
     def _wait(self, activation_ids: list[str], timeout_s: float) -> dict[str, Activation]:
         deadline = time.monotonic() + timeout_s
         with self._lock:
@@ -360,10 +356,6 @@ class LocalPlatform(Platform):
         """Whether the activation has a container and is executing (not queued, not finished)."""
         pool = self._pool
         return pool is not None and pool.running_container(activation_id) is not None
-
-    def lost_deadline_s(self, name: str) -> float:
-        # Nothing is ever lost here, but a queue can be long: allow the action's limit twice over.
-        return 2 * self._deployed(name).action.limits.timeout / 1000 + 60.0
 
     def list_activations(
         self, *, name: str | None = None, since_ms: int | None = None, limit: int = 30
