@@ -278,9 +278,11 @@ def test_update_without_exec_keeps_the_code_and_changes_limits(api: Api) -> None
 def test_client_retries_429_with_backoff_until_it_gets_through(
     make_served: Callable[..., Served],
 ) -> None:
-    # Prepare: one activation allowed in flight, and it sleeps for a second.
+    # Prepare: one activation allowed in flight, and it sleeps for a second. Each jittered wait
+    # is uniform in [0, 0.3] s, so 60 attempts outlast that second with overwhelming odds
+    # (12 did not always: CI once drew eleven waits that summed under a second).
     served = make_served(
-        client={"retry_attempts": 12, "retry_max_wait_s": 0.3}, concurrent_invocations=1
+        client={"retry_attempts": 60, "retry_max_wait_s": 0.3}, concurrent_invocations=1
     )
     client = served.client
     client.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
