@@ -7,11 +7,13 @@ options given on the command line win. Errors print one line naming the problem 
 from __future__ import annotations
 
 import json
-from typing import Annotated, NoReturn
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError as PydanticValidationError
 from rich.console import Console
+from rich.table import Table
 
 from faasdl import __version__
 from faasdl.config import Settings
@@ -144,6 +146,106 @@ def bench_store(
         result = run_store_bench(
             backend=backend, url=url, repeats=repeats, cas_ops=cas_ops, progress=console
         )
+    except FaasdlError as exc:
+        fail(str(exc))
+    typer.echo(json.dumps(result))
+
+
+@app.command()
+def estimate(
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A YAML or JSON job spec (model, dataset, batch_size, epochs, …)."),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model of the zoo (mlp, small_cnn, …).")] = None,
+    dataset: Annotated[
+        str | None, typer.Option(help="digits, synthetic or npz (with --path).")
+    ] = None,
+    path: Annotated[str | None, typer.Option(help="The .npz file of --dataset npz.")] = None,
+    shape: Annotated[
+        str | None, typer.Option(help="Synthetic example shape, e.g. 32x32x3.")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Batch size.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs per training action.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Actions (default: estimated).")] = None,
+    expected_cost: Annotated[
+        float | None, typer.Option(help="Expected cost in the price unit (sizes timeouts).")
+    ] = None,
+) -> None:
+    """Print the plan for a job (actions, memory, timeout) without running it; JSON last."""
+    from faasdl.estimator.planner import EstimateRequest
+    from faasdl.estimator.sizer import Sizer
+    from faasdl.platform import make_platform
+    from faasdl.store import make_store
+
+    fields: dict[str, Any] = {}
+    if spec is not None:
+        fields = _read_spec(spec)
+    data = dict(fields.get("dataset") or {})
+    for key, value in (("name", dataset), ("path", path)):
+        if value is not None:
+            data[key] = value
+    if shape is not None:
+        data["shape"] = [int(d) for d in shape.lower().split("x") if d.isdigit()]
+    if data:
+        fields["dataset"] = data
+    options: dict[str, Any] = {
+        "model": model,
+        "batch_size": batch_size,
+        "epochs": epochs,
+        "workers": workers,
+        "expected_cost": expected_cost,
+    }
+    fields |= {key: value for key, value in options.items() if value is not None}
+    try:
+        request = EstimateRequest.model_validate(fields)
+    except PydanticValidationError as exc:
+        fail("; ".join(_field_error(e) for e in exc.errors()))
+    settings = load_settings()
+    try:
+        with make_platform(settings) as platform, make_store(settings.store) as store:
+            plan, _ = Sizer(platform=platform, store=store, settings=settings).plan(request)
+    except FaasdlError as exc:
+        fail(str(exc))
+    table = Table(title=f"plan: {request.model} on {request.dataset.name}", show_header=False)
+    for key, value in plan.model_dump().items():
+        table.add_row(key, str(value))
+    console.print(table)
+    typer.echo(plan.model_dump_json())
+
+
+def _read_spec(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"--spec: cannot read {path}: {exc.strerror}")
+    except yaml.YAMLError as exc:
+        fail(f"--spec: {path} is not valid YAML or JSON: {exc}")
+    if not isinstance(loaded, dict):
+        fail(f"--spec: {path} must hold a mapping of job fields")
+    return loaded
+
+
+def _field_error(error: Any) -> str:
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
+@bench_app.command("estimator")
+def bench_estimator(
+    quick: Annotated[
+        bool, typer.Option(help="Two small configurations instead of twelve.")
+    ] = False,
+    naive: Annotated[
+        bool, typer.Option(help="Also run the naive retry policy for real (slow: minutes).")
+    ] = True,
+) -> None:
+    """First-attempt failures, overprovision and timeouts of the estimator on real activations."""
+    from faasdl.bench.estimator import run_estimator_bench
+
+    try:
+        result = run_estimator_bench(quick=quick, naive=naive, progress=console)
     except FaasdlError as exc:
         fail(str(exc))
     typer.echo(json.dumps(result))

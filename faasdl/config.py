@@ -152,6 +152,17 @@ class StoreSettings(BaseModel):
     ignite_backups: int = Field(1, ge=0, description="Backups of a PARTITIONED Ignite cache.")
 
 
+class EstimatorSettings(BaseModel):
+    """How faasdl sizes training actions."""
+
+    memory_step_mb: int = Field(
+        64, ge=1, description="Memory classes are multiples of this; each class is one action."
+    )
+    baseline_runtime: str = Field(
+        "python-tf", description="Name under which the runtime's measured baseline is kept."
+    )
+
+
 class Settings(BaseSettings):
     """All of faasdl's configuration."""
 
@@ -166,6 +177,7 @@ class Settings(BaseSettings):
     openwhisk: OpenWhiskSettings = Field(default_factory=OpenWhiskSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    estimator: EstimatorSettings = Field(default_factory=EstimatorSettings)
     price_per_gb_s: float = Field(
         0.000017, ge=0, description="Price of one GB-second of action memory, in USD."
     )

@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from faasdl.errors import StoreError
+from faasdl.errors import StoreError, Superseded
 from faasdl.store.base import StateStore
 
 R = TypeVar("R", bound="Record")
@@ -122,15 +123,51 @@ class ReplicationInfo(Record):
 
 
 class ExecutionHistory(Record):
-    """Measured peak memory and durations of one model signature (model, shape, batch, shard)."""
+    """Measured peak memory and durations of one model signature (model, shape, batch, shard).
+
+    A run's duration is kept as its fixed part (load, build, save: ``overhead_ms``, without the
+    cold start, which belongs to the runtime) and its time per epoch (``epoch_ms``), so that a
+    round of any length can be timed from it.
+    ``memory_floor_mb`` and ``timeout_floor_ms`` are limits a run failed under (out of memory,
+    out of time): the next estimate for the signature must exceed them.
+    """
 
     signature: str
     runs: int = 0
     peak_memory_mb: float = 0.0
-    durations_ms: list[int] = Field(default_factory=list)
+    overhead_ms: list[int] = Field(default_factory=list)
+    epoch_ms: list[int] = Field(default_factory=list)
+    memory_floor_mb: int = 0
+    timeout_floor_ms: int = 0
 
     def key(self) -> str:
         return history_key(self.signature)
+
+
+class ProfileRecord(Record):
+    """A model's sizes for the estimator, measured once per (model, input shape, classes)."""
+
+    name: str
+    params: int
+    trainable_params: int
+    activations_per_example: int
+    layers: int
+
+    def key(self) -> str:
+        return history_key(f"profile/{self.name}")
+
+
+class BaselineRecord(Record):
+    """The training runtime itself: its peak memory with a tiny model trained (the floor of every
+    memory estimate) and its cold starts' init times (OpenWhisk's time limit covers ``/init``)."""
+
+    runtime: str
+    peak_memory_mb: float
+    init_ms: list[int] = Field(default_factory=list)
+    measured_ms: int
+
+    def key(self) -> str:
+        return history_key(f"baseline/{self.runtime}")
 
 
 def worker_key(worker_id: str) -> str:
@@ -178,3 +215,26 @@ def create(store: StateStore, record: Record) -> bool:
 def replace(store: StateStore, record: Record, expected_version: int) -> bool:
     """Compare-and-set the record over ``expected_version``; ``False`` on a lost race."""
     return store.compare_and_set(record.key(), expected_version, record.model_dump(mode="json"))
+
+
+def update(
+    store: StateStore,
+    key: str,
+    model: type[R],
+    change: Callable[[R | None], R],
+    *,
+    attempts: int = 20,
+) -> R:
+    """Read-modify-write of one record by compare-and-set, retried when another writer wins.
+
+    ``change`` gets the current record (``None`` when absent) and returns the new one; it may run
+    several times and must not have side effects. Raises ``Superseded`` after ``attempts`` lost
+    races in a row.
+    """
+    for _ in range(attempts):
+        found = load(store, key, model)
+        new = change(found[0] if found else None)
+        won = replace(store, new, found[1]) if found else create(store, new)
+        if won:
+            return new
+    raise Superseded(f"record {key!r} kept changing under {attempts} attempts to update it")

@@ -1,0 +1,47 @@
+"""What every faasdl action shares: the warm-up answer, per-activation peak memory, errors as
+OpenWhisk application errors, and a store connection kept across warm activations."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError as PydanticValidationError
+
+from faasdl.config import StoreSettings
+from faasdl.errors import FaasdlError
+from faasdl.store import StateStore, make_store
+from faasdl.training.usage import reset_peak_rss
+
+_stores: dict[str, StateStore] = {}
+
+
+def serve(
+    args: dict[str, Any], handle: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """Answer ``{"warmup": true}`` at once; otherwise run ``handle`` with a fresh memory peak.
+
+    Bad arguments and faasdl errors come back as ``{"error": "<field>: <message>"}``, which
+    OpenWhisk records as an application error (no retry would help).
+    """
+    if args.get("warmup"):
+        return {"warm": True, "pid": os.getpid()}
+    reset_peak_rss()
+    try:
+        return handle(args)
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        return {"error": f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"}
+    except FaasdlError as exc:
+        return {"error": str(exc)}
+
+
+def action_store(url: str) -> StateStore:
+    """The store at ``url``, opened once per container: a warm activation reuses it."""
+    store = _stores.get(url)
+    if store is None:
+        store = make_store(StoreSettings(), url)
+        store.open()
+        _stores[url] = store
+    return store

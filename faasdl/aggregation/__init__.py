@@ -1,0 +1,1 @@
+"""Merging trained models: the streaming weighted mean and the aggregation action's logic."""

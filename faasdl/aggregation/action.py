@@ -1,0 +1,55 @@
+"""The aggregation action's logic, behind ``openwhisk_actions/aggregate/__main__.py``.
+
+``{"store_url", "inputs": [{"weights": blob, "examples": n}, …], "output": blob}``: reads each
+input model in turn, writes their weighted mean to ``output`` and returns the total example count,
+which weighs this aggregate at the next level of the tree. NumPy only: no TensorFlow to import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faasdl.actionkit import action_store, serve
+from faasdl.aggregation.average import WeightedMean
+from faasdl.training.tensors import pack, unpack
+from faasdl.training.usage import Phases, peak_rss_mb
+
+
+class Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    weights: str
+    examples: int = Field(ge=1)
+
+
+class AggregateArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    store_url: str
+    inputs: list[Input] = Field(min_length=1)
+    output: str
+
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    return serve(args, lambda a: aggregate(AggregateArgs.model_validate(a)))
+
+
+def aggregate(args: AggregateArgs) -> dict[str, Any]:
+    phases = Phases()
+    store = action_store(args.store_url)
+    mean = WeightedMean()
+    for item in args.inputs:
+        with phases("load"):
+            weights = unpack(store.get_blob(item.weights))["w"]
+        with phases("average"):
+            mean.add(weights, item.examples)
+    with phases("save"):
+        store.put_blob(args.output, pack(mean.result()))
+    return {
+        "examples": mean.examples,
+        "weights": args.output,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},
+    }

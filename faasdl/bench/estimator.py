@@ -1,0 +1,290 @@
+"""``faasdl bench estimator``: are the memory and time estimates right the first time?
+
+For each configuration of a matrix (models × data sets × batch sizes) it plans the job, deploys the
+training action variant with the planned limits on a fresh embedded platform (limits enforced),
+and runs one real training activation on one shard:
+
+1. first run: the estimate from the model (no history): does it fail, and how does its memory
+   compare with the peak the action measured (overprovision = limit ÷ peak RSS)?
+2. second run of the same matrix: sized from the history the first run left; any out-of-time
+   failure, and timeout ÷ measured duration (every attempt starts cold, and the timeout covers
+   the cold start since OpenWhisk's limit applies to ``/init`` too);
+3. the naive policy DiSDeL measured against: start at OpenWhisk's defaults (256 MB, 60 s) and add
+   256 MB and 240 s after each failure, run for real until an attempt succeeds; the seconds it
+   spends on failed attempts, against faasdl's (probes included).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from faasdl.actions import TRAIN, deploy_variant
+from faasdl.config import EstimatorSettings, LocalPlatformSettings, Settings, StoreSettings
+from faasdl.estimator.planner import ActionPlan, EstimateRequest
+from faasdl.estimator.sizer import Sizer
+from faasdl.platform.base import Activation, Platform
+from faasdl.platform.classify import FailureKind, classify
+from faasdl.platform.local import LocalPlatform
+from faasdl.store import StateStore, make_store
+from faasdl.training.datasets import DigitsSpec, SyntheticSpec, load_dataset, split_shards
+
+NAIVE_START = (256, 60_000)
+NAIVE_STEP = (256, 240_000)
+NAIVE_MAX_ATTEMPTS = 12
+
+
+def _synthetic(side: int, examples: int) -> SyntheticSpec:
+    return SyntheticSpec(shape=(side, side, 3), train_size=examples, test_size=64)
+
+
+#: ≥ 12 configurations: 4 models (2 Keras applications at 32×32 and 64×64), 2 data sets,
+#: batch sizes 16 to 256.
+FULL: list[EstimateRequest] = [
+    EstimateRequest(model="mlp", dataset=DigitsSpec(), batch_size=16),
+    EstimateRequest(model="mlp", dataset=DigitsSpec(), batch_size=256),
+    EstimateRequest(model="small_cnn", dataset=DigitsSpec(), batch_size=32),
+    EstimateRequest(model="small_cnn", dataset=DigitsSpec(), batch_size=128),
+    EstimateRequest(model="mlp", dataset=_synthetic(32, 2048), batch_size=64),
+    EstimateRequest(model="small_cnn", dataset=_synthetic(32, 2048), batch_size=128),
+    EstimateRequest(model="small_cnn", dataset=_synthetic(64, 4096), batch_size=64),
+    EstimateRequest(model="mobilenet_v2", dataset=_synthetic(32, 512), batch_size=16),
+    EstimateRequest(model="mobilenet_v2", dataset=_synthetic(32, 512), batch_size=64),
+    EstimateRequest(model="mobilenet_v2", dataset=_synthetic(64, 512), batch_size=32),
+    EstimateRequest(model="resnet50", dataset=_synthetic(32, 256), batch_size=32),
+    EstimateRequest(model="vgg16", dataset=_synthetic(32, 512), batch_size=64),
+]
+QUICK: list[EstimateRequest] = [FULL[0], FULL[2]]
+
+
+@dataclass
+class Attempt:
+    memory_mb: int
+    timeout_ms: int
+    success: bool
+    failure: str | None
+    wall_s: float
+    duration_ms: int
+    peak_mb: float | None
+
+
+@dataclass
+class Row:
+    request: EstimateRequest
+    first: Attempt
+    first_plan: ActionPlan
+    second: Attempt | None = None
+    second_plan: ActionPlan | None = None
+    naive: list[Attempt] = field(default_factory=list)
+
+
+class _Runner:
+    """Stages one shard per configuration and runs training activations against it."""
+
+    def __init__(self, platform: Platform, store: StateStore, store_url: str) -> None:
+        self.platform = platform
+        self.store = store
+        self.store_url = store_url
+
+    def stage(self, index: int, plan: ActionPlan, request: EstimateRequest) -> int:
+        dataset = load_dataset(request.dataset)
+        shard = split_shards(dataset, plan.containers, seed=0)[0]
+        self.store.put_blob(f"bench/{index}/shard", shard.to_bytes())
+        return dataset.classes
+
+    def run(
+        self, index: int, request: EstimateRequest, classes: int, memory_mb: int, timeout_ms: int
+    ) -> tuple[Attempt, Activation]:
+        variant = deploy_variant(self.platform, TRAIN, memory_mb=memory_mb, timeout_ms=timeout_ms)
+        params = {
+            "store_url": self.store_url,
+            "model": request.model,
+            "classes": classes,
+            "shard": f"bench/{index}/shard",
+            "weights_out": f"bench/{index}/weights",
+            "batch_size": request.batch_size,
+            "epochs": request.epochs,
+        }
+        started = time.perf_counter()
+        record = self.platform.call(variant, params)
+        wall = time.perf_counter() - started
+        # Every attempt starts cold, as a round's first actions do: a warm container left by
+        # another configuration would make a duration (and timeout ÷ duration) meaningless.
+        self.platform.delete_action(variant)
+        failure = classify(record)
+        result = record.response.result if isinstance(record.response.result, dict) else {}
+        return (
+            Attempt(
+                memory_mb=memory_mb,
+                timeout_ms=timeout_ms,
+                success=failure is None,
+                failure=f"{failure.kind}: {failure.message}" if failure else None,
+                wall_s=wall,
+                duration_ms=record.duration or 0,
+                peak_mb=result.get("peak_rss_mb"),
+            ),
+            record,
+        )
+
+
+def run_estimator_bench(*, quick: bool, naive: bool, progress: Console) -> dict[str, Any]:
+    matrix = QUICK if quick else FULL
+    with tempfile.TemporaryDirectory(prefix="faasdl-bench-estimator-") as tmp:
+        store_url = f"sqlite:///{Path(tmp) / 'store.db'}"
+        settings = Settings(
+            local=LocalPlatformSettings(
+                memory_max_mb=4096, pool_memory_mb=8192, timeout_max_ms=600_000
+            ),
+            store=StoreSettings(url=store_url, spill_dir=str(Path(tmp) / "spill")),
+            estimator=EstimatorSettings(),
+        )
+        store = make_store(settings.store)
+        with LocalPlatform(settings=settings.local) as platform, store:
+            return _bench(matrix, naive, platform, store, store_url, settings, progress)
+
+
+def _bench(
+    matrix: list[EstimateRequest],
+    naive: bool,
+    platform: Platform,
+    store: StateStore,
+    store_url: str,
+    settings: Settings,
+    progress: Console,
+) -> dict[str, Any]:
+    sizer = Sizer(platform=platform, store=store, settings=settings)
+    runner = _Runner(platform, store, store_url)
+    started = time.perf_counter()
+    baseline = sizer.baseline().peak_memory_mb
+    probe_s = time.perf_counter() - started
+    rows: list[Row] = []
+    classes: list[int] = []
+    for i, request in enumerate(matrix):
+        probe_started = time.perf_counter()
+        plan, _ = sizer.plan(request)
+        probe_s += time.perf_counter() - probe_started
+        classes.append(runner.stage(i, plan, request))
+        attempt, record = runner.run(i, request, classes[i], plan.memory_mb, plan.timeout_ms)
+        sizer.learn(plan, record, classify(record))
+        rows.append(Row(request=request, first=attempt, first_plan=plan))
+        progress.print(f"first run  {_label(request)}: {_describe(attempt)}", highlight=False)
+    for i, row in enumerate(rows):
+        plan, _ = sizer.plan(row.request)
+        attempt, record = runner.run(i, row.request, classes[i], plan.memory_mb, plan.timeout_ms)
+        sizer.learn(plan, record, classify(record))
+        row.second, row.second_plan = attempt, plan
+        progress.print(f"second run {_label(row.request)}: {_describe(attempt)}", highlight=False)
+    if naive:
+        for i, row in enumerate(rows):
+            row.naive = _naive(runner, i, row.request, classes[i], platform)
+            progress.print(
+                f"naive      {_label(row.request)}: {len(row.naive)} attempts, "
+                f"{sum(a.wall_s for a in row.naive):.1f} s",
+                highlight=False,
+            )
+    progress.print(_table(rows))
+    return _summary(rows, baseline, probe_s, naive)
+
+
+def _naive(
+    runner: _Runner, index: int, request: EstimateRequest, classes: int, platform: Platform
+) -> list[Attempt]:
+    limits = platform.limits()
+    memory, timeout = NAIVE_START
+    attempts: list[Attempt] = []
+    while len(attempts) < NAIVE_MAX_ATTEMPTS:
+        attempt, _ = runner.run(index, request, classes, memory, timeout)
+        attempts.append(attempt)
+        if attempt.success:
+            break
+        memory = min(limits.memory_max_mb, memory + NAIVE_STEP[0])
+        timeout = min(limits.timeout_max_ms, timeout + NAIVE_STEP[1])
+    return attempts
+
+
+def _label(request: EstimateRequest) -> str:
+    data = request.dataset
+    shape = "x".join(map(str, data.shape)) if isinstance(data, SyntheticSpec) else data.name
+    return f"{request.model} {shape} b{request.batch_size}"
+
+
+def _describe(attempt: Attempt) -> str:
+    if not attempt.success:
+        return f"FAILED at {attempt.memory_mb} MB / {attempt.timeout_ms} ms: {attempt.failure}"
+    return (
+        f"{attempt.memory_mb} MB for a {attempt.peak_mb:.0f} MB peak, "
+        f"{attempt.duration_ms} ms of {attempt.timeout_ms} ms"
+    )
+
+
+def _ratio(attempt: Attempt) -> float | None:
+    return attempt.memory_mb / attempt.peak_mb if attempt.success and attempt.peak_mb else None
+
+
+def _table(rows: list[Row]) -> Table:
+    table = Table(title="faasdl bench estimator")
+    for column in (
+        "config", "workers", "memory MB", "peak MB", "limit/peak", "2nd memory", "2nd limit/peak",
+        "2nd timeout ms", "2nd duration ms", "naive attempts", "naive s",
+    ):  # fmt: skip
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for row in rows:
+        second = row.second
+        assert second is not None
+        ratio, ratio2 = _ratio(row.first), _ratio(second)
+        table.add_row(
+            _label(row.request),
+            str(row.first_plan.containers),
+            str(row.first.memory_mb),
+            f"{row.first.peak_mb:.0f}" if row.first.peak_mb else "-",
+            f"{ratio:.2f}" if ratio else "FAILED",
+            str(second.memory_mb),
+            f"{ratio2:.2f}" if ratio2 else "FAILED",
+            str(second.timeout_ms),
+            str(second.duration_ms),
+            str(len(row.naive)) if row.naive else "-",
+            f"{sum(a.wall_s for a in row.naive):.0f}" if row.naive else "-",
+        )
+    return table
+
+
+def _summary(rows: list[Row], baseline: float, probe_s: float, naive: bool) -> dict[str, Any]:
+    ratios = [r for r in (_ratio(row.first) for row in rows) if r is not None]
+    seconds = [row.second for row in rows if row.second is not None]
+    faasdl_s = probe_s + sum(row.first.wall_s for row in rows)
+    out: dict[str, Any] = {
+        "configs": len(rows),
+        "models": len({row.request.model for row in rows}),
+        "baseline_mb": round(baseline, 1),
+        "first_attempt_failures": sum(not row.first.success for row in rows),
+        "overprovision_median": round(statistics.median(ratios), 3) if ratios else None,
+        "overprovision_max": round(max(ratios), 3) if ratios else None,
+        "overprovision_min": round(min(ratios), 3) if ratios else None,
+        "second_run_failures": sum(not a.success for a in seconds),
+        "second_run_out_of_time": sum(
+            bool(a.failure and a.failure.startswith(FailureKind.OUT_OF_TIME)) for a in seconds
+        ),
+        "second_run_overprovision_median": round(
+            statistics.median([r for r in map(_ratio, seconds) if r is not None] or [0.0]), 3
+        ),
+        "second_run_timeout_over_duration_max": round(
+            max(a.timeout_ms / max(1, a.duration_ms) for a in seconds), 3
+        ),
+        "faasdl_seconds": round(faasdl_s, 1),
+    }
+    if naive:
+        naive_s = sum(a.wall_s for row in rows for a in row.naive)
+        out |= {
+            "naive_retry_attempts": sum(len(row.naive) for row in rows),
+            "naive_failed_attempts": sum(not a.success for row in rows for a in row.naive),
+            "naive_seconds": round(naive_s, 1),
+            "naive_retry_seconds_saved": round(naive_s - faasdl_s, 1),
+        }
+    return out

@@ -1,0 +1,53 @@
+"""What to change after a failed training activation, decided from its classified failure.
+
+Pure: :func:`correct` takes the failure and the limits it ran under and returns the limits of the
+next attempt; the caller persists the correction (:func:`.history.record_failure`) so that
+the next job of the same model signature starts above it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from faasdl.errors import EstimationError
+from faasdl.platform.classify import Failure, FailureKind
+
+#: Growth of the memory limit after an out-of-memory kill (at least one class).
+MEMORY_GROWTH = 1.5
+#: Growth of the timeout after an out-of-time kill.
+TIMEOUT_GROWTH = 2.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int
+    timeout_ms: int
+
+
+def correct(
+    failure: Failure, limits: Limits, *, step_mb: int, max_memory_mb: int, max_timeout_ms: int
+) -> Limits:
+    """The limits for the next attempt of a unit that failed with ``failure`` under ``limits``.
+
+    Out of memory raises memory by half (rounded up to a class); out of time doubles the timeout;
+    anything else keeps the limits (a crash or an application error is not a sizing problem).
+    Raises ``EstimationError`` when the platform's maximum was already reached.
+    """
+    if failure.kind is FailureKind.OUT_OF_MEMORY:
+        if limits.memory_mb >= max_memory_mb:
+            raise EstimationError(
+                f"out of memory at the platform's largest limit, {max_memory_mb} MB"
+            )
+        grown = max(limits.memory_mb * MEMORY_GROWTH, limits.memory_mb + step_mb)
+        memory = min(max_memory_mb, math.ceil(grown / step_mb) * step_mb)
+        return Limits(memory_mb=memory, timeout_ms=limits.timeout_ms)
+    if failure.kind is FailureKind.OUT_OF_TIME:
+        if limits.timeout_ms >= max_timeout_ms:
+            raise EstimationError(
+                f"out of time at the platform's longest limit, {max_timeout_ms} ms; "
+                "checkpointing resumes such units in a new activation"
+            )
+        timeout = min(max_timeout_ms, math.ceil(limits.timeout_ms * TIMEOUT_GROWTH))
+        return Limits(memory_mb=limits.memory_mb, timeout_ms=timeout)
+    return limits

@@ -1,0 +1,119 @@
+"""The execution history in the store: what runs of a model signature really used.
+
+A signature is (model, input shape, classes, batch size, examples per shard): the things that
+decide an action's memory and duration. Records live under ``history/`` and are updated by
+compare-and-set, so concurrent jobs of one model never lose each other's measurements.
+"""
+
+from __future__ import annotations
+
+import time
+
+from faasdl.errors import StoreError
+from faasdl.store.base import StateStore
+from faasdl.store.records import (
+    BaselineRecord,
+    ExecutionHistory,
+    ProfileRecord,
+    history_key,
+    load,
+    update,
+)
+from faasdl.training.models import ModelProfile
+
+#: Durations kept per signature: recent enough to follow a changing platform.
+KEEP_DURATIONS = 20
+
+
+def signature(
+    model: str, input_shape: tuple[int, ...], classes: int, batch_size: int, shard_examples: int
+) -> str:
+    shape = "x".join(str(d) for d in input_shape)
+    return f"{model}/{shape}/c{classes}/b{batch_size}/n{shard_examples}"
+
+
+def profile_name(model: str, input_shape: tuple[int, ...], classes: int) -> str:
+    return f"{model}/{'x'.join(str(d) for d in input_shape)}/c{classes}"
+
+
+def read(store: StateStore, sig: str) -> ExecutionHistory | None:
+    found = load(store, history_key(sig), ExecutionHistory)
+    return found[0] if found else None
+
+
+def record_run(
+    store: StateStore, sig: str, *, peak_memory_mb: float, overhead_ms: int, epoch_ms: int
+) -> None:
+    """Add one successful run: the peak is the largest seen, durations the latest few."""
+
+    def change(old: ExecutionHistory | None) -> ExecutionHistory:
+        old = old or ExecutionHistory(signature=sig)
+        return old.model_copy(
+            update={
+                "runs": old.runs + 1,
+                "peak_memory_mb": max(old.peak_memory_mb, peak_memory_mb),
+                "overhead_ms": [*old.overhead_ms, overhead_ms][-KEEP_DURATIONS:],
+                "epoch_ms": [*old.epoch_ms, epoch_ms][-KEEP_DURATIONS:],
+            }
+        )
+
+    update(store, history_key(sig), ExecutionHistory, change)
+
+
+def record_failure(
+    store: StateStore, sig: str, *, memory_floor_mb: int = 0, timeout_floor_ms: int = 0
+) -> None:
+    """Remember limits a run of ``sig`` failed under, so that no estimate repeats them."""
+
+    def change(old: ExecutionHistory | None) -> ExecutionHistory:
+        old = old or ExecutionHistory(signature=sig)
+        return old.model_copy(
+            update={
+                "memory_floor_mb": max(old.memory_floor_mb, memory_floor_mb),
+                "timeout_floor_ms": max(old.timeout_floor_ms, timeout_floor_ms),
+            }
+        )
+
+    update(store, history_key(sig), ExecutionHistory, change)
+
+
+def read_profile(store: StateStore, name: str) -> ModelProfile | None:
+    found = load(store, history_key(f"profile/{name}"), ProfileRecord)
+    if found is None:
+        return None
+    r = found[0]
+    return ModelProfile(r.params, r.trainable_params, r.activations_per_example, r.layers)
+
+
+def write_profile(store: StateStore, name: str, profile: ModelProfile) -> None:
+    record = ProfileRecord(name=name, **profile.__dict__)
+    store.put(record.key(), record.model_dump(mode="json"))
+
+
+def read_baseline(store: StateStore, runtime: str) -> BaselineRecord | None:
+    found = load(store, history_key(f"baseline/{runtime}"), BaselineRecord)
+    return found[0] if found else None
+
+
+def write_baseline(
+    store: StateStore, runtime: str, *, peak_memory_mb: float, init_ms: int | None
+) -> BaselineRecord:
+    record = BaselineRecord(
+        runtime=runtime,
+        peak_memory_mb=peak_memory_mb,
+        init_ms=[init_ms] if init_ms is not None else [],
+        measured_ms=int(time.time() * 1000),
+    )
+    store.put(record.key(), record.model_dump(mode="json"))
+    return record
+
+
+def record_init(store: StateStore, runtime: str, init_ms: int) -> None:
+    """Add a cold start's init time to the runtime's record (which must exist)."""
+
+    def change(old: BaselineRecord | None) -> BaselineRecord:
+        if old is None:
+            raise StoreError(f"no baseline recorded for runtime {runtime!r}")
+        return old.model_copy(update={"init_ms": [*old.init_ms, init_ms][-KEEP_DURATIONS:]})
+
+    update(store, history_key(f"baseline/{runtime}"), BaselineRecord, change)

@@ -1,0 +1,158 @@
+"""The sizing plan of a training job: how many actions, each with how much memory and time.
+
+Pure: the model's profile, the runtime baseline and a history lookup come in as values, so that
+the rules are tested on tiny inputs; :mod:`faasdl.estimator.sizer` fetches them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faasdl.errors import EstimationError, ValidationError
+from faasdl.estimator.history import signature
+from faasdl.estimator.memory import (
+    DEFAULT,
+    Coefficients,
+    estimate_memory,
+    plan_containers,
+    round_to_class,
+)
+from faasdl.estimator.timeout import estimate_timeout
+from faasdl.platform.base import PlatformLimits
+from faasdl.store.records import ExecutionHistory
+from faasdl.training.datasets import DatasetSpec, DigitsSpec
+from faasdl.training.models import ModelProfile, check_model
+
+#: Slack over the largest peak on record for a signature.
+HISTORY_MEMORY_SLACK = 1.1
+
+
+class EstimateRequest(BaseModel):
+    """What sizing needs of a job (the job's spec has these fields and more)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str = Field(description="A model of the zoo: mlp, small_cnn, mobilenet_v2, ….")
+    dataset: DatasetSpec = Field(default_factory=DigitsSpec)
+    batch_size: int = Field(32, ge=1, le=65_536)
+    epochs: int = Field(1, ge=1, le=10_000, description="Epochs each training action runs.")
+    workers: int | None = Field(None, ge=1, le=1024, description="Actions; default: estimated.")
+    expected_cost: float | None = Field(
+        None, gt=0, description="What the user expects to pay, in the price unit (timeouts)."
+    )
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What sizing needs to know of a data set."""
+
+    examples: int
+    example_bytes: int
+    input_shape: tuple[int, ...]
+    classes: int
+
+
+class ActionPlan(BaseModel):
+    """How each training action of the job runs."""
+
+    containers: int
+    shard_examples: int
+    signature: str
+    memory_mb: int
+    memory_estimate_mb: float
+    memory_parts: dict[str, float]
+    memory_source: Literal["model", "history"]
+    timeout_ms: int
+    timeout_source: Literal["history", "expected_cost", "platform_max"]
+
+
+def plan_training(
+    request: EstimateRequest,
+    data: DataFacts,
+    *,
+    profile: ModelProfile,
+    baseline_mb: float,
+    init_ms: int,
+    limits: PlatformLimits,
+    history: Callable[[str], ExecutionHistory | None],
+    step_mb: int,
+    price_per_gb_s: float,
+    coefficients: Coefficients = DEFAULT,
+) -> ActionPlan:
+    """Containers, memory and timeout of one training action; raises ``ValidationError`` for a
+    job that cannot run as asked and ``EstimationError`` for one no limit of the platform fits."""
+    check_model(request.model, data.input_shape, data.classes)
+
+    def sized(containers: int) -> tuple[str, float, dict[str, float], bool]:
+        shard = math.ceil(data.examples / containers)
+        sig = signature(request.model, data.input_shape, data.classes, request.batch_size, shard)
+        past = history(sig)
+        floor = past.memory_floor_mb + 1 if past else 0
+        if past is not None and past.runs:
+            peak = past.peak_memory_mb * HISTORY_MEMORY_SLACK
+            return sig, max(peak, floor), {"measured_peak": past.peak_memory_mb}, True
+        estimate = estimate_memory(
+            profile,
+            batch_size=min(request.batch_size, shard),
+            shard_bytes=shard * data.example_bytes,
+            baseline_mb=baseline_mb,
+            coefficients=coefficients,
+        )
+        return sig, max(estimate.mb, floor), estimate.parts, False
+
+    if request.workers is not None:
+        if request.workers > data.examples:
+            raise ValidationError(
+                f"{request.workers} workers for {data.examples} examples", field="workers"
+            )
+        containers = request.workers
+    else:
+        containers, _ = plan_containers(
+            lambda c: sized(c)[1], limit_mb=limits.memory_max_mb, examples=data.examples
+        )
+    sig, needed_mb, parts, from_history = sized(containers)
+    shard_examples = math.ceil(data.examples / containers)
+    if request.batch_size > shard_examples:
+        raise ValidationError(
+            f"batch size {request.batch_size} is larger than a shard "
+            f"({shard_examples} examples with {containers} workers)",
+            field="batch_size",
+        )
+    try:
+        memory_mb = round_to_class(
+            needed_mb, step_mb=step_mb, min_mb=limits.memory_min_mb, max_mb=limits.memory_max_mb
+        )
+    except EstimationError as exc:
+        if request.workers is None:
+            raise
+        raise EstimationError(f"{exc}; leave workers out to let faasdl choose") from exc
+    past = history(sig)
+    timeout = estimate_timeout(
+        overhead_ms=past.overhead_ms if past else [],
+        epoch_ms=past.epoch_ms if past else [],
+        epochs=request.epochs,
+        init_ms=init_ms,
+        floor_ms=past.timeout_floor_ms if past else 0,
+        expected_cost=request.expected_cost,
+        containers=containers,
+        memory_mb=memory_mb,
+        price_per_gb_s=price_per_gb_s,
+        min_ms=limits.timeout_min_ms,
+        max_ms=limits.timeout_max_ms,
+    )
+    return ActionPlan(
+        containers=containers,
+        shard_examples=shard_examples,
+        signature=sig,
+        memory_mb=memory_mb,
+        memory_estimate_mb=round(needed_mb, 1),
+        memory_parts={name: round(mb, 1) for name, mb in parts.items()},
+        memory_source="history" if from_history else "model",
+        timeout_ms=timeout.ms,
+        timeout_source=timeout.source,
+    )

@@ -1,0 +1,152 @@
+"""Sizing at the edge: the estimator's inputs fetched from the platform and the store.
+
+The controller has no TensorFlow, so a model's profile and the runtime's baseline are measured by
+the training action itself (``mode: profile`` / ``mode: baseline``) and kept in the store's
+history; each is measured once. After a run, :meth:`Sizer.learn` records what it really used.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from faasdl.actions import TRAIN, deploy_variant
+from faasdl.config import Settings
+from faasdl.errors import EstimationError
+from faasdl.estimator import history
+from faasdl.estimator.failures import Limits, correct
+from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
+from faasdl.platform.base import Activation, Platform
+from faasdl.platform.classify import Failure, FailureKind
+from faasdl.store.base import StateStore
+from faasdl.store.records import BaselineRecord
+from faasdl.training.datasets import Dataset, load_dataset
+from faasdl.training.models import ModelProfile, check_model
+
+#: Time limit of a profiling activation (building InceptionV3 takes a few seconds).
+PROBE_TIMEOUT_MS = 120_000
+
+
+class Sizer:
+    """Plans training actions for jobs on one platform, learning from their runs."""
+
+    def __init__(self, *, platform: Platform, store: StateStore, settings: Settings) -> None:
+        self.platform = platform
+        self.store = store
+        self.settings = settings
+
+    def plan(self, request: EstimateRequest) -> tuple[ActionPlan, Dataset]:
+        """The plan for ``request`` and its loaded data set (nothing trained, nothing staged)."""
+        dataset = load_dataset(request.dataset)
+        check_model(request.model, dataset.input_shape, dataset.classes)
+        runtime = self.baseline()
+        plan = plan_training(
+            request,
+            DataFacts(
+                examples=len(dataset.y_train),
+                example_bytes=dataset.example_bytes,
+                input_shape=dataset.input_shape,
+                classes=dataset.classes,
+            ),
+            profile=self.profile(request.model, dataset.input_shape, dataset.classes),
+            baseline_mb=runtime.peak_memory_mb,
+            init_ms=int(statistics.median(runtime.init_ms or [0])),
+            limits=self.platform.limits(),
+            history=lambda sig: history.read(self.store, sig),
+            step_mb=self.settings.estimator.memory_step_mb,
+            price_per_gb_s=self.settings.price_per_gb_s,
+        )
+        return plan, dataset
+
+    def profile(self, model: str, input_shape: tuple[int, ...], classes: int) -> ModelProfile:
+        name = history.profile_name(model, input_shape, classes)
+        known = history.read_profile(self.store, name)
+        if known is not None:
+            return known
+        result = self._probe(
+            {
+                "mode": "profile",
+                "model": model,
+                "input_shape": list(input_shape),
+                "classes": classes,
+            }
+        )
+        profile = ModelProfile(
+            params=int(result["params"]),
+            trainable_params=int(result["trainable_params"]),
+            activations_per_example=int(result["activations_per_example"]),
+            layers=int(result["layers"]),
+        )
+        history.write_profile(self.store, name, profile)
+        return profile
+
+    def baseline(self) -> BaselineRecord:
+        """The runtime's memory floor and cold-start times, measured by a probe the first time."""
+        runtime = self.settings.estimator.baseline_runtime
+        known = history.read_baseline(self.store, runtime)
+        if known is not None:
+            return known
+        record = self._probe_record({"mode": "baseline"})
+        return history.write_baseline(
+            self.store,
+            runtime,
+            peak_memory_mb=float(record.response.result["peak_rss_mb"]),
+            init_ms=record.init_time,
+        )
+
+    def learn(self, plan: ActionPlan, activation: Activation, failure: Failure | None) -> None:
+        """Record what a training activation of ``plan`` used, or the limits it failed under."""
+        init_ms = activation.init_time or 0
+        if init_ms:
+            history.record_init(self.store, self.settings.estimator.baseline_runtime, init_ms)
+        if failure is None:
+            result: dict[str, Any] = activation.response.result or {}
+            phases = result.get("phases_s", {})
+            epochs = max(1, len(result.get("epochs", [])))
+            train_ms = 1000 * float(phases.get("train", 0.0))
+            history.record_run(
+                self.store,
+                plan.signature,
+                peak_memory_mb=float(result["peak_rss_mb"]),
+                overhead_ms=max(0, int((activation.duration or 0) - init_ms - train_ms)),
+                epoch_ms=math.ceil(train_ms / epochs),
+            )
+        elif failure.kind is FailureKind.OUT_OF_MEMORY:
+            history.record_failure(self.store, plan.signature, memory_floor_mb=plan.memory_mb)
+        elif failure.kind is FailureKind.OUT_OF_TIME:
+            history.record_failure(self.store, plan.signature, timeout_floor_ms=plan.timeout_ms)
+
+    def corrected(self, plan: ActionPlan, failure: Failure) -> ActionPlan:
+        """``plan`` with the limits its next attempt needs after ``failure`` (persisted too)."""
+        limits = self.platform.limits()
+        fixed = correct(
+            failure,
+            Limits(plan.memory_mb, plan.timeout_ms),
+            step_mb=self.settings.estimator.memory_step_mb,
+            max_memory_mb=limits.memory_max_mb,
+            max_timeout_ms=limits.timeout_max_ms,
+        )
+        return plan.model_copy(
+            update={"memory_mb": fixed.memory_mb, "timeout_ms": fixed.timeout_ms}
+        )
+
+    def _probe(self, params: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._probe_record(params).response.result
+        return result
+
+    def _probe_record(self, params: dict[str, Any]) -> Activation:
+        limits = self.platform.limits()
+        variant = deploy_variant(
+            self.platform,
+            TRAIN,
+            memory_mb=limits.memory_max_mb,
+            timeout_ms=min(limits.timeout_max_ms, PROBE_TIMEOUT_MS),
+        )
+        record = self.platform.call(variant, params)
+        result = record.response.result or {}
+        if not record.success:
+            raise EstimationError(
+                f"measuring {params.get('mode')} failed: {record.error or result.get('error')}"
+            )
+        return record

@@ -1,0 +1,54 @@
+"""Timeouts of training and aggregation actions: history first, then the user's cost, then the
+platform's maximum (DiSDeL's timeout manager, with history that learns)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+#: Slack over the slowest run on record: room for a busier platform, under 2× after rounding.
+HISTORY_SLACK = 1.4
+
+
+@dataclass(frozen=True)
+class TimeoutEstimate:
+    ms: int
+    source: Literal["history", "expected_cost", "platform_max"]
+
+
+def estimate_timeout(
+    *,
+    overhead_ms: list[int],
+    epoch_ms: list[int],
+    epochs: int,
+    init_ms: int,
+    floor_ms: int = 0,
+    expected_cost: float | None,
+    containers: int,
+    memory_mb: int,
+    price_per_gb_s: float,
+    min_ms: int,
+    max_ms: int,
+) -> TimeoutEstimate:
+    """The action timeout in ms, within ``[min_ms, max_ms]``.
+
+    With history: a cold start (``init_ms``: OpenWhisk's limit covers ``/init`` too) plus the
+    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.4, rounded up to
+    whole seconds (the variants' granularity) and above any timeout a run failed under.
+    Without: e_time = (e_cost / c_d) / (μ · mₑ), the time an action may run for its share of the
+    user's expected cost at μ per GB·s. With neither: the platform's maximum.
+    """
+    if epoch_ms and overhead_ms:
+        slowest = init_ms + max(overhead_ms) + epochs * max(epoch_ms)
+        wanted = max(math.ceil(slowest * HISTORY_SLACK / 1000) * 1000, floor_ms + 1)
+        return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "history")
+    if expected_cost is not None:
+        seconds = (expected_cost / containers) / (price_per_gb_s * memory_mb / 1024)
+        wanted = max(math.ceil(seconds * 1000), floor_ms + 1)
+        return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "expected_cost")
+    return TimeoutEstimate(max_ms, "platform_max")
+
+
+def _clamp(ms: int, low: int, high: int) -> int:
+    return max(low, min(high, ms))

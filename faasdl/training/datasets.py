@@ -1,0 +1,218 @@
+"""Datasets for training jobs and their seeded IID split into shards.
+
+Three sources: scikit-learn's digits (real, shipped with scikit-learn), synthetic image sets of any
+shape and size with a learnable signal (for scale), and a user's ``.npz`` file. Every source gives
+float32 images ``(N, H, W, C)`` (or feature vectors ``(N, D)``) and int32 labels. NumPy only: the
+controller loads and shards data without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from faasdl.errors import ValidationError
+
+NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DigitsSpec(_Spec):
+    """scikit-learn's 8×8 handwritten digits: 1,797 images, 10 classes."""
+
+    name: Literal["digits"] = "digits"
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="Share of images held out for test.")
+
+
+class SyntheticSpec(_Spec):
+    """Generated images: one random pattern per class plus noise, so that a model can learn it."""
+
+    name: Literal["synthetic"] = "synthetic"
+    shape: tuple[int, ...] = Field((32, 32, 3), description="Shape of one example (H, W, C).")
+    classes: int = Field(10, ge=2, le=1000, description="Number of classes.")
+    train_size: int = Field(2048, ge=1, le=1_000_000, description="Training examples.")
+    test_size: int = Field(512, ge=1, le=1_000_000, description="Test examples.")
+    noise: float = Field(1.0, ge=0, description="Standard deviation of the noise on each pattern.")
+    seed: int = Field(0, description="Seed of the patterns and the noise.")
+
+
+class NpzSpec(_Spec):
+    """A user's ``.npz`` file with ``x_train``, ``y_train``, ``x_test``, ``y_test`` (no pickle)."""
+
+    name: Literal["npz"] = "npz"
+    path: str = Field(description="Path of the .npz file.")
+
+
+DatasetSpec = Annotated[DigitsSpec | SyntheticSpec | NpzSpec, Field(discriminator="name")]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A loaded data set: float32 inputs, int32 labels in ``[0, classes)``."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.x_train.shape[1:])
+
+    @property
+    def example_bytes(self) -> int:
+        return int(self.x_train[0].nbytes) + int(self.y_train.itemsize)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One worker's share of the training set; ``count`` weighs it in the global average."""
+
+    index: int
+    x: np.ndarray
+    y: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.y)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.x.nbytes + self.y.nbytes)
+
+    def to_bytes(self) -> bytes:
+        """Safetensors, so that a shard crosses the store without pickle."""
+        return st_save({"x": self.x, "y": self.y})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, index: int) -> Shard:
+        tensors = st_load(data)
+        return cls(index=index, x=tensors["x"], y=tensors["y"])
+
+
+def load_dataset(spec: DigitsSpec | SyntheticSpec | NpzSpec) -> Dataset:
+    """Load the data set ``spec`` names; raises ``ValidationError`` naming the field at fault."""
+    if isinstance(spec, DigitsSpec):
+        return _digits(spec)
+    if isinstance(spec, SyntheticSpec):
+        return _synthetic(spec)
+    return _npz(spec)
+
+
+def split_shards(dataset: Dataset, shards: int, *, seed: int) -> list[Shard]:
+    """Shuffle the training set once with ``seed`` and cut it into ``shards`` near-equal shards."""
+    if not 1 <= shards <= len(dataset.y_train):
+        raise ValidationError(
+            f"cannot split {len(dataset.y_train)} examples into {shards} shards", field="workers"
+        )
+    order = np.random.default_rng(seed).permutation(len(dataset.y_train))
+    return [
+        Shard(index=i, x=dataset.x_train[part], y=dataset.y_train[part])
+        for i, part in enumerate(np.array_split(order, shards))
+    ]
+
+
+def _digits(spec: DigitsSpec) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (bunch.images / 16.0).astype(np.float32)[..., np.newaxis]
+    y = bunch.target.astype(np.int32)
+    # A fixed split, independent of the job's seed, so that test accuracy is comparable.
+    order = np.random.default_rng(0).permutation(len(y))
+    n_test = round(len(y) * spec.test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    return Dataset(x[train], y[train], x[test], y[test], classes=10)
+
+
+def _synthetic(spec: SyntheticSpec) -> Dataset:
+    if not 1 <= len(spec.shape) <= 3 or min(spec.shape) < 1:
+        raise ValidationError(
+            f"shape {list(spec.shape)} is not (H, W, C), (H, W) or (D,) with positive sizes",
+            field="dataset.shape",
+        )
+    rng = np.random.default_rng(spec.seed)
+    patterns = rng.normal(size=(spec.classes, *spec.shape)).astype(np.float32)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, spec.classes, size=n).astype(np.int32)
+        x = patterns[y] + rng.normal(scale=spec.noise, size=(n, *spec.shape)).astype(np.float32)
+        return x, y
+
+    x_train, y_train = draw(spec.train_size)
+    x_test, y_test = draw(spec.test_size)
+    return Dataset(x_train, y_train, x_test, y_test, classes=spec.classes)
+
+
+def _npz(spec: NpzSpec) -> Dataset:
+    path = Path(spec.path)
+    if not path.is_file():
+        raise ValidationError(f"no such file: {spec.path}", field="dataset.path")
+    try:
+        # Opened here so that the file is closed whatever np.load makes of it.
+        with path.open("rb") as fh:
+            if fh.read(4) != b"PK\x03\x04":
+                raise ValidationError(f"{spec.path} is not a .npz archive", field="dataset.path")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as archive:
+                missing = [key for key in NPZ_KEYS if key not in archive.files]
+                if missing:
+                    raise ValidationError(
+                        f"{spec.path} lacks {', '.join(missing)} (needs {', '.join(NPZ_KEYS)})",
+                        field="dataset.path",
+                    )
+                arrays = {key: archive[key] for key in NPZ_KEYS}
+    except ValidationError:
+        raise
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise ValidationError(
+                f"{spec.path} holds Python objects, which would need pickle to load; "
+                "save plain numeric arrays",
+                field="dataset.path",
+            ) from exc
+        raise ValidationError(f"{spec.path} is not a valid .npz: {exc}", field="dataset.path") from exc
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValidationError(f"{spec.path} is not a valid .npz: {exc}", field="dataset.path") from exc
+    return Dataset(
+        *_inputs(arrays["x_train"], arrays["y_train"], "train"),
+        *_inputs(arrays["x_test"], arrays["y_test"], "test"),
+        classes=_classes(arrays["y_train"], arrays["y_test"]),
+    )
+
+
+def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.ndarray]:
+    if x.ndim not in (2, 3, 4) or not np.issubdtype(x.dtype, np.number):
+        raise ValidationError(
+            f"x_{part} must be numeric with 2 to 4 dimensions, got {x.dtype} {list(x.shape)}",
+            field="dataset.path",
+        )
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or len(y) != len(x):
+        raise ValidationError(
+            f"y_{part} must be {len(x)} integer labels, got {y.dtype} {list(y.shape)}",
+            field="dataset.path",
+        )
+    if len(y) == 0:
+        raise ValidationError(f"x_{part} is empty", field="dataset.path")
+    scaled = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
+    if x.ndim == 3:  # grey images without a channel axis
+        scaled = scaled[..., np.newaxis]
+    return scaled, y.astype(np.int32)
+
+
+def _classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
+    low = min(int(y_train.min()), int(y_test.min()))
+    if low < 0:
+        raise ValidationError(f"labels must be ≥ 0, found {low}", field="dataset.path")
+    return max(int(y_train.max()), int(y_test.max())) + 1

@@ -1,0 +1,203 @@
+"""A deterministic, resumable training loop on one shard.
+
+Deterministic: TensorFlow's op determinism is on, weights are drawn from the job's seed, and the
+order of epoch ``e`` is ``default_rng([seed, e]).permutation(n)``, so two runs with one seed give
+bit-identical weights. Resumable: the loop can stop after any step and a :class:`TrainState`
+taken there lets another process carry on and end bit-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from faasdl.training.tensors import TrainState
+
+if TYPE_CHECKING:
+    import keras
+
+_configured: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How one attempt trains: ``epochs`` counts from the start of the round, not of the attempt."""
+
+    batch_size: int
+    epochs: int
+    seed: int = 0
+    optimizer: Literal["adam", "sgd"] = "adam"
+    learning_rate: float = 1e-3
+    target_loss: float | None = None
+
+
+@dataclass
+class TrainReport:
+    """What one attempt did: per-epoch loss and accuracy, where its time went, and its state."""
+
+    state: TrainState
+    steps: int = 0
+    stopped_early: bool = False
+    phases_s: dict[str, float] = field(default_factory=dict)
+
+
+def configure_runtime(*, intra_op_threads: int = 1, inter_op_threads: int = 1) -> None:
+    """Op determinism and thread counts; once per process, before TensorFlow runs anything."""
+    global _configured
+    import tensorflow as tf
+
+    if _configured is None:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+        tf.config.experimental.enable_op_determinism()
+        _configured = (intra_op_threads, inter_op_threads)
+
+
+def steps_per_epoch(examples: int, batch_size: int) -> int:
+    return math.ceil(examples / batch_size)
+
+
+def epoch_order(seed: int, epoch: int, examples: int) -> np.ndarray:
+    """The order of epoch ``epoch``: a pure function of (seed, epoch), never of the attempt."""
+    return np.random.default_rng([seed, epoch]).permutation(examples)
+
+
+class Trainer:
+    """One model and its optimizer, ready to train on a shard from a given state."""
+
+    def __init__(self, model: keras.Model, config: TrainConfig) -> None:
+        import keras
+        import tensorflow as tf
+
+        self.model = model
+        self.config = config
+        self.optimizer: keras.optimizers.Optimizer = (
+            keras.optimizers.Adam(config.learning_rate)
+            if config.optimizer == "adam"
+            else keras.optimizers.SGD(config.learning_rate, momentum=0.9)
+        )
+        self.optimizer.build(model.trainable_variables)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+        spec = (
+            tf.TensorSpec((None, *model.input_shape[1:]), tf.float32),
+            tf.TensorSpec((None,), tf.int32),
+        )
+
+        @tf.function(input_signature=spec)  # type: ignore[untyped-decorator]
+        def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                total = loss_fn(y, logits)
+                loss = total / tf.cast(tf.shape(y)[0], tf.float32)
+            grads = tape.gradient(loss, model.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            correct = tf.reduce_sum(
+                tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y), tf.int32)
+            )
+            return total, correct
+
+        self._train_step = train_step
+
+    def initial_state(self) -> TrainState:
+        return TrainState(weights=self.weights())
+
+    def weights(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.model.weights]
+
+    def load(self, state: TrainState) -> None:
+        """Set weights and (if the state has them) optimizer variables from ``state``."""
+        _assign(self.model.weights, state.weights, "weights")
+        if state.optimizer:
+            _assign(self.optimizer.variables, state.optimizer, "optimizer state")
+
+    def snapshot(self, state: TrainState) -> TrainState:
+        """``state``'s counters with the current weights and optimizer variables."""
+        return TrainState(
+            weights=self.weights(),
+            optimizer=[v.numpy() for v in self.optimizer.variables],
+            epoch=state.epoch,
+            step=state.step,
+            loss_sum=state.loss_sum,
+            correct=state.correct,
+            seen=state.seen,
+            epochs=list(state.epochs),
+        )
+
+    def train(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        state: TrainState,
+        *,
+        on_step: Callable[[TrainState], None] | None = None,
+    ) -> TrainReport:
+        """Train from ``state`` to ``config.epochs``; ``on_step`` sees the state after each step.
+
+        The state passed to ``on_step`` carries counters only (its weights are those it started
+        with): call :meth:`snapshot` there to checkpoint.
+        """
+        started = time.perf_counter()
+        self.load(state)
+        report = TrainReport(state=state)
+        steps = steps_per_epoch(len(y), self.config.batch_size)
+        while state.epoch < self.config.epochs:
+            order = epoch_order(self.config.seed, state.epoch, len(y))
+            while state.step < steps:
+                batch = order[state.step * self.config.batch_size :][: self.config.batch_size]
+                total, correct = self._train_step(x[batch], y[batch])
+                state.loss_sum += float(total)
+                state.correct += int(correct)
+                state.seen += len(batch)
+                state.step += 1
+                report.steps += 1
+                if on_step is not None:
+                    on_step(state)
+            state.epochs.append(
+                {"loss": state.loss_sum / state.seen, "accuracy": state.correct / state.seen}
+            )
+            state.epoch, state.step, state.loss_sum, state.correct, state.seen = (
+                state.epoch + 1,
+                0,
+                0.0,
+                0,
+                0,
+            )
+            target = self.config.target_loss
+            if target is not None and state.epochs[-1]["loss"] <= target:
+                report.stopped_early = state.epoch < self.config.epochs
+                break
+        report.state = self.snapshot(state)
+        report.phases_s["train"] = time.perf_counter() - started
+        return report
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray, *, batch_size: int = 256) -> dict[str, float]:
+        """Loss and accuracy of the current weights on ``(x, y)``."""
+        import keras
+
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+        total, correct = 0.0, 0
+        for start in range(0, len(y), batch_size):
+            logits = self.model(x[start : start + batch_size], training=False)
+            total += float(loss_fn(y[start : start + batch_size], logits))
+            correct += int(np.sum(np.argmax(np.asarray(logits), axis=1) == y[start:][:batch_size]))
+        return {"loss": total / len(y), "accuracy": correct / len(y)}
+
+
+def _assign(variables: Any, values: list[np.ndarray], what: str) -> None:
+    from faasdl.errors import ValidationError
+
+    targets = list(variables)
+    if len(targets) != len(values) or any(
+        tuple(v.shape) != a.shape for v, a in zip(targets, values, strict=False)
+    ):
+        raise ValidationError(
+            f"the {what} do not fit the model ({len(values)} arrays for {len(targets)} variables)",
+            field="weights",
+        )
+    for variable, value in zip(targets, values, strict=True):
+        variable.assign(value)

@@ -1,0 +1,5 @@
+"""faasdl's aggregation action: the weighted mean of models (see faasdl.aggregation.action)."""
+
+from faasdl.aggregation.action import main
+
+__all__ = ["main"]

@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from faasdl.aggregation.average import WeightedMean, weighted_average
+from faasdl.errors import AggregationError
+
+
+def model(value: float) -> list[np.ndarray]:
+    return [np.full((2, 3), value, np.float32), np.full((3,), -value, np.float32)]
+
+
+def test_the_mean_is_weighted_by_example_count() -> None:
+    merged = weighted_average([(model(1.0), 1), (model(4.0), 3)])
+
+    assert np.allclose(merged[0], 3.25)
+    assert np.allclose(merged[1], -3.25)
+    assert merged[0].dtype == np.float32
+
+
+def test_a_tree_of_averages_equals_the_flat_mean() -> None:
+    rng = np.random.default_rng(0)
+    leaves = [
+        ([rng.normal(size=(4, 4)).astype(np.float32)], int(rng.integers(1, 100))) for _ in range(7)
+    ]
+
+    flat = weighted_average(leaves)
+    left, right = leaves[:3], leaves[3:]
+    tree = weighted_average(
+        [
+            (weighted_average(left), sum(n for _, n in left)),
+            (weighted_average(right), sum(n for _, n in right)),
+        ]
+    )
+
+    assert np.allclose(tree[0], flat[0], atol=1e-6)
+
+
+def test_models_of_different_shapes_cannot_be_merged() -> None:
+    mean = WeightedMean()
+    mean.add(model(1.0), 5)
+
+    with pytest.raises(AggregationError, match="shapes differ"):
+        mean.add([np.zeros((3, 2), np.float32), np.zeros((3,), np.float32)], 5)
+
+
+@pytest.mark.parametrize("examples", [0, -1])
+def test_a_model_without_examples_is_refused(examples: int) -> None:
+    with pytest.raises(AggregationError, match="cannot be weighed"):
+        WeightedMean().add(model(1.0), examples)
+
+
+def test_nothing_to_average_is_an_error() -> None:
+    with pytest.raises(AggregationError, match="no models"):
+        WeightedMean().result()

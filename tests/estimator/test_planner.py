@@ -1,0 +1,129 @@
+from pathlib import Path
+
+import pytest
+
+from faasdl.errors import EstimationError, ValidationError
+from faasdl.estimator import history
+from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
+from faasdl.platform.base import PlatformLimits
+from faasdl.store.records import ExecutionHistory
+from faasdl.store.sqlite import SqliteStore
+from faasdl.training.datasets import SyntheticSpec
+from faasdl.training.models import ModelProfile
+
+LIMITS = PlatformLimits(
+    memory_min_mb=128, memory_max_mb=2048, memory_std_mb=256,
+    timeout_min_ms=100, timeout_max_ms=300_000, timeout_std_ms=60_000,
+)  # fmt: skip
+DATA = DataFacts(
+    examples=1000, example_bytes=3 * 32 * 32 * 4 + 4, input_shape=(32, 32, 3), classes=10
+)
+PROFILE = ModelProfile(
+    params=2_000_000, trainable_params=2_000_000, activations_per_example=400_000, layers=150
+)
+
+
+def plan(
+    request: EstimateRequest,
+    past: dict[str, ExecutionHistory] | None = None,
+    *,
+    data: DataFacts = DATA,
+    limits: PlatformLimits = LIMITS,
+) -> ActionPlan:
+    return plan_training(
+        request, data, profile=PROFILE, baseline_mb=600, init_ms=3000, limits=limits,
+        history=lambda sig: (past or {}).get(sig), step_mb=64, price_per_gb_s=0.000017,
+    )  # fmt: skip
+
+
+def request(**fields: object) -> EstimateRequest:
+    return EstimateRequest.model_validate(
+        {"model": "mobilenet_v2", "dataset": SyntheticSpec(), "batch_size": 32} | fields
+    )
+
+
+def test_a_first_plan_comes_from_the_model_and_uses_the_platform_maximum_time() -> None:
+    result = plan(request())
+
+    assert result.containers == 2
+    assert result.shard_examples == 500
+    assert result.memory_source == "model"
+    assert result.memory_mb % 64 == 0
+    assert result.memory_mb >= result.memory_estimate_mb
+    assert set(result.memory_parts) == {
+        "runtime",
+        "parameters",
+        "activations",
+        "shard",
+        "graph",
+        "margin",
+    }
+    assert (result.timeout_ms, result.timeout_source) == (300_000, "platform_max")
+
+
+def test_history_of_the_signature_replaces_the_formula() -> None:
+    first = plan(request())
+    past = ExecutionHistory(
+        signature=first.signature, runs=1, peak_memory_mb=800.0, overhead_ms=[500], epoch_ms=[2000]
+    )
+
+    result = plan(request(), {first.signature: past})
+
+    assert (result.memory_source, result.memory_mb) == ("history", 896)  # 800 × 1.1 → 896
+    assert (result.timeout_source, result.timeout_ms) == ("history", 8000)  # 5.5 s × 1.4
+
+
+def test_a_memory_limit_a_run_failed_under_is_exceeded() -> None:
+    first = plan(request())
+    past = ExecutionHistory(signature=first.signature, memory_floor_mb=first.memory_mb)
+
+    assert plan(request(), {first.signature: past}).memory_mb > first.memory_mb
+
+
+def test_more_data_than_one_action_holds_is_spread_over_more_actions() -> None:
+    big = DataFacts(examples=100_000, example_bytes=12_292, input_shape=(32, 32, 3), classes=10)
+
+    result = plan(request(), data=big)
+
+    assert result.containers > 2
+    assert result.memory_mb <= LIMITS.memory_max_mb
+
+
+def test_a_batch_larger_than_a_shard_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match="larger than a shard") as caught:
+        plan(request(batch_size=600, workers=2))
+    assert caught.value.field == "batch_size"
+
+
+def test_an_unknown_model_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError) as caught:
+        plan(request(model="gpt"))
+    assert caught.value.field == "model"
+
+
+def test_workers_that_make_an_action_too_large_are_an_estimation_error() -> None:
+    small = LIMITS.model_copy(update={"memory_max_mb": 512})
+
+    with pytest.raises(EstimationError, match="leave workers out"):
+        plan(request(workers=2), limits=small)
+
+
+def test_history_updates_by_compare_and_set_lose_nothing(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with SqliteStore(path=tmp_path / "s.db") as store:
+
+        def run(i: int) -> None:
+            history.record_run(store, "sig", peak_memory_mb=float(i), overhead_ms=i, epoch_ms=i)
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(run, range(40)))
+        history.record_failure(store, "sig", memory_floor_mb=512)
+
+        found = history.read(store, "sig")
+
+    assert found is not None
+    assert found.runs == 40
+    assert found.peak_memory_mb == 39.0
+    assert len(found.epoch_ms) == history.KEEP_DURATIONS
+    assert found.memory_floor_mb == 512

@@ -1,0 +1,63 @@
+from typing import Any
+
+import pytest
+
+from faasdl.estimator.timeout import estimate_timeout
+
+LIMITS: dict[str, Any] = {"min_ms": 100, "max_ms": 300_000}
+NO_HISTORY: dict[str, Any] = {"overhead_ms": [], "epoch_ms": [], "epochs": 3, "init_ms": 0}
+
+
+def test_history_comes_first_and_covers_a_cold_start_and_every_epoch() -> None:
+    timeout = estimate_timeout(
+        overhead_ms=[400, 500],
+        epoch_ms=[1000, 1200],
+        epochs=3,
+        init_ms=3000,
+        expected_cost=1.0,
+        containers=2,
+        memory_mb=1024,
+        price_per_gb_s=0.000017,
+        **LIMITS,
+    )
+
+    # (3000 + 500 + 3 × 1200) × 1.4 = 9940 ms, rounded up to whole seconds.
+    assert (timeout.ms, timeout.source) == (10_000, "history")
+
+
+def test_a_timeout_a_run_failed_under_is_exceeded() -> None:
+    timeout = estimate_timeout(
+        overhead_ms=[100], epoch_ms=[100], epochs=1, init_ms=0, floor_ms=20_000,
+        expected_cost=None, containers=2, memory_mb=512, price_per_gb_s=1e-5, **LIMITS,
+    )  # fmt: skip
+
+    assert timeout.ms > 20_000
+
+
+def test_without_history_the_expected_cost_gives_e_time() -> None:
+    # e_time = (e_cost / c_d) / (μ · mₑ) = (0.0017 / 2) / (0.000017 · 0.5 GB) = 100 s
+    timeout = estimate_timeout(
+        expected_cost=0.0017, containers=2, memory_mb=512, price_per_gb_s=0.000017,
+        **NO_HISTORY, **LIMITS,
+    )  # fmt: skip
+
+    assert (timeout.ms, timeout.source) == (100_000, "expected_cost")
+
+
+@pytest.mark.parametrize(("cost", "expected"), [(1.0, 300_000), (1e-9, 100)])
+def test_the_expected_cost_is_clamped_to_the_platforms_limits(cost: float, expected: int) -> None:
+    timeout = estimate_timeout(
+        expected_cost=cost, containers=2, memory_mb=512, price_per_gb_s=0.000017,
+        **NO_HISTORY, **LIMITS,
+    )  # fmt: skip
+
+    assert timeout.ms == expected
+
+
+def test_with_neither_the_platform_maximum_is_used() -> None:
+    timeout = estimate_timeout(
+        expected_cost=None, containers=2, memory_mb=512, price_per_gb_s=0.000017,
+        **NO_HISTORY, **LIMITS,
+    )  # fmt: skip
+
+    assert (timeout.ms, timeout.source) == (300_000, "platform_max")

@@ -1,0 +1,191 @@
+"""The training and aggregation actions as real activations on the embedded platform."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
+
+from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
+from faasdl.aggregation.average import weighted_average
+from faasdl.config import Settings
+from faasdl.estimator.planner import EstimateRequest
+from faasdl.estimator.sizer import Sizer
+from faasdl.platform.classify import classify
+from faasdl.platform.local import LocalPlatform
+from faasdl.store import StateStore
+from faasdl.training.datasets import DigitsSpec, load_dataset, split_shards
+from faasdl.training.tensors import TrainState, pack, unpack
+from tests.conftest import eventually
+
+pytestmark = pytest.mark.tensorflow
+Store = tuple[StateStore, str]
+
+
+@pytest.fixture(scope="module")
+def train(tf_platform: LocalPlatform) -> str:
+    return deploy_variant(tf_platform, TRAIN, memory_mb=1024, timeout_ms=120_000)
+
+
+@pytest.fixture(scope="module")
+def shard(tf_store: Store) -> str:
+    store, _ = tf_store
+    part = split_shards(load_dataset(DigitsSpec()), 2, seed=0)[0]
+    store.put_blob("test/shard", part.to_bytes())
+    return "test/shard"
+
+
+def params(url: str, shard: str, **more: object) -> dict[str, object]:
+    return {
+        "store_url": url, "model": "small_cnn", "classes": 10, "shard": shard,
+        "batch_size": 8, "epochs": 4, "seed": 3,
+    } | more  # fmt: skip
+
+
+def test_a_unit_killed_mid_epoch_resumes_from_its_checkpoint_bit_identical(
+    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
+) -> None:
+    store, url = tf_store
+    whole = tf_platform.call(train, params(url, shard, weights_out="test/whole"))
+    assert whole.success, whole.error
+    resumable = params(
+        url, shard, weights_out="test/resumed", checkpoint="test/ckpt", checkpoint_every_steps=10
+    )
+
+    # Execute: kill the attempt as soon as it has checkpointed, then run the unit again.
+    killed = tf_platform.invoke(train, resumable)
+    eventually(lambda: store.blob_manifest("test/ckpt") is not None, timeout_s=60)
+    tf_platform.kill(killed)
+    record = tf_platform.wait([killed], timeout_s=30)[killed]
+    at_kill = TrainState.from_bytes(store.get_blob("test/ckpt"))
+    again = tf_platform.call(train, resumable)
+
+    # Assert: the kill landed mid-run, the second attempt resumed there and ended bit-identical.
+    assert not record.success
+    assert (at_kill.epoch, at_kill.step) < (4, 0)
+    assert again.success, again.error
+    assert again.response.result["resumed_from"] == [at_kill.epoch, at_kill.step]
+    assert again.response.result["steps"] < whole.response.result["steps"]
+    mine, theirs = (
+        unpack(store.get_blob("test/resumed"))["w"],
+        unpack(store.get_blob("test/whole"))["w"],
+    )
+    assert all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
+    assert again.response.result["epochs"] == whole.response.result["epochs"]
+
+
+def test_the_action_reports_its_peak_memory_and_phases(
+    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
+) -> None:
+    _, url = tf_store
+
+    record = tf_platform.call(train, params(url, shard, weights_out="test/w", epochs=1))
+
+    result = record.response.result
+    assert record.success, record.error
+    assert 300 < result["peak_rss_mb"] < 1024
+    assert set(result["phases_s"]) >= {"load", "build", "train", "save"}
+    assert result["examples"] == 719
+
+
+def test_early_stopping_at_the_target_loss(
+    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
+) -> None:
+    _, url = tf_store
+
+    record = tf_platform.call(
+        train, params(url, shard, weights_out="test/w", epochs=50, target_loss=1.5)
+    )
+
+    result = record.response.result
+    assert result["stopped_early"]
+    assert len(result["epochs"]) < 50
+    assert result["loss"] <= 1.5
+
+
+def test_a_prewarmed_container_answers_a_warmup_at_once(
+    tf_platform: LocalPlatform, train: str
+) -> None:
+    assert tf_platform.prewarm(train, 1) == 1
+
+    record = tf_platform.call(train, {"warmup": True})
+
+    assert record.success
+    assert record.init_time is None
+    assert record.duration is not None
+    assert record.duration < 500
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"batch_size": None}, "batch_size"),
+        ({"model": "gpt"}, "model"),
+        ({"shard": "none"}, "none"),
+    ],
+)
+def test_bad_arguments_are_an_application_error_naming_the_field(
+    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str,
+    change: dict[str, object], named: str,
+) -> None:  # fmt: skip
+    _, url = tf_store
+    args = {k: v for k, v in (params(url, shard, weights_out="test/w") | change).items() if v}
+
+    record = tf_platform.call(train, args)
+
+    failure = classify(record)
+    assert failure is not None
+    assert failure.kind == "application_error"
+    assert named in (record.error or "")
+
+
+def test_the_aggregation_action_writes_the_weighted_mean(
+    tf_platform: LocalPlatform, tf_store: Store
+) -> None:
+    store, url = tf_store
+    rng = np.random.default_rng(0)
+    models = [
+        [rng.normal(size=(3, 2)).astype(np.float32), rng.normal(size=2).astype(np.float32)]
+        for _ in range(3)
+    ]
+    for i, weights in enumerate(models):
+        store.put_blob(f"test/in/{i}", pack(weights))
+    aggregate = deploy_variant(tf_platform, AGGREGATE, memory_mb=256, timeout_ms=30_000)
+
+    record = tf_platform.call(aggregate, {
+        "store_url": url, "output": "test/mean",
+        "inputs": [{"weights": f"test/in/{i}", "examples": n} for i, n in enumerate((1, 2, 5))],
+    })  # fmt: skip
+
+    assert record.success, record.error
+    assert record.response.result["examples"] == 8
+    merged = unpack(store.get_blob("test/mean"))["w"]
+    expected = weighted_average(list(zip(models, (1, 2, 5), strict=True)))
+    assert all(np.allclose(a, b) for a, b in zip(merged, expected, strict=True))
+
+
+def test_the_sizer_measures_once_then_learns_from_a_real_run(
+    tf_platform: LocalPlatform, tf_store: Store, shard: str
+) -> None:
+    store, url = tf_store
+    sizer = Sizer(platform=tf_platform, store=store, settings=Settings())
+    request = EstimateRequest(model="small_cnn", dataset=DigitsSpec(), batch_size=8, epochs=1)
+    first, _ = sizer.plan(request)
+    probes = len(tf_platform.list_activations())
+
+    again, _ = sizer.plan(request)
+    variant = deploy_variant(
+        tf_platform, TRAIN, memory_mb=first.memory_mb, timeout_ms=first.timeout_ms
+    )
+    record = tf_platform.call(variant, params(url, shard, weights_out="test/w", epochs=1))
+    sizer.learn(first, record, classify(record))
+    learned, _ = sizer.plan(request)
+
+    assert len(tf_platform.list_activations()) == probes + 1  # the plan probed nothing new
+    assert again == first
+    assert first.memory_source == "model"
+    assert first.memory_mb >= record.response.result["peak_rss_mb"]
+    assert (learned.memory_source, learned.timeout_source) == ("history", "history")
+    assert learned.memory_mb >= record.response.result["peak_rss_mb"] * 1.1
+    assert learned.timeout_ms < first.timeout_ms

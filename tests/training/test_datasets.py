@@ -1,0 +1,146 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from faasdl.errors import ValidationError
+from faasdl.training.datasets import (
+    DigitsSpec,
+    NpzSpec,
+    Shard,
+    SyntheticSpec,
+    load_dataset,
+    split_shards,
+)
+
+
+def test_digits_are_scikit_learns_images_with_a_fixed_test_split() -> None:
+    data = load_dataset(DigitsSpec())
+
+    assert data.input_shape == (8, 8, 1)
+    assert data.classes == 10
+    assert len(data.y_train) + len(data.y_test) == 1797
+    assert data.x_train.min() >= 0.0
+    assert data.x_train.max() <= 1.0
+    assert np.array_equal(load_dataset(DigitsSpec()).y_test, data.y_test)
+
+
+def test_synthetic_data_has_the_asked_shape_and_a_learnable_signal() -> None:
+    data = load_dataset(SyntheticSpec(shape=(16, 16, 3), classes=4, train_size=400, noise=0.5))
+
+    assert data.x_train.shape == (400, 16, 16, 3)
+    assert data.x_train.dtype == np.float32
+    # Nearest class mean on the training set classifies the test set: there is signal to learn.
+    means = np.stack([data.x_train[data.y_train == c].mean(axis=0) for c in range(4)])
+    distances = ((data.x_test[:, None] - means[None]) ** 2).sum(axis=(2, 3, 4))
+    assert (distances.argmin(axis=1) == data.y_test).mean() > 0.9
+
+
+def test_shards_cover_the_training_set_once_and_depend_only_on_the_seed() -> None:
+    data = load_dataset(DigitsSpec())
+
+    shards = split_shards(data, 3, seed=7)
+
+    assert sum(s.count for s in shards) == len(data.y_train)
+    assert max(s.count for s in shards) - min(s.count for s in shards) <= 1
+    rows = np.concatenate([s.x.reshape(s.count, -1) for s in shards])
+    assert len(np.unique(rows, axis=0)) == len(np.unique(data.x_train.reshape(-1, 64), axis=0))
+    again = split_shards(data, 3, seed=7)
+    assert all(np.array_equal(a.y, b.y) for a, b in zip(shards, again, strict=True))
+    assert not np.array_equal(split_shards(data, 3, seed=8)[0].y, shards[0].y)
+
+
+def test_a_shard_crosses_the_store_as_safetensors() -> None:
+    shard = split_shards(load_dataset(DigitsSpec()), 2, seed=0)[1]
+
+    back = Shard.from_bytes(shard.to_bytes(), index=1)
+
+    assert np.array_equal(back.x, shard.x)
+    assert np.array_equal(back.y, shard.y)
+    assert back.count == shard.count
+
+
+def test_more_shards_than_examples_is_refused() -> None:
+    data = load_dataset(SyntheticSpec(train_size=3, shape=(4,)))
+
+    with pytest.raises(ValidationError, match="cannot split 3 examples into 4") as caught:
+        split_shards(data, 4, seed=0)
+    assert caught.value.field == "workers"
+
+
+def _npz(path: Path, **arrays: np.ndarray) -> NpzSpec:
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+    return NpzSpec(path=str(path))
+
+
+def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    spec = _npz(
+        tmp_path / "data.npz",
+        x_train=rng.integers(0, 256, (20, 6, 6), dtype=np.uint8),
+        y_train=rng.integers(0, 3, 20),
+        x_test=rng.integers(0, 256, (5, 6, 6), dtype=np.uint8),
+        y_test=np.array([0, 1, 2, 2, 1]),
+    )
+
+    data = load_dataset(spec)
+
+    assert data.input_shape == (6, 6, 1)
+    assert data.classes == 3
+    assert data.x_train.max() <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"x_train": np.zeros((4, 2)), "y_train": np.zeros(4, int)}, "lacks x_test, y_test"),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.zeros(3, int),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.zeros(2, int),
+            },
+            "y_train must be 4 integer labels",
+        ),
+        (
+            {
+                "x_train": np.array([{"a": 1}] * 4, dtype=object),
+                "y_train": np.zeros(4, int),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.zeros(2, int),
+            },
+            "would need pickle",
+        ),
+    ],
+    ids=["missing-keys", "label-count", "needs-pickle"],
+)
+def test_a_bad_npz_is_refused_naming_the_field(
+    tmp_path: Path, arrays: dict[str, np.ndarray], message: str
+) -> None:
+    spec = _npz(tmp_path / "bad.npz", **arrays)
+
+    with pytest.raises(ValidationError, match=message) as caught:
+        load_dataset(spec)
+    assert caught.value.field == "dataset.path"
+
+
+def test_a_corrupt_or_missing_npz_is_refused(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(b"PK\x03\x04 this is not a zip archive")
+
+    with pytest.raises(ValidationError, match=r"not a valid \.npz") as caught:
+        load_dataset(NpzSpec(path=str(corrupt)))
+    assert caught.value.field == "dataset.path"
+    plain = tmp_path / "plain.npz"
+    plain.write_bytes(b"x_train,y_train\n1,2\n")
+    with pytest.raises(ValidationError, match=r"not a \.npz archive"):
+        load_dataset(NpzSpec(path=str(plain)))
+    with pytest.raises(ValidationError, match="no such file"):
+        load_dataset(NpzSpec(path=str(tmp_path / "absent.npz")))
+
+
+def test_a_synthetic_shape_of_four_dimensions_is_refused() -> None:
+    with pytest.raises(ValidationError) as caught:
+        load_dataset(SyntheticSpec(shape=(2, 2, 2, 2)))
+    assert caught.value.field == "dataset.shape"

@@ -1,0 +1,82 @@
+"""The training loop, in process: it learns, it is deterministic, and it resumes exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
+
+from faasdl.training.datasets import DigitsSpec, Shard, load_dataset, split_shards
+from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
+from faasdl.training.models import build_model
+from faasdl.training.tensors import TrainState
+
+pytestmark = pytest.mark.tensorflow
+DIGITS = load_dataset(DigitsSpec())
+SHARD: Shard = split_shards(DIGITS, 2, seed=1)[0]
+
+
+class Stop(Exception):
+    pass
+
+
+def trainer(model: str, *, seed: int = 5, epochs: int = 3) -> Trainer:
+    configure_runtime()
+    net = build_model(model, DIGITS.input_shape, DIGITS.classes, seed=seed)
+    return Trainer(net, TrainConfig(batch_size=32, epochs=epochs, seed=seed))
+
+
+@pytest.mark.parametrize("model", ["mlp", "small_cnn"])
+def test_training_on_a_shard_raises_test_accuracy(model: str) -> None:
+    t = trainer(model, epochs=5)
+    before = t.evaluate(DIGITS.x_test, DIGITS.y_test)
+
+    report = t.train(SHARD.x, SHARD.y, t.initial_state())
+
+    after = t.evaluate(DIGITS.x_test, DIGITS.y_test)
+    assert after["accuracy"] > before["accuracy"] + 0.3
+    assert after["accuracy"] > 0.75
+    losses = [e["loss"] for e in report.state.epochs]
+    assert len(losses) == 5
+    assert losses[-1] < losses[0]
+    assert report.steps == 5 * -(-SHARD.count // 32)
+
+
+@pytest.mark.parametrize("model", ["mlp", "small_cnn"])
+def test_two_runs_with_one_seed_give_bit_identical_weights(model: str) -> None:
+    first = trainer(model).train(SHARD.x, SHARD.y, trainer(model).initial_state())
+    t = trainer(model)
+    second = t.train(SHARD.x, SHARD.y, t.initial_state())
+    t = trainer(model, seed=6)
+    other = t.train(SHARD.x, SHARD.y, t.initial_state())
+
+    pairs = zip(first.state.weights, second.state.weights, strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)
+    assert not np.array_equal(first.state.weights[0], other.state.weights[0])
+
+
+def test_a_run_stopped_mid_epoch_resumes_in_a_new_trainer_bit_identical() -> None:
+    t = trainer("small_cnn")
+    uninterrupted = t.train(SHARD.x, SHARD.y, t.initial_state())
+    t = trainer("small_cnn")
+    saved: list[bytes] = []
+
+    def stop_mid_epoch(progress: TrainState) -> None:
+        if (progress.epoch, progress.step) == (1, 7):
+            saved.append(t.snapshot(progress).to_bytes())
+            raise Stop
+
+    with pytest.raises(Stop):
+        t.train(SHARD.x, SHARD.y, t.initial_state(), on_step=stop_mid_epoch)
+    resumed_from = TrainState.from_bytes(saved[0])
+    fresh = trainer("small_cnn", seed=5)
+    fresh.model.set_weights([np.zeros_like(w) for w in fresh.model.get_weights()])
+
+    resumed = fresh.train(SHARD.x, SHARD.y, resumed_from)
+
+    assert (resumed_from.epoch, resumed_from.step) == (1, 7)
+    assert resumed.steps == 3 * -(-SHARD.count // 32) - (-(-SHARD.count // 32) + 7)
+    pairs = zip(uninterrupted.state.weights, resumed.state.weights, strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)
+    assert resumed.state.epochs == uninterrupted.state.epochs

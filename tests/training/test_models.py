@@ -1,0 +1,30 @@
+import pytest
+
+from faasdl.errors import ValidationError
+from faasdl.training.models import MODELS, check_model
+
+
+def test_the_zoo_has_the_small_models_and_four_keras_applications() -> None:
+    assert {"mlp", "small_cnn", "mobilenet_v2", "resnet50", "vgg16", "inception_v3"} <= set(MODELS)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "classes", "field", "message"),
+    [
+        ("transformer", (8, 8, 1), 10, "model", "unknown model 'transformer'"),
+        ("small_cnn", (64,), 10, "dataset", "needs images"),
+        ("mobilenet_v2", (8, 8, 1), 10, "dataset", "at least 32×32"),
+        ("inception_v3", (64, 64, 3), 10, "dataset", "at least 75×75"),
+        ("mlp", (8, 8, 1), 1, "dataset", "at least 2 classes"),
+    ],
+)
+def test_a_model_that_does_not_fit_the_data_is_refused_naming_the_field(
+    model: str, shape: tuple[int, ...], classes: int, field: str, message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message) as caught:
+        check_model(model, shape, classes)
+    assert caught.value.field == field
+
+
+def test_a_dense_model_takes_any_shape() -> None:
+    assert not check_model("mlp", (3,), 2).images
