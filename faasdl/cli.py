@@ -174,7 +174,7 @@ def estimate(
 ) -> None:
     """Print the plan for a job (actions, memory, timeout) without running it; JSON last."""
     from faasdl.estimator.planner import EstimateRequest
-    from faasdl.estimator.sizer import Sizer
+    from faasdl.estimator.sizer import Sizer, load_checked
     from faasdl.platform import make_platform
     from faasdl.store import make_store
 
@@ -203,8 +203,10 @@ def estimate(
         fail("; ".join(_field_error(e) for e in exc.errors()))
     settings = load_settings()
     try:
+        checked = load_checked(request)
         with make_platform(settings) as platform, make_store(settings.store) as store:
-            plan, _ = Sizer(platform=platform, store=store, settings=settings).plan(request)
+            sizer = Sizer(platform=platform, store=store, settings=settings)
+            plan, _ = sizer.plan(request, checked)
     except FaasdlError as exc:
         fail(str(exc))
     table = Table(title=f"plan: {request.model} on {request.dataset.name}", show_header=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -55,3 +56,36 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
 
     assert result.exit_code == 2
     assert "cannot read OpenWhisk's limits from http://127.0.0.1:9" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--model", "gpt"], "model: unknown model 'gpt'"),
+        (["--model", "mlp", "--batch-size", "0"], "batch_size: Input should be greater than"),
+        (["--model", "mlp", "--dataset", "npz", "--path", "/nonexistent.npz"], "dataset.path"),
+        (["--model", "mlp", "--dataset", "imagenet"], "dataset"),
+        (["--model", "resnet50"], "needs images of at least 32×32"),
+    ],
+    ids=["unknown-model", "batch-size", "missing-npz", "unknown-dataset", "shape-mismatch"],
+)
+def test_estimate_refuses_bad_input_naming_the_field(
+    args: list[str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAASDL_STORE__URL", f"sqlite:///{tmp_path / 'state.db'}")
+
+    result = runner.invoke(app, ["estimate", *args])
+
+    assert result.exit_code == 2
+    assert named in " ".join(result.output.split())
+    assert not any(tmp_path.iterdir())  # nothing was written for a rejected job
+
+
+def test_estimate_reads_a_spec_file_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("- not\n- a mapping\n")
+
+    result = runner.invoke(app, ["estimate", "--spec", str(spec)])
+
+    assert result.exit_code == 2
+    assert "must hold a mapping" in " ".join(result.output.split())

@@ -28,6 +28,14 @@ from faasdl.training.models import ModelProfile, check_model
 PROBE_TIMEOUT_MS = 120_000
 
 
+def load_checked(request: EstimateRequest) -> Dataset:
+    """The request's data set, checked against its model: what can be refused with no I/O but
+    reading the data is refused here, before anything is opened or written."""
+    dataset = load_dataset(request.dataset)
+    check_model(request.model, dataset.input_shape, dataset.classes)
+    return dataset
+
+
 class Sizer:
     """Plans training actions for jobs on one platform, learning from their runs."""
 
@@ -36,10 +44,11 @@ class Sizer:
         self.store = store
         self.settings = settings
 
-    def plan(self, request: EstimateRequest) -> tuple[ActionPlan, Dataset]:
+    def plan(
+        self, request: EstimateRequest, dataset: Dataset | None = None
+    ) -> tuple[ActionPlan, Dataset]:
         """The plan for ``request`` and its loaded data set (nothing trained, nothing staged)."""
-        dataset = load_dataset(request.dataset)
-        check_model(request.model, dataset.input_shape, dataset.classes)
+        dataset = dataset or load_checked(request)
         runtime = self.baseline()
         plan = plan_training(
             request,

@@ -182,14 +182,18 @@ def _npz(spec: NpzSpec) -> Dataset:
                 "save plain numeric arrays",
                 field="dataset.path",
             ) from exc
-        raise ValidationError(f"{spec.path} is not a valid .npz: {exc}", field="dataset.path") from exc
+        raise _invalid(spec, exc) from exc
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise ValidationError(f"{spec.path} is not a valid .npz: {exc}", field="dataset.path") from exc
+        raise _invalid(spec, exc) from exc
     return Dataset(
         *_inputs(arrays["x_train"], arrays["y_train"], "train"),
         *_inputs(arrays["x_test"], arrays["y_test"], "test"),
         classes=_classes(arrays["y_train"], arrays["y_test"]),
     )
+
+
+def _invalid(spec: NpzSpec, exc: Exception) -> ValidationError:
+    return ValidationError(f"{spec.path} is not a valid .npz: {exc}", field="dataset.path")
 
 
 def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.ndarray]:
