@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -143,6 +143,7 @@ class Trainer:
         """
         started = time.perf_counter()
         self.load(state)
+        state = replace(state, epochs=list(state.epochs))  # the caller's state stays as it was
         report = TrainReport(state=state)
         steps = steps_per_epoch(len(y), self.config.batch_size)
         while state.epoch < self.config.epochs:

@@ -1,0 +1,22 @@
+"""The estimator benchmark's small variant: real activations, limits enforced."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
+
+from faasdl.bench.estimator import run_estimator_bench
+
+pytestmark = pytest.mark.tensorflow
+
+
+def test_the_quick_matrix_runs_first_time_within_the_targets() -> None:
+    result = run_estimator_bench(quick=True, naive=False, progress=Console(quiet=True))
+
+    assert result["configs"] == 2
+    assert result["first_attempt_failures"] == 0
+    assert 1.0 <= result["overprovision_min"] <= result["overprovision_max"] <= 1.6
+    assert result["second_run_failures"] == 0
+    assert result["second_run_timeout_over_duration_max"] <= 2.0
