@@ -189,7 +189,7 @@ def _bench(
                 f"{sum(a.wall_s for a in row.naive):.1f} s",
                 highlight=False,
             )
-    progress.print(_table(rows))
+    progress.print(_table(rows), width=140)
     return _summary(rows, baseline, probe_s, naive)
 
 
