@@ -37,7 +37,7 @@ def estimate_timeout(
     slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.4, rounded up to
     whole seconds (the variants' granularity) and above any timeout a run failed under.
     Without: e_time = (e_cost / c_d) / (μ · mₑ), the time an action may run for its share of the
-    user's expected cost at μ per GB·s. With neither: the platform's maximum.
+    user's expected cost at μ per GB·s, in whole seconds. With neither: the platform's maximum.
     """
     if epoch_ms and overhead_ms:
         slowest = init_ms + max(overhead_ms) + epochs * max(epoch_ms)
@@ -45,7 +45,7 @@ def estimate_timeout(
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "history")
     if expected_cost is not None:
         seconds = (expected_cost / containers) / (price_per_gb_s * memory_mb / 1024)
-        wanted = max(math.ceil(seconds * 1000), floor_ms + 1)
+        wanted = max(math.ceil(seconds) * 1000, floor_ms + 1)
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "expected_cost")
     return TimeoutEstimate(max_ms, "platform_max")
 
