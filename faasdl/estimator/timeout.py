@@ -41,14 +41,16 @@ def estimate_timeout(
     """
     if epoch_ms and overhead_ms:
         slowest = init_ms + max(overhead_ms) + epochs * max(epoch_ms)
-        wanted = max(math.ceil(slowest * HISTORY_SLACK / 1000) * 1000, floor_ms + 1)
+        wanted = max(math.ceil(slowest * HISTORY_SLACK), floor_ms + 1)
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "history")
     if expected_cost is not None:
         seconds = (expected_cost / containers) / (price_per_gb_s * memory_mb / 1024)
-        wanted = max(math.ceil(seconds) * 1000, floor_ms + 1)
+        wanted = max(math.ceil(seconds * 1000), floor_ms + 1)
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "expected_cost")
     return TimeoutEstimate(max_ms, "platform_max")
 
 
 def _clamp(ms: int, low: int, high: int) -> int:
-    return max(low, min(high, ms))
+    # Whole seconds: a variant's name carries its timeout in seconds, so two timeouts in one
+    # second would be two limits under one name.
+    return max(low, min(high, math.ceil(ms / 1000) * 1000))
