@@ -34,7 +34,7 @@ from faasdl.platform.base import Activation, Platform
 from faasdl.platform.classify import FailureKind, classify
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, make_store
-from faasdl.training.datasets import DigitsSpec, SyntheticSpec, load_dataset, split_shards
+from faasdl.training.datasets import Dataset, DigitsSpec, SyntheticSpec, split_shards
 
 NAIVE_START = (256, 60_000)
 NAIVE_STEP = (256, 240_000)
@@ -93,11 +93,9 @@ class _Runner:
         self.store = store
         self.store_url = store_url
 
-    def stage(self, index: int, plan: ActionPlan, request: EstimateRequest) -> int:
-        dataset = load_dataset(request.dataset)
+    def stage(self, index: int, plan: ActionPlan, dataset: Dataset) -> None:
         shard = split_shards(dataset, plan.containers, seed=0)[0]
         self.store.put_blob(f"bench/{index}/shard", shard.to_bytes())
-        return dataset.classes
 
     def run(
         self, index: int, request: EstimateRequest, classes: int, memory_mb: int, timeout_ms: int
@@ -165,25 +163,27 @@ def _bench(
     baseline = sizer.baseline().peak_memory_mb
     probe_s = time.perf_counter() - started
     rows: list[Row] = []
-    classes: list[int] = []
+    datasets: list[Dataset] = []
     for i, request in enumerate(matrix):
         probe_started = time.perf_counter()
-        plan, _ = sizer.plan(request)
+        plan, dataset = sizer.plan(request)
         probe_s += time.perf_counter() - probe_started
-        classes.append(runner.stage(i, plan, request))
-        attempt, record = runner.run(i, request, classes[i], plan.memory_mb, plan.timeout_ms)
+        datasets.append(dataset)
+        runner.stage(i, plan, dataset)
+        attempt, record = runner.run(i, request, dataset.classes, plan.memory_mb, plan.timeout_ms)
         sizer.learn(plan, record, classify(record))
         rows.append(Row(request=request, first=attempt, first_plan=plan))
         progress.print(f"first run  {_label(request)}: {_describe(attempt)}", highlight=False)
     for i, row in enumerate(rows):
-        plan, _ = sizer.plan(row.request)
-        attempt, record = runner.run(i, row.request, classes[i], plan.memory_mb, plan.timeout_ms)
+        plan, _ = sizer.plan(row.request, datasets[i])
+        classes = datasets[i].classes
+        attempt, record = runner.run(i, row.request, classes, plan.memory_mb, plan.timeout_ms)
         sizer.learn(plan, record, classify(record))
         row.second, row.second_plan = attempt, plan
         progress.print(f"second run {_label(row.request)}: {_describe(attempt)}", highlight=False)
     if naive:
         for i, row in enumerate(rows):
-            row.naive = _naive(runner, i, row.request, classes[i], platform)
+            row.naive = _naive(runner, i, row.request, datasets[i].classes, platform)
             progress.print(
                 f"naive      {_label(row.request)}: {len(row.naive)} attempts, "
                 f"{sum(a.wall_s for a in row.naive):.1f} s",
