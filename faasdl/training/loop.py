@@ -9,9 +9,8 @@ taken there lets another process carry on and end bit-identical to an uninterrup
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -38,12 +37,11 @@ class TrainConfig:
 
 @dataclass
 class TrainReport:
-    """What one attempt did: per-epoch loss and accuracy, where its time went, and its state."""
+    """What one attempt did: its final state (with per-epoch loss and accuracy) and its steps."""
 
     state: TrainState
     steps: int = 0
     stopped_early: bool = False
-    phases_s: dict[str, float] = field(default_factory=dict)
 
 
 def configure_runtime(*, intra_op_threads: int = 1, inter_op_threads: int = 1) -> None:
@@ -141,7 +139,6 @@ class Trainer:
         The state passed to ``on_step`` carries counters only (its weights are those it started
         with): call :meth:`snapshot` there to checkpoint.
         """
-        started = time.perf_counter()
         self.load(state)
         state = replace(state, epochs=list(state.epochs))  # the caller's state stays as it was
         report = TrainReport(state=state)
@@ -173,7 +170,6 @@ class Trainer:
                 report.stopped_early = state.epoch < self.config.epochs
                 break
         report.state = self.snapshot(state)
-        report.phases_s["train"] = time.perf_counter() - started
         return report
 
     def evaluate(self, x: np.ndarray, y: np.ndarray, *, batch_size: int = 256) -> dict[str, float]:
