@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.config import StoreSettings
-from faasdl.errors import FaasdlError
+from faasdl.errors import FaasdlError, ValidationError
 from faasdl.store import StateStore, make_store
 from faasdl.training.usage import reset_peak_rss
 
@@ -31,8 +31,7 @@ def serve(
     try:
         return handle(args)
     except PydanticValidationError as exc:
-        first = exc.errors()[0]
-        return {"error": f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"}
+        return {"error": str(ValidationError.from_pydantic(exc))}
     except FaasdlError as exc:
         return {"error": str(exc)}
 

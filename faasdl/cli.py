@@ -17,7 +17,7 @@ from rich.table import Table
 
 from faasdl import __version__
 from faasdl.config import Settings
-from faasdl.errors import FaasdlError
+from faasdl.errors import FaasdlError, ValidationError
 
 app = typer.Typer(
     name="faasdl",
@@ -200,7 +200,7 @@ def estimate(
     try:
         request = EstimateRequest.model_validate(fields)
     except PydanticValidationError as exc:
-        fail("; ".join(_field_error(e) for e in exc.errors()))
+        fail(str(ValidationError.from_pydantic(exc)))
     settings = load_settings()
     try:
         checked = load_checked(request)
@@ -228,10 +228,6 @@ def _read_spec(path: Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         fail(f"--spec: {path} must hold a mapping of job fields")
     return loaded
-
-
-def _field_error(error: Any) -> str:
-    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
 
 
 @bench_app.command("estimator")

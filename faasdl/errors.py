@@ -32,6 +32,10 @@ Each class carries the HTTP status the controller's single exception handler ans
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError as PydanticValidationError
 
 
 class FaasdlError(Exception):
@@ -52,6 +56,13 @@ class ValidationError(FaasdlError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)
         self.field = field
+
+    @classmethod
+    def from_pydantic(cls, exc: PydanticValidationError) -> ValidationError:
+        """One error for all of pydantic's, named by the first field: ``a.b: msg; c: msg``."""
+        problems = [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+        rest = "".join(f"; {field}: {msg}" for field, msg in problems[1:])
+        return cls(problems[0][1] + rest, field=problems[0][0] or None)
 
 
 class PlatformError(FaasdlError):
