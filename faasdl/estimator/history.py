@@ -8,6 +8,7 @@ compare-and-set, so concurrent jobs of one model never lose each other's measure
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 from faasdl.errors import StoreError
 from faasdl.store.base import StateStore
@@ -15,8 +16,10 @@ from faasdl.store.records import (
     BaselineRecord,
     ExecutionHistory,
     ProfileRecord,
+    baseline_key,
     history_key,
     load,
+    profile_key,
     update,
 )
 from faasdl.training.models import ModelProfile
@@ -78,20 +81,19 @@ def record_failure(
 
 
 def read_profile(store: StateStore, name: str) -> ModelProfile | None:
-    found = load(store, history_key(f"profile/{name}"), ProfileRecord)
+    found = load(store, profile_key(name), ProfileRecord)
     if found is None:
         return None
-    r = found[0]
-    return ModelProfile(r.params, r.trainable_params, r.activations_per_example, r.layers)
+    return ModelProfile(**found[0].model_dump(exclude={"name"}))
 
 
 def write_profile(store: StateStore, name: str, profile: ModelProfile) -> None:
-    record = ProfileRecord(name=name, **profile.__dict__)
+    record = ProfileRecord(name=name, **asdict(profile))
     store.put(record.key(), record.model_dump(mode="json"))
 
 
 def read_baseline(store: StateStore, runtime: str) -> BaselineRecord | None:
-    found = load(store, history_key(f"baseline/{runtime}"), BaselineRecord)
+    found = load(store, baseline_key(runtime), BaselineRecord)
     return found[0] if found else None
 
 
@@ -116,4 +118,4 @@ def record_init(store: StateStore, runtime: str, init_ms: int) -> None:
             raise StoreError(f"no baseline recorded for runtime {runtime!r}")
         return old.model_copy(update={"init_ms": [*old.init_ms, init_ms][-KEEP_DURATIONS:]})
 
-    update(store, history_key(f"baseline/{runtime}"), BaselineRecord, change)
+    update(store, baseline_key(runtime), BaselineRecord, change)

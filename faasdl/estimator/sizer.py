@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import fields
 from typing import Any
 
 from faasdl.actions import TRAIN, deploy_variant
 from faasdl.config import Settings
 from faasdl.errors import EstimationError
 from faasdl.estimator import history
-from faasdl.estimator.failures import Limits, correct
 from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
 from faasdl.platform.base import Activation, Platform
 from faasdl.platform.classify import Failure, FailureKind
@@ -81,12 +81,7 @@ class Sizer:
                 "classes": classes,
             }
         )
-        profile = ModelProfile(
-            params=int(result["params"]),
-            trainable_params=int(result["trainable_params"]),
-            activations_per_example=int(result["activations_per_example"]),
-            layers=int(result["layers"]),
-        )
+        profile = ModelProfile(**{f.name: int(result[f.name]) for f in fields(ModelProfile)})
         history.write_profile(self.store, name, profile)
         return profile
 
@@ -125,20 +120,6 @@ class Sizer:
             history.record_failure(self.store, plan.signature, memory_floor_mb=plan.memory_mb)
         elif failure.kind is FailureKind.OUT_OF_TIME:
             history.record_failure(self.store, plan.signature, timeout_floor_ms=plan.timeout_ms)
-
-    def corrected(self, plan: ActionPlan, failure: Failure) -> ActionPlan:
-        """``plan`` with the limits its next attempt needs after ``failure`` (persisted too)."""
-        limits = self.platform.limits()
-        fixed = correct(
-            failure,
-            Limits(plan.memory_mb, plan.timeout_ms),
-            step_mb=self.settings.estimator.memory_step_mb,
-            max_memory_mb=limits.memory_max_mb,
-            max_timeout_ms=limits.timeout_max_ms,
-        )
-        return plan.model_copy(
-            update={"memory_mb": fixed.memory_mb, "timeout_ms": fixed.timeout_ms}
-        )
 
     def _probe(self, params: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._probe_record(params).response.result

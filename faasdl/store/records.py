@@ -154,7 +154,7 @@ class ProfileRecord(Record):
     layers: int
 
     def key(self) -> str:
-        return history_key(f"profile/{self.name}")
+        return profile_key(self.name)
 
 
 class BaselineRecord(Record):
@@ -167,7 +167,7 @@ class BaselineRecord(Record):
     measured_ms: int
 
     def key(self) -> str:
-        return history_key(f"baseline/{self.runtime}")
+        return baseline_key(self.runtime)
 
 
 def worker_key(worker_id: str) -> str:
@@ -192,6 +192,14 @@ def replica_key(runtime: str) -> str:
 
 def history_key(signature: str) -> str:
     return f"history/{signature}"
+
+
+def profile_key(name: str) -> str:
+    return history_key(f"profile/{name}")
+
+
+def baseline_key(runtime: str) -> str:
+    return history_key(f"baseline/{runtime}")
 
 
 def load(store: StateStore, key: str, model: type[R]) -> tuple[R, int] | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import asdict
 from typing import Any, Literal
 
 import numpy as np
@@ -78,8 +79,7 @@ def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
 
 def profile(args: ProfileArgs) -> dict[str, Any]:
     model = build_model(args.model, args.input_shape, args.classes, seed=0)
-    sizes = profile_model(model)
-    return {**sizes.__dict__, "peak_rss_mb": peak_rss_mb()}
+    return {**asdict(profile_model(model)), "peak_rss_mb": peak_rss_mb()}
 
 
 def baseline() -> dict[str, Any]:

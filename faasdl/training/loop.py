@@ -20,7 +20,7 @@ from faasdl.training.tensors import TrainState
 if TYPE_CHECKING:
     import keras
 
-_configured: tuple[int, int] | None = None
+_configured = False
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,11 @@ def configure_runtime(*, intra_op_threads: int = 1, inter_op_threads: int = 1) -
     global _configured
     import tensorflow as tf
 
-    if _configured is None:
+    if not _configured:
         tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
         tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
         tf.config.experimental.enable_op_determinism()
-        _configured = (intra_op_threads, inter_op_threads)
+        _configured = True
 
 
 def steps_per_epoch(examples: int, batch_size: int) -> int:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -100,10 +101,7 @@ def _flat(output: object) -> list[keras.KerasTensor]:
 
 
 def _elements(shape: tuple[int | None, ...]) -> int:
-    total = 1
-    for dim in shape:
-        total *= int(dim or 1)
-    return total
+    return math.prod(int(dim or 1) for dim in shape)
 
 
 def _mlp(input_shape: tuple[int, ...], classes: int) -> keras.Model:
