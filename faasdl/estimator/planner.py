@@ -6,6 +6,7 @@ the rules are tested on tiny inputs; :mod:`faasdl.estimator.sizer` fetches them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,14 +89,17 @@ def plan_training(
     job that cannot run as asked and ``EstimationError`` for one no limit of the platform fits."""
     check_model(request.model, data.input_shape, data.classes)
 
-    def sized(containers: int) -> tuple[str, float, dict[str, float], bool]:
+    # Cached: the container search and the final plan ask for the same counts, and each
+    # answer reads the history once.
+    @functools.cache
+    def sized(containers: int) -> tuple[str, ExecutionHistory | None, float, dict[str, float]]:
         shard = math.ceil(data.examples / containers)
         sig = signature(request.model, data.input_shape, data.classes, request.batch_size, shard)
         past = history(sig)
         floor = past.memory_floor_mb + 1 if past else 0
         if past is not None and past.runs:
             peak = past.peak_memory_mb * HISTORY_MEMORY_SLACK
-            return sig, max(peak, floor), {"measured_peak": past.peak_memory_mb}, True
+            return sig, past, max(peak, floor), {"measured_peak": past.peak_memory_mb}
         estimate = estimate_memory(
             profile,
             batch_size=min(request.batch_size, shard),
@@ -103,7 +107,7 @@ def plan_training(
             baseline_mb=baseline_mb,
             coefficients=coefficients,
         )
-        return sig, max(estimate.mb, floor), estimate.parts, False
+        return sig, past, max(estimate.mb, floor), estimate.parts
 
     if request.workers is not None:
         if request.workers > data.examples:
@@ -113,9 +117,10 @@ def plan_training(
         containers = request.workers
     else:
         containers, _ = plan_containers(
-            lambda c: sized(c)[1], limit_mb=limits.memory_max_mb, examples=data.examples
+            lambda c: sized(c)[2], limit_mb=limits.memory_max_mb, examples=data.examples
         )
-    sig, needed_mb, parts, from_history = sized(containers)
+    sig, past, needed_mb, parts = sized(containers)
+    from_history = past is not None and past.runs > 0
     shard_examples = math.ceil(data.examples / containers)
     if request.batch_size > shard_examples:
         raise ValidationError(
@@ -131,7 +136,6 @@ def plan_training(
         if request.workers is None:
             raise
         raise EstimationError(f"{exc}; leave workers out to let faasdl choose") from exc
-    past = history(sig)
     timeout = estimate_timeout(
         overhead_ms=past.overhead_ms if past else [],
         epoch_ms=past.epoch_ms if past else [],
