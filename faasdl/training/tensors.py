@@ -17,9 +17,12 @@ def pack(
     arrays: list[np.ndarray], *, metadata: dict[str, str] | None = None, **groups: list[np.ndarray]
 ) -> bytes:
     """One safetensors file: ``arrays`` as ``w/0000…`` and each named group as ``<name>/0000…``."""
-    tensors = {f"w/{i:04d}": np.asarray(a, order="C") for i, a in enumerate(arrays)}
-    for group, values in groups.items():
-        tensors.update({f"{group}/{i:04d}": np.asarray(a, order="C") for i, a in enumerate(values)})
+    # np.ascontiguousarray would turn 0-d arrays (the step counter) into 1-d; asarray does not.
+    tensors = {
+        f"{group}/{i:04d}": np.asarray(a, order="C")
+        for group, values in {"w": arrays, **groups}.items()
+        for i, a in enumerate(values)
+    }
     return st_save(tensors, metadata=metadata)
 
 
@@ -50,34 +53,20 @@ class TrainState:
     epochs: list[dict[str, float]] = field(default_factory=list)
 
     def to_bytes(self) -> bytes:
-        meta = {
-            "epoch": self.epoch,
-            "step": self.step,
-            "loss_sum": self.loss_sum,
-            "correct": self.correct,
-            "seen": self.seen,
-            "epochs": self.epochs,
-        }
+        """Arrays as tensors; the counters (JSON numbers round-trip exactly) as metadata."""
+        meta = {k: v for k, v in vars(self).items() if k not in _ARRAYS}
         return pack(self.weights, metadata={"faasdl": json.dumps(meta)}, opt=self.optimizer)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TrainState:
         groups = unpack(data)
-        meta = _metadata(data)
-        return cls(
-            weights=groups.get("w", []),
-            optimizer=groups.get("opt", []),
-            epoch=int(meta["epoch"]),
-            step=int(meta["step"]),
-            loss_sum=float(meta["loss_sum"]),
-            correct=int(meta["correct"]),
-            seen=int(meta["seen"]),
-            epochs=list(meta["epochs"]),
-        )
+        return cls(weights=groups.get("w", []), optimizer=groups.get("opt", []), **_metadata(data))
+
+
+_ARRAYS = ("weights", "optimizer")
 
 
 def _metadata(data: bytes) -> dict[str, Any]:
-    # np.ascontiguousarray would turn 0-d arrays (the step counter) into 1-d; asarray does not.
     # safetensors reads metadata from files only; its header is 8 bytes of length then JSON.
     size = int.from_bytes(data[:8], "little")
     try:
