@@ -80,8 +80,8 @@ class Row:
     request: EstimateRequest
     first: Attempt
     first_plan: ActionPlan
+    dataset: Dataset
     second: Attempt | None = None
-    second_plan: ActionPlan | None = None
     naive: list[Attempt] = field(default_factory=list)
 
 
@@ -163,27 +163,25 @@ def _bench(
     baseline = sizer.baseline().peak_memory_mb
     probe_s = time.perf_counter() - started
     rows: list[Row] = []
-    datasets: list[Dataset] = []
     for i, request in enumerate(matrix):
         probe_started = time.perf_counter()
         plan, dataset = sizer.plan(request)
         probe_s += time.perf_counter() - probe_started
-        datasets.append(dataset)
         runner.stage(i, plan, dataset)
         attempt, record = runner.run(i, request, dataset.classes, plan.memory_mb, plan.timeout_ms)
         sizer.learn(plan, record, classify(record))
-        rows.append(Row(request=request, first=attempt, first_plan=plan))
+        rows.append(Row(request=request, first=attempt, first_plan=plan, dataset=dataset))
         progress.print(f"first run  {_label(request)}: {_describe(attempt)}", highlight=False)
     for i, row in enumerate(rows):
-        plan, _ = sizer.plan(row.request, datasets[i])
-        classes = datasets[i].classes
+        plan, _ = sizer.plan(row.request, row.dataset)
+        classes = row.dataset.classes
         attempt, record = runner.run(i, row.request, classes, plan.memory_mb, plan.timeout_ms)
         sizer.learn(plan, record, classify(record))
-        row.second, row.second_plan = attempt, plan
+        row.second = attempt
         progress.print(f"second run {_label(row.request)}: {_describe(attempt)}", highlight=False)
     if naive:
         for i, row in enumerate(rows):
-            row.naive = _naive(runner, i, row.request, datasets[i].classes, platform)
+            row.naive = _naive(runner, i, row.request, row.dataset.classes, platform)
             progress.print(
                 f"naive      {_label(row.request)}: {len(row.naive)} attempts, "
                 f"{sum(a.wall_s for a in row.naive):.1f} s",
