@@ -163,6 +163,20 @@ class EstimatorSettings(BaseModel):
     )
 
 
+class ControllerSettings(BaseModel):
+    """The controller (``faasdl serve``): its REST API, admission and job runner."""
+
+    host: str = Field("127.0.0.1", description="Interface the REST API listens on.")
+    port: int = Field(8080, ge=0, le=65535, description="Port of the REST API (0: a free one).")
+    max_fan_in: int = Field(
+        8, ge=2, le=1024, description="Most models one aggregation action merges."
+    )
+    scheduler_tick_s: float = Field(
+        1.0, gt=0, le=60, description="Longest pause between admission passes (submit wakes it)."
+    )
+    events_kept: int = Field(500, ge=10, description="Log lines kept in a job's record.")
+
+
 class Settings(BaseSettings):
     """All of faasdl's configuration."""
 
@@ -178,6 +192,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     estimator: EstimatorSettings = Field(default_factory=EstimatorSettings)
+    controller: ControllerSettings = Field(default_factory=ControllerSettings)
     price_per_gb_s: float = Field(
         0.000017, ge=0, description="Price of one GB-second of action memory, in USD."
     )

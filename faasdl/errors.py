@@ -26,7 +26,10 @@ Each class carries the HTTP status the controller's single exception handler ans
     │   ├── BlobCorrupted (500)            a chunk missing or failing its checksum: never wrong data
     │   └── Superseded (409)               a fenced write from an attempt that lost ownership
     ├── EstimationError (422)
-    └── AggregationError (500)
+    ├── AggregationError (500)
+    └── JobError (409)                     a job that cannot do what was asked in its state
+        ├── JobNotFound (404)
+        └── JobFailed (500)                a job stopped by a failure it could not recover from
 """
 
 from __future__ import annotations
@@ -157,3 +160,24 @@ class EstimationError(FaasdlError):
 
 class AggregationError(FaasdlError):
     """Models that cannot be merged (shapes differ, no examples, missing results)."""
+
+
+class JobError(FaasdlError):
+    """A job that cannot do what was asked in its state (e.g. the model of an unfinished job, or
+    an ``Idempotency-Key`` reused for a different request)."""
+
+    status_code = 409
+
+
+class JobNotFound(JobError):
+    status_code = 404
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job_id: no job {job_id!r}")
+        self.job_id = job_id
+
+
+class JobFailed(JobError):
+    """A unit failed more often than its policy allows, or in a way no retry can mend."""
+
+    status_code = 500

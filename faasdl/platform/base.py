@@ -10,6 +10,7 @@ from a real OpenWhisk and one made by the embedded platform are the same type.
 from __future__ import annotations
 
 import re
+import time
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from enum import IntEnum
@@ -270,6 +271,22 @@ class Platform(Resource):
 
     @abstractmethod
     def _wait(self, activation_ids: list[str], timeout_s: float) -> dict[str, Activation]: ...
+
+    def wait_any(self, activation_ids: list[str], *, timeout_s: float) -> bool:
+        """Wait until at least one of the activations is recorded; answer whether one is.
+
+        OpenWhisk offers no notification, so this polls with a growing delay (0.05 s to 1 s); the
+        embedded platform overrides it to wake on the record itself.
+        """
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        while not any(self.get_activation(i) is not None for i in activation_ids):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(delay, remaining))
+            delay = min(2 * delay, 1.0)
+        return True
 
     def call(
         self, name: str, params: Mapping[str, Any] | None = None, *, timeout_s: float | None = None

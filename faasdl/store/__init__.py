@@ -75,4 +75,13 @@ def make_store(settings: StoreSettings, url: str | None = None) -> StateStore:
     return builder(url, settings)
 
 
-__all__ = ["STORES", "StateStore", "Versioned", "make_store"]
+def absolute_url(url: str) -> str:
+    """``url`` as a process with another working directory reaches it: an action's container
+    runs elsewhere, so a relative SQLite path is made absolute (other schemes are unchanged)."""
+    path = url.removeprefix("sqlite:///")
+    if path == url or path.startswith("/"):
+        return url
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+__all__ = ["STORES", "StateStore", "Versioned", "absolute_url", "make_store"]

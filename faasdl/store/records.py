@@ -7,7 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
@@ -51,21 +51,88 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
+class ActivationUse(BaseModel):
+    """What one activation of a job used and cost: the job report's ledger."""
+
+    activation_id: str
+    kind: Literal["train", "aggregate", "evaluate"]
+    round: int
+    unit: int  # the shard of a trainer, the aggregator's index in its round, 0 for evaluation
+    attempt: int = 1
+    memory_mb: int
+    start_ms: int
+    duration_ms: int
+    wait_ms: int = 0
+    init_ms: int = 0
+    peak_memory_mb: float | None = None
+    outcome: str  # "success" or the failure's kind
+    gb_s: float
+    cost_usd: float
+
+
+class RoundResult(BaseModel):
+    """One round: the training loss averaged over the shards, and the new global model's test
+    loss and accuracy."""
+
+    round: int
+    epochs: int
+    examples: int
+    loss: float
+    test_loss: float
+    accuracy: float
+    started_ms: int
+    finished_ms: int
+
+
+class JobEvent(BaseModel):
+    """A line of a job's log, as the events stream and ``--watch`` show it."""
+
+    t_ms: int
+    kind: str
+    message: str
+    round: int | None = None
+    unit: int | None = None
+
+
 class JobInfo(Record):
     job_id: str
     tenant: str = "default"
     state: JobState = JobState.QUEUED
     spec: dict[str, Any] = Field(default_factory=dict)
     plan: dict[str, Any] | None = None
-    round: int = 0
+    idempotency_key: str | None = None
+    round: int = 0  # rounds finished
     created_ms: int = 0
     updated_ms: int = 0
-    losses: list[float] = Field(default_factory=list)
-    accuracy: list[float] = Field(default_factory=list)
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    rounds: list[RoundResult] = Field(default_factory=list)
+    global_weights: str | None = None
+    model: str | None = None
+    stopped_early: bool = False
+    activations: list[ActivationUse] = Field(default_factory=list)
+    cost_usd: float = 0.0
+    events: list[JobEvent] = Field(default_factory=list)
     error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
     def key(self) -> str:
         return job_key(self.job_id)
+
+
+class IdempotencyRecord(Record):
+    """An ``Idempotency-Key`` a tenant used, the job it created, and a digest of the request."""
+
+    tenant: str
+    idempotency_key: str
+    job_id: str
+    request_sha256: str
+
+    def key(self) -> str:
+        return idempotency_key(self.tenant, self.idempotency_key)
 
 
 class UnitState(StrEnum):
@@ -90,6 +157,9 @@ class FunctionInfo(Record):
     attempts: int = 0
     memory_mb: int | None = None
     timeout_ms: int | None = None
+    examples: int | None = None
+    loss: float | None = None
+    failures: list[str] = Field(default_factory=list)
 
     def key(self) -> str:
         return fn_key(self.job_id, self.round, self.shard)
@@ -176,6 +246,10 @@ def worker_key(worker_id: str) -> str:
 
 def job_key(job_id: str) -> str:
     return f"job/{job_id}"
+
+
+def idempotency_key(tenant: str, key: str) -> str:
+    return f"idem/{tenant}/{key}"
 
 
 def fn_key(job_id: str, round_: int, shard: int) -> str:

@@ -9,7 +9,9 @@ that all of it happens in the container's ``/init``: a warm or prewarmed contain
 * ``{"mode": "baseline"}``: this runtime's peak memory when it trains a tiny model in memory, the
   floor of every estimate (measured once per environment);
 * ``{"mode": "train", ...}`` (:class:`TrainArgs`): read the shard and the global weights from the
-  store, train, write the new weights, and report losses, peak memory and phase durations.
+  store, train, write the new weights, and report losses, peak memory and phase durations;
+* ``{"mode": "evaluate", ...}`` (:class:`EvaluateArgs`): the loss and accuracy of stored weights
+  on a stored data set (the controller's per-round test accuracy).
 
 Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's application error.
 """
@@ -45,6 +47,15 @@ class ProfileArgs(_Args):
     classes: int = Field(ge=2)
 
 
+class EvaluateArgs(_Args):
+    mode: Literal["evaluate"]
+    store_url: str
+    model: str
+    classes: int = Field(ge=2)
+    weights: str = Field(description="Blob of the weights to evaluate.")
+    data: str = Field(description="Blob of the examples (a shard: safetensors x, y).")
+
+
 class TrainArgs(_Args):
     """One training attempt on one shard (a unit of a round)."""
 
@@ -74,6 +85,8 @@ def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
         return profile(ProfileArgs.model_validate(args))
     if args.get("mode") == "baseline":
         return baseline()
+    if args.get("mode") == "evaluate":
+        return evaluate(EvaluateArgs.model_validate(args))
     return train(TrainArgs.model_validate(args))
 
 
@@ -91,6 +104,15 @@ def baseline() -> dict[str, Any]:
     )
     trainer.train(x, y, trainer.initial_state())
     return {"peak_rss_mb": peak_rss_mb()}
+
+
+def evaluate(args: EvaluateArgs) -> dict[str, Any]:
+    store = action_store(args.store_url)
+    data = Shard.from_bytes(store.get_blob(args.data), index=0)
+    model = build_model(args.model, tuple(data.x.shape[1:]), args.classes, seed=0)
+    trainer = Trainer(model, TrainConfig(batch_size=256, epochs=1))
+    trainer.load(TrainState(weights=unpack(store.get_blob(args.weights))["w"]))
+    return {**trainer.evaluate(data.x, data.y), "examples": data.count}
 
 
 def train(args: TrainArgs) -> dict[str, Any]:

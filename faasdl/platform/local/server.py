@@ -14,14 +14,11 @@ import binascii
 import contextlib
 import json
 import secrets
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -36,6 +33,7 @@ from faasdl.errors import (
 from faasdl.platform import messages
 from faasdl.platform.base import Action, ActionSpec, Activation, StatusCode
 from faasdl.platform.local.embedded import LocalPlatform, decode_code
+from faasdl.serving import AppThread
 
 API = "/api/v1"
 LIST_MAX = 200
@@ -467,44 +465,18 @@ def _key_values(items: Any, field: str) -> dict[str, Any]:
     return {i["key"]: i.get("value") for i in items}
 
 
-class ServerThread:
+class ServerThread(AppThread):
     """Runs the REST server on a background thread (tests, benchmarks). The caller opens and
     closes the platform."""
 
     def __init__(self, platform: LocalPlatform, settings: ServerSettings | None = None) -> None:
         self.settings = settings or ServerSettings(port=0)
-        app = create_app(platform, self.settings, owns_platform=False)
-        config = uvicorn.Config(
-            app,
+        super().__init__(
+            create_app(platform, self.settings, owns_platform=False),
             host=self.settings.host,
             port=self.settings.port,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
+            name="faasdl-ow-server",
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, name="faasdl-ow-server", daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        servers = self._server.servers
-        port = servers[0].sockets[0].getsockname()[1] if servers else self.settings.port
-        return f"http://{self.settings.host}:{port}"
-
-    def start(self, timeout_s: float = 30.0) -> str:
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the embedded OpenWhisk server did not start")
-            time.sleep(0.01)
-        return self.url
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=30)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,76 @@
+"""The aggregation tree of a round: which models each aggregation action merges.
+
+DiSDeL's aggregation service starts with one level-1 aggregator for all trainers; when merging them
+all needs more memory than one aggregator has, it launches several level-1 aggregators and one more
+level above them, and so on until a single root. Pure functions: sizes in, plan out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from faasdl.errors import EstimationError
+
+#: The aggregator's own footprint: Python, NumPy, safetensors and the store client.
+AGGREGATOR_BASE_MB = 96.0
+#: Copies of a model an aggregator holds at once: the float64 accumulator (two) and one input.
+RESIDENT_MODELS = 3.0
+
+
+@dataclass(frozen=True)
+class Tree:
+    """``levels[k]`` lists the aggregators of level k+1; each is the indices of its inputs in the
+    level below (level 0: the trainers). No levels: a single trainer is its own root."""
+
+    leaves: int
+    levels: tuple[tuple[tuple[int, ...], ...], ...]
+
+    @property
+    def aggregators(self) -> int:
+        return sum(len(level) for level in self.levels)
+
+
+def aggregator_memory_mb(model_mb: float) -> float:
+    """Memory one streaming aggregator needs, whatever its fan-in (inputs are read one by one)."""
+    return AGGREGATOR_BASE_MB + RESIDENT_MODELS * model_mb
+
+
+def fan_in(*, model_mb: float, memory_mb: int, max_fan_in: int) -> int:
+    """How many models one aggregator of ``memory_mb`` merges.
+
+    The thesis' rule holds its inputs in memory, so the fan-in is what fits beside the accumulator;
+    the streaming mean needs less, but the rule still bounds the bytes one aggregator reads, and
+    ``max_fan_in`` bounds its time (more, smaller aggregators run in parallel).
+    """
+    if model_mb <= 0:
+        raise EstimationError(f"a model of {model_mb} MB cannot be aggregated")
+    fits = math.floor((memory_mb - AGGREGATOR_BASE_MB - 2 * model_mb) / model_mb)
+    if fits < 2:
+        raise EstimationError(
+            f"an aggregator of {memory_mb} MB cannot hold two {model_mb:.1f} MB models"
+        )
+    return max(2, min(fits, max_fan_in))
+
+
+def plan_tree(leaves: int, fan: int) -> Tree:
+    """Levels of aggregators over ``leaves`` trainers, each merging at most ``fan`` inputs, sizes
+    balanced within a level (7 over fan-in 4 is 4+3, not 4+3 by luck or 6+1)."""
+    if leaves < 1:
+        raise EstimationError(f"an aggregation tree needs at least one trainer, not {leaves}")
+    if fan < 2:
+        raise EstimationError(f"a fan-in of {fan} never reaches a root")
+    levels: list[tuple[tuple[int, ...], ...]] = []
+    width = leaves
+    while width > 1:
+        groups = math.ceil(width / fan)
+        base, extra = divmod(width, groups)
+        level: list[tuple[int, ...]] = []
+        start = 0
+        for g in range(groups):
+            size = base + (1 if g < extra else 0)
+            level.append(tuple(range(start, start + size)))
+            start += size
+        levels.append(tuple(level))
+        width = groups
+    return Tree(leaves=leaves, levels=tuple(levels))

@@ -1,0 +1,1 @@
+"""The controller: the REST API, the request validator, admission, and the job runner."""

@@ -1,0 +1,76 @@
+"""Admission: which queued jobs may start, so that the platform is never asked for more than it has.
+
+A capacity model of the platform (its container pool's memory and its namespace's concurrency
+limit) against what each running job holds: its trainers, each with its memory limit, at once.
+A full platform delays a job, it never fails it; a job larger than the whole platform runs alone
+(the pool queues its activations). Queued jobs are ordered round robin by tenant, so that one
+tenant's burst does not starve another's, and the head of that order is never overtaken, so that
+a large job is not starved by small ones either. Pure: demands in, decisions out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import zip_longest
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one job holds while it runs."""
+
+    job_id: str
+    tenant: str
+    created_ms: int
+    memory_mb: int
+    actions: int
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the platform has; ``None`` where it sets no limit."""
+
+    memory_mb: int | None
+    actions: int | None
+
+
+def fair_order(queued: list[Demand]) -> list[Demand]:
+    """Tenants take turns, oldest waiting tenant first; each tenant's jobs in submission order."""
+    by_tenant: dict[str, list[Demand]] = defaultdict(list)
+    for demand in sorted(queued, key=lambda d: (d.created_ms, d.job_id)):
+        by_tenant[demand.tenant].append(demand)
+    turns = zip_longest(*by_tenant.values())
+    return [demand for turn in turns for demand in turn if demand is not None]
+
+
+def admit(queued: list[Demand], running: list[Demand], capacity: Capacity) -> list[str]:
+    """The queued jobs to start now, in the order they were admitted."""
+    memory = sum(_clip(d.memory_mb, capacity.memory_mb) for d in running)
+    actions = sum(_clip(d.actions, capacity.actions) for d in running)
+    started: list[str] = []
+    for demand in fair_order(queued):
+        need_memory = _clip(demand.memory_mb, capacity.memory_mb)
+        need_actions = _clip(demand.actions, capacity.actions)
+        idle = not running and not started
+        if not idle and not (
+            _fits(memory + need_memory, capacity.memory_mb)
+            and _fits(actions + need_actions, capacity.actions)
+        ):
+            break
+        started.append(demand.job_id)
+        memory += need_memory
+        actions += need_actions
+    return started
+
+
+def queue_positions(queued: list[Demand]) -> dict[str, int]:
+    """Each queued job's place in line, 1 for the next to start."""
+    return {demand.job_id: i for i, demand in enumerate(fair_order(queued), start=1)}
+
+
+def _clip(value: int, limit: int | None) -> int:
+    return value if limit is None else min(value, limit)
+
+
+def _fits(value: int, limit: int | None) -> bool:
+    return limit is None or value <= limit

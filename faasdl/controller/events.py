@@ -1,0 +1,684 @@
+"""The event manager: runs one admitted job, round by round, keeping all of its state in the store.
+
+A round invokes one training action per shard from the previous round's global model; as soon as
+every input of an aggregator has committed, that aggregator starts, and the levels above follow
+until the root writes the next global model, which one evaluation action then scores on the test
+set. Every unit (job, round, shard) is a ``fn/`` record whose state changes by compare-and-set, so
+a controller that restarts finds the committed units of the round it was in and runs only the
+rest. A failed activation is classified and, within the job's fault-tolerance policy, run again:
+out of memory raises the memory class, out of time doubles the time limit (both learnt by the
+execution history), a crash reruns as it was; an application error fails the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
+from faasdl.config import Settings
+from faasdl.controller.metrics import Metrics
+from faasdl.controller.plan import JobPlan
+from faasdl.controller.validator import JobSpec
+from faasdl.errors import (
+    ActivationNotFound,
+    EstimationError,
+    FaasdlError,
+    JobFailed,
+    Throttled,
+    Unsupported,
+)
+from faasdl.estimator.failures import Limits, correct
+from faasdl.estimator.sizer import Sizer
+from faasdl.platform.base import Activation, Platform
+from faasdl.platform.classify import Failure, FailureKind, classify
+from faasdl.store.base import StateStore
+from faasdl.store.records import (
+    ActivationUse,
+    FunctionInfo,
+    JobEvent,
+    JobInfo,
+    JobState,
+    RoundResult,
+    UnitState,
+    fn_key,
+    job_key,
+    load,
+    update,
+)
+from faasdl.training.datasets import Shard, split_shards
+
+log = logging.getLogger(__name__)
+
+#: Longest wait for an activation record before looking at cancellation and deadlines again.
+TICK_S = 0.5
+
+Kind = Literal["train", "aggregate", "evaluate"]
+
+
+class Stopped(Exception):
+    """The runner was told to stop: the job was cancelled, or the controller is shutting down."""
+
+
+@dataclass
+class Runtime:
+    """What every runner of one controller shares."""
+
+    platform: Platform
+    store: StateStore
+    store_url: str  # as the actions reach it (absolute: their working directory differs)
+    sizer: Sizer
+    settings: Settings
+    metrics: Metrics
+    shutdown: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _Task:
+    kind: Kind
+    round: int
+    level: int  # 0: a trainer; k: an aggregator of level k; -1: the evaluation
+    index: int
+    params: dict[str, Any]
+    attempt: int = 1
+    owner_epoch: int = 0
+    deadline: float = 0.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def shard_blob(job_id: str, shard: int) -> str:
+    return f"jobs/{job_id}/data/shard-{shard:05d}"
+
+
+def test_blob(job_id: str) -> str:
+    return f"jobs/{job_id}/data/test"
+
+
+def global_blob(job_id: str, round_: int) -> str:
+    """The global model after ``round_`` rounds."""
+    return f"jobs/{job_id}/global/{round_:05d}"
+
+
+class JobRunner:
+    """Runs one job to its end; :meth:`run` is the body of the job's thread."""
+
+    def __init__(self, *, job_id: str, runtime: Runtime) -> None:
+        self.job_id = job_id
+        self.rt = runtime
+        self.cancelled = threading.Event()
+        self._in_flight: dict[str, _Task] = {}
+
+    # ---- the job ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Stopped:
+            self._kill_in_flight()
+        except FaasdlError as exc:
+            self._kill_in_flight()
+            log.warning("job %s failed: %s", self.job_id, exc)
+            self._finish(JobState.FAILED, error=str(exc))
+        except Exception as exc:  # a bug must still end the job visibly, not leave it running
+            self._kill_in_flight()
+            log.exception("job %s crashed", self.job_id)
+            self._finish(JobState.FAILED, error=f"internal error: {exc!r}")
+
+    def _run(self) -> None:
+        job = self._job()
+        spec = JobSpec.model_validate(job.spec)
+        plan = JobPlan.model_validate(job.plan)
+        if job.started_ms is None:
+            self._change(lambda j: j.model_copy(update={"started_ms": now_ms()}))
+        self._stage(spec, plan)
+        for round_ in range(job.round, plan.rounds):
+            result = self._round(spec, round_)
+            stop = spec.target_loss is not None and result.loss <= spec.target_loss
+            self._change(
+                functools.partial(_finish_round, result, stop=stop, rounds=plan.rounds),
+                event=_line(
+                    "round_finished",
+                    f"round {result.round + 1}/{plan.rounds}: loss {result.loss:.4f}, "
+                    f"test accuracy {result.accuracy:.4f}",
+                    result.round,
+                ),
+            )
+            if stop:
+                break
+        self._finish(JobState.DONE)
+
+    def _stage(self, spec: JobSpec, plan: JobPlan) -> None:
+        """Shards and the test set go to the store before any action starts (once: a restarted
+        controller finds them there; the split is seeded, so it would be the same anyway)."""
+        store = self.rt.store
+        names = [shard_blob(self.job_id, i) for i in range(plan.workers)]
+        if all(store.blob_manifest(n) is not None for n in [*names, test_blob(self.job_id)]):
+            return
+        from faasdl.estimator.sizer import load_checked
+
+        dataset = load_checked(spec)
+        for name, shard in zip(
+            names, split_shards(dataset, plan.workers, seed=spec.seed), strict=True
+        ):
+            self._check_stop()
+            store.put_blob(name, shard.to_bytes())
+        test = Shard(index=0, x=dataset.x_test, y=dataset.y_test)
+        store.put_blob(test_blob(self.job_id), test.to_bytes())
+        self._event(_line("staged", f"{plan.workers} shards and the test set are in the store"))
+
+    # ---- one round --------------------------------------------------------------------------
+
+    def _round(self, spec: JobSpec, round_: int) -> RoundResult:
+        started = now_ms()
+        job = self._job()
+        plan = JobPlan.model_validate(job.plan)
+        epochs = spec.round_epochs(round_)
+        self._event(
+            _line(
+                "round_started",
+                f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)",
+                round_,
+            )
+        )
+        done: dict[tuple[int, int], tuple[str, int]] = {}  # (level, index) → (weights, examples)
+        losses: dict[int, tuple[float, int]] = {}
+        queue: deque[_Task] = deque()
+        for shard in range(plan.workers):
+            unit = self._unit(round_, shard)
+            if unit.state is UnitState.COMMITTED and unit.committed_result and unit.examples:
+                done[(0, shard)] = (unit.committed_result, unit.examples)
+                losses[shard] = (unit.loss or 0.0, unit.examples)
+                continue
+            queue.append(self._train_task(spec, job, round_, shard, epochs, unit.attempts + 1))
+        root = (len(plan.tree), 0)
+        launched: set[tuple[int, int]] = set()
+        while root not in done:
+            self._check_stop()
+            for level, groups in enumerate(plan.tree, start=1):
+                for index, inputs in enumerate(groups):
+                    ready = all((level - 1, i) in done for i in inputs)
+                    if ready and (level, index) not in launched:
+                        launched.add((level, index))
+                        queue.append(self._aggregate_task(plan, round_, level, index, inputs, done))
+            self._launch(queue)
+            for task, record in self._collect():
+                if not self._settle(task, record):
+                    queue.append(self._retry(task, record))
+                    continue
+                result = record.response.result
+                done[(task.level, task.index)] = (str(result["weights"]), int(result["examples"]))
+                if task.kind == "train":
+                    losses[task.index] = (float(result["loss"]), int(result["examples"]))
+        weights, examples = done[root]
+        final = global_blob(self.job_id, round_ + 1)
+        if weights != final:  # a single trainer is its own root: publish its weights as global
+            self.rt.store.put_blob(final, self.rt.store.get_blob(weights))
+        score = self._evaluate(spec, round_, final)
+        return RoundResult(
+            round=round_,
+            epochs=epochs,
+            examples=examples,
+            loss=sum(loss * n for loss, n in losses.values()) / sum(n for _, n in losses.values()),
+            test_loss=float(score["loss"]),
+            accuracy=float(score["accuracy"]),
+            started_ms=started,
+            finished_ms=now_ms(),
+        )
+
+    def _evaluate(self, spec: JobSpec, round_: int, weights: str) -> dict[str, Any]:
+        job = self._job()
+        plan = JobPlan.model_validate(job.plan)
+        queue = deque(
+            [
+                _Task(
+                    kind="evaluate",
+                    round=round_,
+                    level=-1,
+                    index=0,
+                    params={
+                        "mode": "evaluate",
+                        "store_url": self.rt.store_url,
+                        "model": spec.model,
+                        "classes": plan.classes,
+                        "weights": weights,
+                        "data": test_blob(self.job_id),
+                    },
+                )
+            ]
+        )
+        while True:
+            self._check_stop()
+            self._launch(queue)
+            for task, record in self._collect():
+                if self._settle(task, record):
+                    result: dict[str, Any] = record.response.result
+                    return result
+                queue.append(self._retry(task, record))
+
+    # ---- tasks ------------------------------------------------------------------------------
+
+    def _train_task(
+        self, spec: JobSpec, job: JobInfo, round_: int, shard: int, epochs: int, attempt: int
+    ) -> _Task:
+        plan = JobPlan.model_validate(job.plan)
+        return _Task(
+            kind="train",
+            round=round_,
+            level=0,
+            index=shard,
+            attempt=attempt,
+            params={
+                "mode": "train",
+                "store_url": self.rt.store_url,
+                "model": spec.model,
+                "classes": plan.classes,
+                "shard": shard_blob(self.job_id, shard),
+                "weights_in": job.global_weights if round_ else None,
+                "weights_out": f"jobs/{self.job_id}/r{round_:05d}/trained-{shard:05d}",
+                "batch_size": spec.batch_size,
+                "epochs": epochs,
+                # Round 0 builds the same initial model on every shard; later rounds start from
+                # the global model, and a fresh seed gives each round its own data order.
+                "seed": _seed(spec.seed, round_),
+                "optimizer": spec.optimizer,
+                "learning_rate": spec.learning_rate,
+                "target_loss": spec.target_loss,
+            },
+        )
+
+    def _aggregate_task(
+        self,
+        plan: JobPlan,
+        round_: int,
+        level: int,
+        index: int,
+        inputs: list[int],
+        done: dict[tuple[int, int], tuple[str, int]],
+    ) -> _Task:
+        is_root = level == len(plan.tree)
+        output = (
+            global_blob(self.job_id, round_ + 1)
+            if is_root
+            else f"jobs/{self.job_id}/r{round_:05d}/agg-{level}-{index:05d}"
+        )
+        return _Task(
+            kind="aggregate",
+            round=round_,
+            level=level,
+            index=index,
+            params={
+                "store_url": self.rt.store_url,
+                "inputs": [
+                    {"weights": done[(level - 1, i)][0], "examples": done[(level - 1, i)][1]}
+                    for i in inputs
+                ],
+                "output": output,
+            },
+        )
+
+    def _variant(self, task: _Task) -> tuple[str, int, int]:
+        """The action variant ``task`` runs on, deployed with the job's current limits."""
+        plan = JobPlan.model_validate(self._job().plan)
+        if task.kind == "aggregate":
+            memory, timeout = plan.aggregate_memory_mb, plan.aggregate_timeout_ms
+            name = AGGREGATE
+        else:
+            memory, timeout = plan.train.memory_mb, plan.train.timeout_ms
+            name = TRAIN
+        variant = deploy_variant(self.rt.platform, name, memory_mb=memory, timeout_ms=timeout)
+        return variant, memory, timeout
+
+    def _launch(self, queue: deque[_Task]) -> None:
+        """Start the queued tasks; a throttled platform leaves the rest queued for the next pass."""
+        while queue:
+            task = queue[0]
+            variant, _, timeout_ms = self._variant(task)
+            if task.kind == "train":
+                task.owner_epoch = self._claim(task, timeout_ms)
+            try:
+                activation_id = self.rt.platform.invoke(variant, task.params)
+            except Throttled:
+                return
+            queue.popleft()
+            task.deadline = time.monotonic() + self.rt.platform.lost_deadline_s(variant)
+            self._in_flight[activation_id] = task
+            if task.kind == "train":
+                self._unit_change(
+                    task, lambda u, a=activation_id: u.model_copy(update={"activation_id": a})
+                )
+
+    def _collect(self) -> list[tuple[_Task, Activation]]:
+        """Wait a little for records; return the tasks that ended (lost ones as failures)."""
+        if not self._in_flight:
+            return []
+        self.rt.platform.wait_any(list(self._in_flight), timeout_s=TICK_S)
+        ended: list[tuple[_Task, Activation]] = []
+        for activation_id, task in list(self._in_flight.items()):
+            record = self.rt.platform.get_activation(activation_id)
+            if record is None and time.monotonic() > task.deadline:
+                record = _lost(activation_id, task)
+            if record is not None:
+                del self._in_flight[activation_id]
+                ended.append((task, record))
+        return ended
+
+    def _settle(self, task: _Task, record: Activation) -> bool:
+        """Book the activation, learn from it, commit a trainer's result; whether it succeeded."""
+        failure = classify(record)
+        self._book(task, record, failure)
+        if task.kind == "train":
+            plan = JobPlan.model_validate(self._job().plan)
+            self.rt.sizer.learn(plan.train, record, failure)
+        if failure is not None:
+            return False
+        result: dict[str, Any] = record.response.result
+        if task.kind == "train":
+            self._unit_change(
+                task,
+                lambda u: u.model_copy(
+                    update={
+                        "state": UnitState.COMMITTED,
+                        "committed_result": str(result["weights"]),
+                        "examples": int(result["examples"]),
+                        "loss": float(result["loss"]),
+                    }
+                ),
+            )
+        return True
+
+    def _retry(self, task: _Task, record: Activation) -> _Task:
+        """The task's next attempt, with corrected limits; raises ``JobFailed`` when the policy
+        allows none."""
+        failure = classify(record) or Failure(FailureKind.PLATFORM_ERROR, "no record")
+        job = self._job()
+        spec = JobSpec.model_validate(job.spec)
+        policy = spec.fault_tolerance
+        what = _describe(task)
+        if task.kind == "train":
+            self._unit_change(
+                task,
+                lambda u: u.model_copy(
+                    update={"state": UnitState.FAILED, "failures": [*u.failures, failure.kind]}
+                ),
+            )
+        if failure.kind is FailureKind.APPLICATION_ERROR:
+            raise JobFailed(f"{what} failed: {failure.message}")
+        if policy.policy == "none" or task.attempt >= policy.max_attempts:
+            raise JobFailed(
+                f"{what} failed {task.attempt} time(s), last with {failure.kind}: "
+                f"{failure.message} (fault_tolerance.max_attempts is {policy.max_attempts})"
+            )
+        self._correct_limits(task, failure)
+        self.rt.metrics.recoveries.labels(kind=str(failure.kind)).inc()
+        self._event(
+            _line(
+                "retry",
+                f"{what} failed with {failure.kind}; attempt {task.attempt + 1}",
+                task.round,
+                task.index if task.kind == "train" else None,
+            )
+        )
+        return _Task(
+            kind=task.kind,
+            round=task.round,
+            level=task.level,
+            index=task.index,
+            params=task.params,
+            attempt=task.attempt + 1,
+        )
+
+    def _correct_limits(self, task: _Task, failure: Failure) -> None:
+        limits = self.rt.platform.limits()
+        plan = JobPlan.model_validate(self._job().plan)
+        aggregate = task.kind == "aggregate"
+        current = (
+            Limits(plan.aggregate_memory_mb, plan.aggregate_timeout_ms)
+            if aggregate
+            else Limits(plan.train.memory_mb, plan.train.timeout_ms)
+        )
+        try:
+            fixed = correct(
+                failure,
+                current,
+                step_mb=self.rt.settings.estimator.memory_step_mb,
+                max_memory_mb=limits.memory_max_mb,
+                max_timeout_ms=limits.timeout_max_ms,
+            )
+        except EstimationError as exc:
+            raise JobFailed(f"{_describe(task)}: {exc}") from exc
+        if fixed == current:
+            return
+
+        def change(j: JobInfo) -> JobInfo:
+            p = JobPlan.model_validate(j.plan)
+            if aggregate:
+                p.aggregate_memory_mb, p.aggregate_timeout_ms = fixed.memory_mb, fixed.timeout_ms
+            else:
+                p.train.memory_mb, p.train.timeout_ms = fixed.memory_mb, fixed.timeout_ms
+            return j.model_copy(update={"plan": p.model_dump(mode="json")})
+
+        self._change(
+            change,
+            event=_line(
+                "limits_raised",
+                f"{task.kind} actions now run with {fixed.memory_mb} MB and "
+                f"{fixed.timeout_ms / 1000:g} s (were {current.memory_mb} MB, "
+                f"{current.timeout_ms / 1000:g} s)",
+            ),
+        )
+
+    def _book(self, task: _Task, record: Activation, failure: Failure | None) -> None:
+        """Add the activation to the job's ledger and the metrics."""
+        memory = record.memory_mb or 0
+        duration = record.duration or 0
+        gb_s = memory / 1024 * duration / 1000
+        cost = gb_s * self.rt.settings.price_per_gb_s
+        result = record.response.result if isinstance(record.response.result, dict) else {}
+        outcome = "success" if failure is None else str(failure.kind)
+        use = ActivationUse(
+            activation_id=record.activationId,
+            kind=task.kind,
+            round=task.round,
+            unit=task.index,
+            attempt=task.attempt,
+            memory_mb=memory,
+            start_ms=record.start,
+            duration_ms=duration,
+            wait_ms=record.wait_time,
+            init_ms=record.init_time or 0,
+            peak_memory_mb=result.get("peak_rss_mb"),
+            outcome=outcome,
+            gb_s=round(gb_s, 6),
+            cost_usd=cost,
+        )
+        m = self.rt.metrics
+        m.activations.labels(kind=task.kind, outcome=outcome).inc()
+        m.activation_seconds.labels(kind=task.kind).observe(duration / 1000)
+        m.gb_seconds.inc(gb_s)
+        m.cost.inc(cost)
+        event = None
+        if task.kind == "train":
+            event = _line(
+                "unit_committed" if failure is None else "unit_failed",
+                f"shard {task.index} of round {task.round + 1}: "
+                + (
+                    f"loss {result.get('loss', float('nan')):.4f} in {duration / 1000:.1f} s"
+                    if failure is None
+                    else f"{failure.kind}: {failure.message}"
+                ),
+                task.round,
+                task.index,
+            )
+        self._change(
+            lambda j: j.model_copy(
+                update={"activations": [*j.activations, use], "cost_usd": j.cost_usd + cost}
+            ),
+            event=event,
+        )
+
+    # ---- units (fn/ records) ----------------------------------------------------------------
+
+    def _unit(self, round_: int, shard: int) -> FunctionInfo:
+        def change(u: FunctionInfo | None) -> FunctionInfo:
+            return u or FunctionInfo(job_id=self.job_id, round=round_, shard=shard)
+
+        return update(self.rt.store, fn_key(self.job_id, round_, shard), FunctionInfo, change)
+
+    def _claim(self, task: _Task, timeout_ms: int) -> int:
+        """Take the unit for a new attempt: ``owner_epoch`` e → e+1, which fences the old one."""
+        round_ = task.round
+        memory = JobPlan.model_validate(self._job().plan).train.memory_mb
+
+        def change(u: FunctionInfo | None) -> FunctionInfo:
+            u = u or FunctionInfo(job_id=self.job_id, round=round_, shard=task.index)
+            return u.model_copy(
+                update={
+                    "state": UnitState.RUNNING,
+                    "owner_epoch": u.owner_epoch + 1,
+                    "attempts": u.attempts + 1,
+                    "memory_mb": memory,
+                    "timeout_ms": timeout_ms,
+                    "heartbeat_ms": now_ms(),
+                }
+            )
+
+        key = fn_key(self.job_id, round_, task.index)
+        return update(self.rt.store, key, FunctionInfo, change).owner_epoch
+
+    def _unit_change(self, task: _Task, change: Any) -> None:
+        """Change the unit while ``task`` still owns it (a superseded attempt writes nothing)."""
+        round_ = task.round
+
+        def fenced(u: FunctionInfo | None) -> FunctionInfo:
+            assert u is not None, "a claimed unit has a record"
+            return change(u) if u.owner_epoch == task.owner_epoch else u
+
+        update(self.rt.store, fn_key(self.job_id, round_, task.index), FunctionInfo, fenced)
+
+    # ---- the job record ---------------------------------------------------------------------
+
+    def _job(self) -> JobInfo:
+        found = load(self.rt.store, job_key(self.job_id), JobInfo)
+        if found is None:
+            raise Stopped(f"job {self.job_id} is gone")
+        return found[0]
+
+    def _change(
+        self, change: Callable[[JobInfo], JobInfo], *, event: JobEvent | None = None
+    ) -> JobInfo:
+        """One compare-and-set of the job record; a cancelled job is left as it is and stops."""
+        kept = self.rt.settings.controller.events_kept
+
+        def apply(j: JobInfo | None) -> JobInfo:
+            if j is None:
+                raise Stopped(f"job {self.job_id} is gone")
+            if j.state is not JobState.RUNNING:
+                return j
+            new = change(j)
+            if event is not None:
+                new = new.model_copy(update={"events": [*new.events, event][-kept:]})
+            return new.model_copy(update={"updated_ms": now_ms()})
+
+        job = update(self.rt.store, job_key(self.job_id), JobInfo, apply)
+        if job.state is not JobState.RUNNING:
+            self.cancelled.set()
+        return job
+
+    def _event(self, event: JobEvent) -> None:
+        self._change(lambda j: j, event=event)
+
+    def _finish(self, state: JobState, *, error: str | None = None) -> None:
+        finished = now_ms()
+
+        def change(j: JobInfo) -> JobInfo:
+            return j.model_copy(
+                update={
+                    "state": state,
+                    "finished_ms": finished,
+                    "error": error,
+                    "model": j.global_weights if state is JobState.DONE else None,
+                }
+            )
+
+        message = error or (
+            "stopped early: the mean loss reached target_loss"
+            if self._job().stopped_early
+            else "all rounds done"
+        )
+        job = self._change(change, event=_line(str(state), message))
+        if job.state is state:
+            self.rt.metrics.jobs_finished.labels(state=str(state)).inc()
+
+    def _check_stop(self) -> None:
+        if self.rt.shutdown.is_set():
+            raise Stopped("the controller is shutting down")
+        if self.cancelled.is_set():
+            raise Stopped(f"job {self.job_id} was cancelled")
+
+    def _kill_in_flight(self) -> None:
+        """Stop the job's running activations (where the platform can kill one)."""
+        if self.rt.shutdown.is_set() and not self.cancelled.is_set():
+            return  # a controller restart resumes them; only a cancel kills
+        for activation_id in list(self._in_flight):
+            with contextlib.suppress(ActivationNotFound, Unsupported):
+                self.rt.platform.kill(activation_id)
+        self._in_flight.clear()
+
+
+def _seed(seed: int, round_: int) -> int:
+    if round_ == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}/{round_}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def _finish_round(result: RoundResult, job: JobInfo, *, stop: bool, rounds: int) -> JobInfo:
+    return job.model_copy(
+        update={
+            "round": result.round + 1,
+            "rounds": [*job.rounds, result],
+            "global_weights": global_blob(job.job_id, result.round + 1),
+            "stopped_early": stop and result.round + 1 < rounds,
+        }
+    )
+
+
+def _line(kind: str, message: str, round_: int | None = None, unit: int | None = None) -> JobEvent:
+    return JobEvent(t_ms=now_ms(), kind=kind, message=message, round=round_, unit=unit)
+
+
+def _describe(task: _Task) -> str:
+    where = f" of round {task.round + 1}"
+    if task.kind == "train":
+        return f"training shard {task.index}{where}"
+    if task.kind == "aggregate":
+        return f"aggregator {task.level}.{task.index}{where}"
+    return f"evaluation{where}"
+
+
+def _lost(activation_id: str, task: _Task) -> Activation:
+    """A stand-in record for an activation the platform never reported (OpenWhisk loses some)."""
+    from faasdl.platform.base import ActivationResponse
+
+    return Activation(
+        activationId=activation_id,
+        namespace="",
+        name=task.kind,
+        start=0,
+        response=ActivationResponse(
+            status="whisk internal error",
+            success=False,
+            result={"error": "the activation was never recorded: lost"},
+        ),
+    )

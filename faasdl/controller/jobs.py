@@ -1,0 +1,369 @@
+"""The controller's core, under the REST API: submission, admission, the job runners, and the
+queries. All job state is in the store; what is in memory (runner threads) is rebuilt from it when
+a controller starts, so a restarted controller carries on with the jobs it finds.
+
+One controller per store: two would both run the same job's rounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from faasdl.config import Settings
+from faasdl.controller.admission import Capacity, Demand, admit, queue_positions
+from faasdl.controller.events import JobRunner, Runtime, now_ms
+from faasdl.controller.metrics import Metrics
+from faasdl.controller.plan import JobPlan, plan_job
+from faasdl.controller.validator import JobSpec, check_job
+from faasdl.errors import JobError, JobNotFound, ValidationError
+from faasdl.estimator.sizer import Sizer
+from faasdl.platform.base import Platform
+from faasdl.store import absolute_url
+from faasdl.store.base import StateStore
+from faasdl.store.records import (
+    FunctionInfo,
+    IdempotencyRecord,
+    JobEvent,
+    JobInfo,
+    JobState,
+    create,
+    idempotency_key,
+    job_key,
+    load,
+    update,
+)
+
+log = logging.getLogger(__name__)
+
+#: Longest ``Idempotency-Key`` accepted (the IETF draft sets none; Stripe's is 255).
+IDEMPOTENCY_KEY_MAX = 255
+
+
+class Submitted(BaseModel):
+    job: JobInfo
+    created: bool  # false: an Idempotency-Key replay answered with the job it created before
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as the API shows it: its record, its place in the queue, its current round's units."""
+
+    job: JobInfo
+    queue_position: int | None
+    units: list[FunctionInfo]
+
+
+class Controller:
+    """Accepts, admits and runs training jobs on one platform with one store.
+
+    Constructed with no I/O; :meth:`start` expects the platform and the store open and starts the
+    scheduler (which also resumes the running jobs found in the store); :meth:`close` stops it and
+    every runner, leaving their jobs as they are in the store for the next controller.
+    """
+
+    def __init__(
+        self, *, settings: Settings, platform: Platform, store: StateStore, store_url: str
+    ) -> None:
+        self.settings = settings
+        self.platform = platform
+        self.store = store
+        self.metrics = Metrics()
+        self.sizer = Sizer(platform=platform, store=store, settings=settings)
+        self.runtime = Runtime(
+            platform=platform,
+            store=store,
+            store_url=absolute_url(store_url),
+            sizer=self.sizer,
+            settings=settings,
+            metrics=self.metrics,
+        )
+        self._runners: dict[str, tuple[JobRunner, threading.Thread]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._scheduler: threading.Thread | None = None
+
+    # ---- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._scheduler is not None:
+            return
+        self.runtime.shutdown.clear()
+        self._scheduler = threading.Thread(
+            target=self._schedule, name="faasdl-scheduler", daemon=True
+        )
+        self._scheduler.start()
+
+    def close(self) -> None:
+        self.runtime.shutdown.set()
+        self._wake.set()
+        if self._scheduler is not None:
+            self._scheduler.join()
+            self._scheduler = None
+        with self._lock:
+            runners = list(self._runners.values())
+            self._runners.clear()
+        for _, thread in runners:
+            thread.join()
+
+    def __enter__(self) -> Controller:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def estimate(self, spec: JobSpec) -> JobPlan:
+        """The plan the job would run with; nothing stored but what sizing measures once."""
+        dataset = check_job(spec)
+        return plan_job(self.sizer, spec, dataset, max_fan_in=self.settings.controller.max_fan_in)
+
+    def submit(self, spec: JobSpec, *, idempotency: str | None = None) -> Submitted:
+        """Validate, plan and queue a job. With an ``Idempotency-Key``, a replay of the same
+        request returns the job the first one created; the key with another request is refused.
+        A refused job leaves nothing behind."""
+        digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+        job_id = uuid.uuid4().hex[:16]
+        if idempotency is not None:
+            _check_idempotency_key(idempotency)
+            known = load(self.store, idempotency_key(spec.tenant, idempotency), IdempotencyRecord)
+            if known is not None:
+                replay = self._replay(known[0], digest)
+                if replay is not None:
+                    return replay
+                job_id = known[0].job_id  # the first request died between the two writes
+        plan = self.estimate(spec)
+        if idempotency is not None:
+            record = IdempotencyRecord(
+                tenant=spec.tenant,
+                idempotency_key=idempotency,
+                job_id=job_id,
+                request_sha256=digest,
+            )
+            if not create(self.store, record):
+                found = load(self.store, record.key(), IdempotencyRecord)
+                if found is not None and found[0].job_id != job_id:
+                    replay = self._replay(found[0], digest)
+                    if replay is not None:
+                        return replay
+        created = now_ms()
+        job = JobInfo(
+            job_id=job_id,
+            tenant=spec.tenant,
+            spec=spec.model_dump(mode="json"),
+            plan=plan.model_dump(mode="json"),
+            idempotency_key=idempotency,
+            created_ms=created,
+            updated_ms=created,
+            events=[
+                JobEvent(
+                    t_ms=created,
+                    kind="submitted",
+                    message=f"{plan.workers} worker(s) of {plan.train.memory_mb} MB, "
+                    f"{plan.rounds} round(s), {len(plan.tree)} aggregation level(s)",
+                )
+            ],
+        )
+        if not create(self.store, job):
+            return Submitted(job=self._load(job_id), created=False)
+        self.metrics.jobs_submitted.labels(tenant=spec.tenant).inc()
+        self._wake.set()
+        return Submitted(job=job, created=True)
+
+    def _replay(self, known: IdempotencyRecord, digest: str) -> Submitted | None:
+        if known.request_sha256 != digest:
+            raise JobError(
+                f"Idempotency-Key {known.idempotency_key!r} was used for a different request "
+                f"(job {known.job_id})"
+            )
+        found = load(self.store, job_key(known.job_id), JobInfo)
+        return Submitted(job=found[0], created=False) if found else None
+
+    def jobs(self, *, tenant: str | None = None, state: JobState | None = None) -> list[JobInfo]:
+        """Jobs, newest first."""
+        found = [
+            j
+            for j in self._all_jobs()
+            if (tenant is None or j.tenant == tenant) and (state is None or j.state is state)
+        ]
+        return sorted(found, key=lambda j: (j.created_ms, j.job_id), reverse=True)
+
+    def view(self, job_id: str) -> JobView:
+        job = self._load(job_id)
+        position = None
+        if job.state is JobState.QUEUED:
+            queued = [_demand(j) for j in self._all_jobs() if j.state is JobState.QUEUED]
+            position = queue_positions(queued).get(job_id)
+        prefix = f"fn/{job_id}/{job.round:05d}/"
+        units = [FunctionInfo.model_validate(v.value) for _, v in self.store.scan(prefix)]
+        return JobView(job=job, queue_position=position, units=units)
+
+    def cancel(self, job_id: str) -> JobInfo:
+        """Cancel a queued or running job: its activations are killed, its record kept."""
+
+        def change(job: JobInfo | None) -> JobInfo:
+            if job is None:
+                raise JobNotFound(job_id)
+            if job.state in (JobState.DONE, JobState.FAILED):
+                raise JobError(f"job {job_id} has already ended ({job.state}): nothing to cancel")
+            if job.state is JobState.CANCELLED:
+                return job
+            t = now_ms()
+            line = JobEvent(t_ms=t, kind="cancelled", message="cancelled by request")
+            return job.model_copy(
+                update={
+                    "state": JobState.CANCELLED,
+                    "finished_ms": t,
+                    "updated_ms": t,
+                    "events": [*job.events, line],
+                }
+            )
+
+        job = update(self.store, job_key(job_id), JobInfo, change)
+        with self._lock:
+            running = self._runners.get(job_id)
+        if running is not None:
+            running[0].cancelled.set()
+        self.metrics.jobs_finished.labels(state="cancelled").inc()
+        self._wake.set()
+        return job
+
+    def wait_stopped(self, job_id: str, timeout_s: float) -> bool:
+        """Wait until the job's runner (if any) has stopped; whether it has."""
+        with self._lock:
+            running = self._runners.get(job_id)
+        if running is None:
+            return True
+        running[1].join(timeout_s)
+        return not running[1].is_alive()
+
+    def model(self, job_id: str) -> bytes:
+        """The trained model (safetensors) of a finished job."""
+        job = self._load(job_id)
+        if job.state is not JobState.DONE or job.model is None:
+            raise JobError(f"job {job_id} has no model: it is {job.state}")
+        return self.store.get_blob(job.model)
+
+    # ---- scheduling -------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        while not self.runtime.shutdown.is_set():
+            try:
+                self.admit()
+            except Exception:  # the scheduler must outlive a bad pass (a store hiccup)
+                log.exception("admission pass failed")
+            self._wake.wait(self.settings.controller.scheduler_tick_s)
+            self._wake.clear()
+
+    def admit(self) -> list[str]:
+        """One admission pass: start the queued jobs that fit, and a runner for every running
+        job that has none (a restarted controller). Returns the jobs started."""
+        jobs = self._all_jobs()
+        self._count(jobs)
+        with self._lock:
+            self._runners = {k: v for k, v in self._runners.items() if v[1].is_alive()}
+            orphans = [
+                j.job_id
+                for j in jobs
+                if j.state is JobState.RUNNING and j.job_id not in self._runners
+            ]
+        for job_id in orphans:
+            self._start_runner(job_id)
+        limits = self.platform.limits()
+        capacity = Capacity(memory_mb=limits.pool_memory_mb, actions=limits.concurrent_invocations)
+        chosen = admit(
+            [_demand(j) for j in jobs if j.state is JobState.QUEUED],
+            [_demand(j) for j in jobs if j.state is JobState.RUNNING],
+            capacity,
+        )
+        started = [job_id for job_id in chosen if self._mark_running(job_id)]
+        for job_id in started:
+            self._start_runner(job_id)
+        return started
+
+    def _mark_running(self, job_id: str) -> bool:
+        def change(job: JobInfo | None) -> JobInfo:
+            if job is None:
+                raise JobNotFound(job_id)
+            if job.state is not JobState.QUEUED:
+                return job
+            t = now_ms()
+            waited = (t - job.created_ms) / 1000
+            line = JobEvent(t_ms=t, kind="admitted", message=f"admitted after {waited:.1f} s")
+            return job.model_copy(
+                update={"state": JobState.RUNNING, "updated_ms": t, "events": [*job.events, line]}
+            )
+
+        return update(self.store, job_key(job_id), JobInfo, change).state is JobState.RUNNING
+
+    def _start_runner(self, job_id: str) -> None:
+        runner = JobRunner(job_id=job_id, runtime=self.runtime)
+
+        def body() -> None:
+            runner.run()
+            self._wake.set()  # its pool memory is free: admit the next job
+
+        thread = threading.Thread(target=body, name=f"faasdl-job-{job_id}", daemon=True)
+        with self._lock:
+            if self.runtime.shutdown.is_set():
+                return
+            self._runners[job_id] = (runner, thread)
+        thread.start()
+
+    def _count(self, jobs: list[JobInfo]) -> None:
+        for state in JobState:
+            self.metrics.jobs.labels(state=str(state)).set(sum(j.state is state for j in jobs))
+
+    def _all_jobs(self) -> list[JobInfo]:
+        return [JobInfo.model_validate(v.value) for _, v in self.store.scan("job/")]
+
+    def _load(self, job_id: str) -> JobInfo:
+        found = load(self.store, job_key(job_id), JobInfo)
+        if found is None:
+            raise JobNotFound(job_id)
+        return found[0]
+
+
+def _demand(job: JobInfo) -> Demand:
+    plan = JobPlan.model_validate(job.plan)
+    return Demand(
+        job_id=job.job_id,
+        tenant=job.tenant,
+        created_ms=job.created_ms,
+        memory_mb=plan.demand_mb,
+        actions=plan.workers,
+    )
+
+
+def _check_idempotency_key(key: str) -> None:
+    if not key or len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable():
+        raise ValidationError(
+            f"must be 1 to {IDEMPOTENCY_KEY_MAX} printable characters", field="Idempotency-Key"
+        )
+
+
+def job_summary(job: JobInfo) -> dict[str, Any]:
+    """The line of a job in a listing."""
+    plan = JobPlan.model_validate(job.plan)
+    last = job.rounds[-1] if job.rounds else None
+    return {
+        "job_id": job.job_id,
+        "tenant": job.tenant,
+        "state": job.state,
+        "model": job.spec.get("model"),
+        "round": job.round,
+        "rounds": plan.rounds,
+        "workers": plan.workers,
+        "loss": last.loss if last else None,
+        "accuracy": last.accuracy if last else None,
+        "cost_usd": job.cost_usd,
+        "created_ms": job.created_ms,
+    }

@@ -1,0 +1,43 @@
+"""The controller's Prometheus metrics, in a registry of its own (one per controller, so that
+tests and several controllers in one process do not collide)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.jobs_submitted = Counter(
+            "faasdl_jobs_submitted", "Jobs accepted.", ["tenant"], registry=self.registry
+        )
+        self.jobs_finished = Counter(
+            "faasdl_jobs_finished", "Jobs that ended, by state.", ["state"], registry=self.registry
+        )
+        self.jobs = Gauge("faasdl_jobs", "Jobs by state.", ["state"], registry=self.registry)
+        self.activations = Counter(
+            "faasdl_activations",
+            "Activations the controller started and saw end, by kind and outcome.",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self.activation_seconds = Histogram(
+            "faasdl_activation_duration_seconds",
+            "Duration of activations, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.gb_seconds = Counter(
+            "faasdl_activation_gb_seconds", "Memory × time billed.", registry=self.registry
+        )
+        self.cost = Counter("faasdl_cost_usd", "GB·s × price.", registry=self.registry)
+        self.recoveries = Counter(
+            "faasdl_recoveries",
+            "Units run again after a failure.",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,97 @@
+"""A job's plan: the training actions' sizing, the rounds, and the aggregation tree.
+
+Made once at submission and stored in the job's record, so that admission can weigh the job and
+a restarted controller runs the same plan. Limits corrected after a failure are written back.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from faasdl.aggregation.tree import aggregator_memory_mb, fan_in, plan_tree
+from faasdl.controller.validator import JobSpec
+from faasdl.estimator.memory import MIB, round_to_class
+from faasdl.estimator.planner import ActionPlan
+from faasdl.estimator.sizer import Sizer
+from faasdl.platform.base import PlatformLimits
+from faasdl.training.datasets import Dataset
+
+#: Time limit of an aggregation action: reading and writing a few models.
+AGGREGATE_TIMEOUT_MS = 60_000
+
+
+class JobPlan(BaseModel):
+    train: ActionPlan
+    rounds: int
+    epochs_per_round: int
+    examples: int
+    test_examples: int
+    input_shape: tuple[int, ...]
+    classes: int
+    model_mb: float
+    aggregate_memory_mb: int
+    aggregate_timeout_ms: int
+    fan_in: int
+    tree: list[list[list[int]]]
+
+    @property
+    def workers(self) -> int:
+        return self.train.containers
+
+    @property
+    def demand_mb(self) -> int:
+        """Pool memory the job holds while its trainers run."""
+        return self.train.containers * self.train.memory_mb
+
+
+def make_plan(
+    spec: JobSpec,
+    dataset: Dataset,
+    train: ActionPlan,
+    *,
+    params: int,
+    limits: PlatformLimits,
+    step_mb: int,
+    max_fan_in: int,
+) -> JobPlan:
+    """The whole job's plan around the training action's (pure)."""
+    model_mb = params * 4 / MIB
+    memory = round_to_class(
+        aggregator_memory_mb(model_mb),
+        step_mb=step_mb,
+        min_mb=limits.memory_min_mb,
+        max_mb=limits.memory_max_mb,
+    )
+    fan = fan_in(model_mb=model_mb, memory_mb=memory, max_fan_in=max_fan_in)
+    tree = plan_tree(train.containers, fan)
+    return JobPlan(
+        train=train,
+        rounds=spec.rounds,
+        epochs_per_round=spec.epochs_per_round,
+        examples=len(dataset.y_train),
+        test_examples=len(dataset.y_test),
+        input_shape=dataset.input_shape,
+        classes=dataset.classes,
+        model_mb=round(model_mb, 3),
+        aggregate_memory_mb=memory,
+        aggregate_timeout_ms=max(
+            limits.timeout_min_ms, min(limits.timeout_max_ms, AGGREGATE_TIMEOUT_MS)
+        ),
+        fan_in=fan,
+        tree=[[list(group) for group in level] for level in tree.levels],
+    )
+
+
+def plan_job(sizer: Sizer, spec: JobSpec, dataset: Dataset, *, max_fan_in: int) -> JobPlan:
+    """Size the job on ``sizer``'s platform (measuring the model's profile the first time)."""
+    train, _ = sizer.plan(spec.sizing(), dataset)
+    profile = sizer.profile(spec.model, dataset.input_shape, dataset.classes)
+    return make_plan(
+        spec,
+        dataset,
+        train,
+        params=profile.params,
+        limits=sizer.platform.limits(),
+        step_mb=sizer.settings.estimator.memory_step_mb,
+        max_fan_in=max_fan_in,
+    )

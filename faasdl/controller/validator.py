@@ -1,0 +1,89 @@
+"""What a training job may ask for: the job spec's schema and its semantic checks.
+
+The schema refuses what is malformed (a 422 naming the field); :func:`check_job` refuses what is
+well-formed but cannot run (an unknown model, a model that does not fit the data's shape, more
+workers than examples, limits beyond the platform's) before anything is stored or started.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from faasdl.estimator.planner import EstimateRequest
+from faasdl.estimator.sizer import load_checked
+from faasdl.training.datasets import Dataset
+
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
+class FaultTolerance(BaseModel):
+    """What the controller does when an activation fails."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Literal["retry", "none"] = Field(
+        "retry",
+        description="retry: run a failed unit again (out of memory raises its memory class, out "
+        "of time doubles its time limit); none: the first failure fails the job.",
+    )
+    max_attempts: int = Field(4, ge=1, le=20, description="Attempts per unit, the first included.")
+
+
+class JobSpec(EstimateRequest):
+    """A training job: the sizing request plus how it is trained, merged and kept alive."""
+
+    epochs: int = Field(1, ge=1, le=10_000, description="Epochs of training in all.")
+    sync_every: int = Field(
+        1,
+        ge=0,
+        le=10_000,
+        description="Epochs per round: each round trains every shard from the global model and "
+        "averages the results. 0: one round of all epochs (DiSDeL's one-shot mode).",
+    )
+    target_loss: float | None = Field(
+        None, ge=0, description="ε: stop once the round's mean training loss is at most this."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the split, the model, the order.")
+    optimizer: Literal["adam", "sgd"] = "adam"
+    learning_rate: float = Field(1e-3, gt=0, le=10)
+    tenant: str = Field(
+        "default", pattern=TENANT_PATTERN, description="Who the job belongs to (admission)."
+    )
+    fault_tolerance: FaultTolerance = Field(default_factory=FaultTolerance)
+
+    @field_validator("sync_every")
+    @classmethod
+    def _rounds_fit_epochs(cls, value: int, info: ValidationInfo) -> int:
+        epochs = info.data.get("epochs")
+        if epochs is not None and value > epochs:
+            raise ValueError(f"is more epochs ({value}) than the job has ({epochs})")
+        return value
+
+    @property
+    def epochs_per_round(self) -> int:
+        return self.sync_every or self.epochs
+
+    @property
+    def rounds(self) -> int:
+        return math.ceil(self.epochs / self.epochs_per_round)
+
+    def round_epochs(self, round_: int) -> int:
+        """Epochs of round ``round_`` (the last may be shorter)."""
+        return min(self.epochs_per_round, self.epochs - round_ * self.epochs_per_round)
+
+    def sizing(self) -> EstimateRequest:
+        """What the estimator sizes: one action of one round."""
+        return EstimateRequest.model_validate(
+            {
+                **self.model_dump(include=set(EstimateRequest.model_fields)),
+                "epochs": self.epochs_per_round,
+            }
+        )
+
+
+def check_job(spec: JobSpec) -> Dataset:
+    """The job's data set, once everything that can be refused without the platform has been."""
+    return load_checked(spec)

@@ -1,0 +1,46 @@
+import pytest
+
+from faasdl.aggregation.tree import aggregator_memory_mb, fan_in, plan_tree
+from faasdl.errors import EstimationError
+
+
+def test_one_trainer_is_its_own_root() -> None:
+    tree = plan_tree(1, 4)
+
+    assert tree.levels == ()
+    assert tree.aggregators == 0
+
+
+def test_trainers_within_the_fan_in_need_one_aggregator() -> None:
+    tree = plan_tree(4, 4)
+
+    assert tree.levels == (((0, 1, 2, 3),),)
+
+
+def test_levels_are_added_until_one_root_and_each_level_is_balanced() -> None:
+    tree = plan_tree(7, 4)
+
+    assert tree.levels == (((0, 1, 2, 3), (4, 5, 6)), ((0, 1),))
+    deep = plan_tree(17, 2)
+    assert [len(level) for level in deep.levels] == [9, 5, 3, 2, 1]
+    for below, level in zip([17, 9, 5, 3, 2], deep.levels, strict=True):
+        covered = sorted(i for group in level for i in group)
+        assert covered == list(range(below))
+        assert max(map(len, level)) - min(map(len, level)) <= 1
+
+
+def test_fan_in_is_what_fits_beside_the_accumulator_capped() -> None:
+    assert fan_in(model_mb=10, memory_mb=256, max_fan_in=100) == 14  # (256 - 96 - 2·10) / 10
+    assert fan_in(model_mb=10, memory_mb=256, max_fan_in=8) == 8
+    assert aggregator_memory_mb(10) == 126
+
+
+def test_an_aggregator_too_small_for_two_models_is_refused() -> None:
+    with pytest.raises(EstimationError, match="cannot hold two"):
+        fan_in(model_mb=60, memory_mb=256, max_fan_in=8)
+
+
+@pytest.mark.parametrize(("leaves", "fan"), [(0, 4), (3, 1)])
+def test_impossible_trees_are_refused(leaves: int, fan: int) -> None:
+    with pytest.raises(EstimationError):
+        plan_tree(leaves, fan)

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from faasdl.config import Settings
+from faasdl.controller.app import create_app
+from faasdl.controller.jobs import Controller
+from faasdl.platform.local import LocalPlatform
+from faasdl.serving import AppThread
+from faasdl.store import StateStore
+
+
+@pytest.fixture(scope="module")
+def controller(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
+) -> Iterator[Controller]:
+    """A running controller on the module's embedded platform (4096 MB pool) and SQLite store."""
+    store, url = tf_store
+    settings = Settings(controller={"scheduler_tick_s": 0.2})
+    with Controller(settings=settings, platform=tf_platform, store=store, store_url=url) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def api_url(controller: Controller) -> Iterator[str]:
+    """The controller's REST API, served by uvicorn on loopback."""
+    server = AppThread(create_app(controller, owns=False), host="127.0.0.1", port=0, name="api")
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(api_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=api_url, timeout=300) as http:
+        yield http
