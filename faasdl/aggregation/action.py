@@ -1,7 +1,8 @@
 """The aggregation action's logic, behind ``openwhisk_actions/aggregate/__main__.py``.
 
 ``{"store_url", "inputs": [{"weights": blob, "examples": n}, …], "output": blob}``: reads each
-input model in turn, writes their weighted mean to ``output`` and returns the total example count,
+input model in turn, writes their weighted mean to ``output`` (every group of arrays the inputs
+hold: the weights ``w`` and the optimizer state ``opt``) and returns the total example count,
 which weighs this aggregate at the next level of the tree. NumPy only: no TensorFlow to import.
 """
 
@@ -13,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.actionkit import action_store, serve
 from faasdl.aggregation.average import WeightedMean
-from faasdl.training.tensors import pack, unpack
+from faasdl.errors import AggregationError
+from faasdl.training.tensors import pack_groups, unpack
 from faasdl.training.usage import Phases, peak_rss_mb
 
 
@@ -39,16 +41,22 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
 def aggregate(args: AggregateArgs) -> dict[str, Any]:
     phases = Phases()
     store = action_store(args.store_url)
-    mean = WeightedMean()
+    means: dict[str, WeightedMean] = {}
     for item in args.inputs:
         with phases("load"):
-            weights = unpack(store.get_blob(item.weights))["w"]
+            groups = unpack(store.get_blob(item.weights))
+        if means and set(groups) != set(means):
+            raise AggregationError(
+                f"{item.weights} holds {sorted(groups)}, the other inputs {sorted(means)}"
+            )
         with phases("average"):
-            mean.add(weights, item.examples)
+            for name, arrays in groups.items():
+                means.setdefault(name, WeightedMean()).add(arrays, item.examples)
+            del groups
     with phases("save"):
-        store.put_blob(args.output, pack(mean.result()))
+        store.put_blob(args.output, pack_groups({n: m.result() for n, m in means.items()}))
     return {
-        "examples": mean.examples,
+        "examples": sum(item.examples for item in args.inputs),
         "weights": args.output,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},

@@ -6,16 +6,20 @@ counts, so a tree of averages of averages equals the flat weighted mean of the l
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from faasdl.errors import AggregationError
 
 
 class WeightedMean:
-    """Accumulates ``Σ count·w`` in float64 per array; :meth:`result` divides by ``Σ count``."""
+    """Accumulates ``Σ count·w`` in float64 per array; :meth:`result` divides by ``Σ count`` and
+    returns each array in the dtype it came in."""
 
     def __init__(self) -> None:
         self._sums: list[np.ndarray] = []
+        self._dtypes: list[np.dtype[Any]] = []
         self.examples = 0
 
     def add(self, weights: list[np.ndarray], examples: int) -> None:
@@ -25,6 +29,7 @@ class WeightedMean:
             raise AggregationError("the models' shapes differ: they are not the same architecture")
         if not self._sums:
             self._sums = [np.zeros(a.shape, dtype=np.float64) for a in weights]
+            self._dtypes = [a.dtype for a in weights]
         for total, array in zip(self._sums, weights, strict=True):
             total += examples * array.astype(np.float64)
         self.examples += examples
@@ -32,7 +37,13 @@ class WeightedMean:
     def result(self) -> list[np.ndarray]:
         if not self.examples:
             raise AggregationError("no models to average")
-        return [(total / self.examples).astype(np.float32) for total in self._sums]
+        # Each array keeps its dtype; an integer (an optimizer's step counter) is rounded.
+        return [
+            np.rint(total / self.examples).astype(dtype)
+            if np.issubdtype(dtype, np.integer)
+            else (total / self.examples).astype(dtype)
+            for total, dtype in zip(self._sums, self._dtypes, strict=True)
+        ]
 
 
 def weighted_average(models: list[tuple[list[np.ndarray], int]]) -> list[np.ndarray]:

@@ -32,7 +32,8 @@ class Tree:
 
 
 def aggregator_memory_mb(model_mb: float) -> float:
-    """Memory one streaming aggregator needs, whatever its fan-in (inputs are read one by one)."""
+    """Memory one streaming aggregator needs, whatever its fan-in (inputs are read one by one).
+    ``model_mb`` is what one input holds: the weights and the optimizer's state."""
     return AGGREGATOR_BASE_MB + RESIDENT_MODELS * model_mb
 
 

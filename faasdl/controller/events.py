@@ -292,7 +292,7 @@ class JobRunner:
                 # the global model, and a fresh seed gives each round its own data order.
                 "seed": _seed(spec.seed, round_),
                 "optimizer": spec.optimizer,
-                "learning_rate": spec.learning_rate,
+                "learning_rate": spec.worker_learning_rate(plan.workers),
                 "target_loss": spec.target_loss,
             },
         )

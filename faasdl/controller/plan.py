@@ -16,6 +16,8 @@ from faasdl.estimator.sizer import Sizer
 from faasdl.platform.base import PlatformLimits
 from faasdl.training.datasets import Dataset
 
+#: Arrays per weight that a global model holds: the weight and the optimizer's slots.
+STATE_COPIES = {"adam": 3, "sgd": 2}
 #: Time limit of an aggregation action: reading and writing a few models.
 AGGREGATE_TIMEOUT_MS = 60_000
 
@@ -28,7 +30,7 @@ class JobPlan(BaseModel):
     test_examples: int
     input_shape: tuple[int, ...]
     classes: int
-    model_mb: float
+    model_mb: float  # one trained model with its optimizer state
     aggregate_memory_mb: int
     aggregate_timeout_ms: int
     fan_in: int
@@ -55,7 +57,7 @@ def make_plan(
     max_fan_in: int,
 ) -> JobPlan:
     """The whole job's plan around the training action's (pure)."""
-    model_mb = params * 4 / MIB
+    model_mb = STATE_COPIES[spec.optimizer] * params * 4 / MIB
     memory = round_to_class(
         aggregator_memory_mb(model_mb),
         step_mb=step_mb,

@@ -49,6 +49,12 @@ class JobSpec(EstimateRequest):
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the split, the model, the order.")
     optimizer: Literal["adam", "sgd"] = "adam"
     learning_rate: float = Field(1e-3, gt=0, le=10)
+    lr_scaling: Literal["sqrt", "none"] = Field(
+        "sqrt",
+        description="sqrt: in periodic rounds each of N workers trains with the learning rate "
+        "× √N, since a round gives each worker 1/N of the steps one worker would take; none: "
+        "as given.",
+    )
     tenant: str = Field(
         "default", pattern=TENANT_PATTERN, description="Who the job belongs to (admission)."
     )
@@ -73,6 +79,11 @@ class JobSpec(EstimateRequest):
     def round_epochs(self, round_: int) -> int:
         """Epochs of round ``round_`` (the last may be shorter)."""
         return min(self.epochs_per_round, self.epochs - round_ * self.epochs_per_round)
+
+    def worker_learning_rate(self, workers: int) -> float:
+        if self.lr_scaling == "sqrt" and self.sync_every and workers > 1:
+            return self.learning_rate * math.sqrt(workers)
+        return self.learning_rate
 
     def sizing(self) -> EstimateRequest:
         """What the estimator sizes: one action of one round."""

@@ -65,7 +65,9 @@ class TrainArgs(_Args):
     classes: int = Field(ge=2)
     shard: str = Field(description="Blob name of the shard (safetensors x, y).")
     weights_in: str | None = Field(None, description="Blob of the global model; none: initialise.")
-    weights_out: str = Field(description="Blob the trained weights are written to.")
+    weights_out: str = Field(
+        description="Blob the trained weights (group w) and optimizer state (opt) go to."
+    )
     checkpoint: str | None = Field(None, description="Blob to resume from and checkpoint into.")
     checkpoint_every_steps: int = Field(0, ge=0, description="0: no intermediate checkpoints.")
     batch_size: int = Field(ge=1)
@@ -125,7 +127,10 @@ def train(args: TrainArgs) -> dict[str, Any]:
             state = TrainState.from_bytes(store.get_blob(args.checkpoint))
         resumed = state is not None
         if state is None and args.weights_in is not None:
-            state = TrainState(weights=unpack(store.get_blob(args.weights_in))["w"])
+            # The global model carries the averaged optimizer state too: restarting Adam's
+            # moments every round costs local training most of its progress per round.
+            groups = unpack(store.get_blob(args.weights_in))
+            state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
     with phases("build"):
         model = build_model(args.model, tuple(shard.x.shape[1:]), args.classes, seed=args.seed)
         config = TrainConfig(
@@ -152,7 +157,7 @@ def train(args: TrainArgs) -> dict[str, Any]:
     # Checkpoints are timed inside training; report them apart.
     phases.seconds["train"] -= phases.seconds.get("checkpoint", 0.0)
     with phases("save"):
-        store.put_blob(args.weights_out, pack(report.state.weights))
+        store.put_blob(args.weights_out, pack(report.state.weights, opt=report.state.optimizer))
     epochs = report.state.epochs
     return {
         "examples": shard.count,

@@ -17,10 +17,17 @@ def pack(
     arrays: list[np.ndarray], *, metadata: dict[str, str] | None = None, **groups: list[np.ndarray]
 ) -> bytes:
     """One safetensors file: ``arrays`` as ``w/0000…`` and each named group as ``<name>/0000…``."""
+    return pack_groups({"w": arrays, **groups}, metadata=metadata)
+
+
+def pack_groups(
+    groups: dict[str, list[np.ndarray]], *, metadata: dict[str, str] | None = None
+) -> bytes:
+    """One safetensors file of named groups of arrays (what :func:`unpack` returns)."""
     # np.ascontiguousarray would turn 0-d arrays (the step counter) into 1-d; asarray does not.
     tensors = {
         f"{group}/{i:04d}": np.asarray(a, order="C")
-        for group, values in {"w": arrays, **groups}.items()
+        for group, values in groups.items()
         for i, a in enumerate(values)
     }
     return st_save(tensors, metadata=metadata)

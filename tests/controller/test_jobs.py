@@ -18,7 +18,7 @@ DIGITS_JOB: dict[str, Any] = {
     "model": "mlp",
     "dataset": {"name": "digits"},
     "workers": 4,
-    "epochs": 2,
+    "epochs": 3,
     "batch_size": 32,
 }
 
@@ -47,13 +47,13 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
 
     events = follow(client, job_id)
 
-    assert events[-1] == ("end", {"state": "done", "error": None, "round": 2})
+    assert events[-1] == ("end", {"state": "done", "error": None, "round": 3})
     kinds = [kind for kind, _ in events]
-    assert kinds.count("unit_committed") == 8
-    assert kinds.count("round_finished") == 2
+    assert kinds.count("unit_committed") == 12
+    assert kinds.count("round_finished") == 3
     job = client.get(f"/v1/jobs/{job_id}").json()["job"]
     assert job["plan"]["train"]["containers"] == 4
-    assert [r["round"] for r in job["rounds"]] == [0, 1]
+    assert [r["round"] for r in job["rounds"]] == [0, 1, 2]
     ledger = job["activations"]
     assert sorted({a["kind"] for a in ledger}) == ["aggregate", "evaluate", "train"]
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
