@@ -545,6 +545,7 @@ class JobRunner:
             return u.model_copy(
                 update={
                     "state": UnitState.RUNNING,
+                    "activation_id": None,
                     "owner_epoch": u.owner_epoch + 1,
                     "attempts": u.attempts + 1,
                     "memory_mb": memory,

@@ -1,16 +1,21 @@
-"""End to end: the REST API, the controller and real TensorFlow actions on the embedded platform
-with a SQLite store."""
+"""End to end: the REST API over HTTP, the controller, and real TensorFlow actions on the embedded
+platform with a SQLite store."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
-import httpx
 
+from faasdl.aggregation.average import weighted_average
 from faasdl.controller.jobs import Controller
+from faasdl.platform.local import LocalPlatform
+from faasdl.store.records import FunctionInfo
+from faasdl.training.tensors import unpack
+from tests.conftest import eventually
 
 pytestmark = pytest.mark.tensorflow
 
@@ -21,6 +26,13 @@ DIGITS_JOB: dict[str, Any] = {
     "epochs": 3,
     "batch_size": 32,
 }
+
+
+def submit(client: httpx.Client, spec: dict[str, Any], **headers: str) -> dict[str, Any]:
+    response = client.post("/v1/jobs", json=spec, headers=headers)
+    assert response.status_code in (200, 201), response.text
+    job: dict[str, Any] = response.json()["job"]
+    return job
 
 
 def follow(client: httpx.Client, job_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -37,35 +49,46 @@ def follow(client: httpx.Client, job_id: str) -> list[tuple[str, dict[str, Any]]
     return events
 
 
-def test_a_four_unit_job_completes_and_its_model_evaluates(
-    client: httpx.Client, controller: Controller
-) -> None:
+def job(client: httpx.Client, job_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+    return found
+
+
+@pytest.fixture(scope="module")
+def finished(client: httpx.Client) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """A four-unit digits job, run to its end, and the events it streamed."""
     response = client.post("/v1/jobs", json=DIGITS_JOB)
     assert response.status_code == 201, response.text
     job_id = response.json()["job"]["job_id"]
     assert response.headers["location"] == f"/v1/jobs/{job_id}"
+    return job_id, follow(client, job_id)
 
-    events = follow(client, job_id)
+
+def test_a_four_unit_job_completes_and_its_model_evaluates(
+    client: httpx.Client, finished: tuple[str, list[tuple[str, dict[str, Any]]]]
+) -> None:
+    job_id, events = finished
+
+    record = job(client, job_id)["job"]
+    model = client.get(f"/v1/jobs/{job_id}/model")
 
     assert events[-1] == ("end", {"state": "done", "error": None, "round": 3})
     kinds = [kind for kind, _ in events]
     assert kinds.count("unit_committed") == 12
     assert kinds.count("round_finished") == 3
-    job = client.get(f"/v1/jobs/{job_id}").json()["job"]
-    assert job["plan"]["train"]["containers"] == 4
-    assert [r["round"] for r in job["rounds"]] == [0, 1, 2]
-    ledger = job["activations"]
-    assert sorted({a["kind"] for a in ledger}) == ["aggregate", "evaluate", "train"]
+    assert record["plan"]["train"]["containers"] == 4
+    assert record["plan"]["tree"] == [[[0, 1], [2, 3]], [[0, 1]]]
+    assert [r["round"] for r in record["rounds"]] == [0, 1, 2]
+    ledger = record["activations"]
+    assert [a["kind"] for a in ledger].count("aggregate") == 9  # 3 rounds × 3 aggregators
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
-    assert job["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger))
-
-    model = client.get(f"/v1/jobs/{job_id}/model")
+    assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger))
     assert model.status_code == 200
     assert model.headers["content-type"] == "application/octet-stream"
     from faasdl.training.datasets import DigitsSpec, load_dataset
     from faasdl.training.loop import TrainConfig, Trainer
     from faasdl.training.models import build_model
-    from faasdl.training.tensors import TrainState, unpack
+    from faasdl.training.tensors import TrainState
 
     data = load_dataset(DigitsSpec())
     trainer = Trainer(
@@ -73,5 +96,110 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     )
     trainer.load(TrainState(weights=unpack(model.content)["w"]))
     score = trainer.evaluate(data.x_test, data.y_test)
-    assert score["accuracy"] == pytest.approx(job["rounds"][-1]["accuracy"], abs=1e-6)
+    assert score["accuracy"] == pytest.approx(record["rounds"][-1]["accuracy"], abs=1e-6)
     assert score["accuracy"] > 0.8
+
+
+def test_the_tree_gives_the_flat_weighted_mean_of_the_trainers(
+    controller: Controller, finished: tuple[str, list[tuple[str, dict[str, Any]]]]
+) -> None:
+    job_id, _ = finished
+    store = controller.store
+
+    units = [FunctionInfo.model_validate(v.value) for _, v in store.scan(f"fn/{job_id}/00002/")]
+    trained = [(unpack(store.get_blob(u.committed_result or "")), u.examples or 0) for u in units]
+    merged = unpack(store.get_blob(f"jobs/{job_id}/global/00003"))
+
+    assert len(units) == 4
+    assert sum(n for _, n in trained) == controller.view(job_id).job.plan["examples"]  # type: ignore[index]
+    for group in ("w", "opt"):
+        flat = weighted_average([(groups[group], n) for groups, n in trained])
+        for got, want in zip(merged[group], flat, strict=True):
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_a_job_with_a_target_loss_stops_early(client: httpx.Client) -> None:
+    spec = {**DIGITS_JOB, "epochs": 12, "target_loss": 0.6}
+
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    record = job(client, job_id)["job"]
+
+    assert record["state"] == "done"
+    assert record["stopped_early"] is True
+    losses = [r["loss"] for r in record["rounds"]]
+    assert len(losses) < 12
+    assert losses[-1] <= 0.6
+    assert all(loss > 0.6 for loss in losses[:-1])
+    assert record["model"] == f"jobs/{job_id}/global/{len(losses):05d}"
+
+
+def test_two_jobs_that_do_not_fit_together_both_complete_the_second_queued_first(
+    client: httpx.Client, controller: Controller
+) -> None:
+    spec = {**DIGITS_JOB, "epochs": 1}
+    pool = controller.platform.limits().pool_memory_mb or 0
+
+    first = submit(client, spec)
+    second = submit(client, {**spec, "tenant": "other"})
+    queued = job(client, second["job_id"])
+    follow(client, second["job_id"])
+    one, two = job(client, first["job_id"])["job"], job(client, second["job_id"])["job"]
+
+    plan = first["plan"]["train"]
+    assert 2 * plan["containers"] * plan["memory_mb"] > pool
+    assert queued["job"]["state"] == "queued"
+    assert queued["queue_position"] == 1
+    assert one["state"] == two["state"] == "done"
+    assert two["started_ms"] >= one["finished_ms"]
+    assert [e["kind"] for e in two["events"]][:2] == ["submitted", "admitted"]
+
+
+def test_cancel_stops_a_running_jobs_activations(
+    client: httpx.Client, controller: Controller, tf_platform: LocalPlatform
+) -> None:
+    job_id = submit(client, {**DIGITS_JOB, "epochs": 50})["job_id"]
+
+    def running() -> list[str]:
+        units = job(client, job_id)["units"]
+        return [
+            u["activation_id"]
+            for u in units
+            if u["activation_id"] and tf_platform.is_running(u["activation_id"])
+        ]
+
+    eventually(lambda: bool(running()), timeout_s=120, what="a unit's activation running")
+    killed = running()
+    response = client.delete(f"/v1/jobs/{job_id}")
+    assert controller.wait_stopped(job_id, timeout_s=60)
+
+    assert response.status_code == 200
+    assert response.json()["job"]["state"] == "cancelled"
+    for activation_id in killed:
+        record = tf_platform.wait([activation_id], timeout_s=60)[activation_id]
+        assert not record.success
+    eventually(
+        lambda: tf_platform.pool_stats()["busy"] == 0, timeout_s=30, what="no busy container"
+    )
+    record = job(client, job_id)["job"]
+    assert record["state"] == "cancelled"
+    assert len(record["rounds"]) < 50
+    assert client.delete(f"/v1/jobs/{job_id}").json()["job"]["state"] == "cancelled"
+
+
+def test_an_idempotency_key_replay_returns_the_same_job(client: httpx.Client) -> None:
+    spec = {**DIGITS_JOB, "epochs": 1, "seed": 7}
+
+    first = client.post("/v1/jobs", json=spec, headers={"Idempotency-Key": "run-7"})
+    replay = client.post("/v1/jobs", json=spec, headers={"Idempotency-Key": "run-7"})
+    other = client.post("/v1/jobs", json={**spec, "seed": 8}, headers={"Idempotency-Key": "run-7"})
+    follow(client, first.json()["job"]["job_id"])
+
+    assert first.status_code == 201
+    assert replay.status_code == 200
+    assert replay.json()["job"]["job_id"] == first.json()["job"]["job_id"]
+    assert other.status_code == 409
+    assert "different request" in other.json()["detail"]
+    jobs = client.get("/v1/jobs").json()
+    assert sum(j["job_id"] == first.json()["job"]["job_id"] for j in jobs) == 1
