@@ -27,7 +27,7 @@ from faasdl.estimator.timeout import estimate_timeout
 from faasdl.platform.base import PlatformLimits
 from faasdl.store.records import ExecutionHistory
 from faasdl.training.datasets import DatasetSpec, DigitsSpec
-from faasdl.training.models import ModelProfile, check_model
+from faasdl.training.models import MODELS, ModelProfile, check_model
 
 #: Slack over the largest peak on record for a signature.
 HISTORY_MEMORY_SLACK = 1.1
@@ -38,7 +38,10 @@ class EstimateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model: str = Field(description="A model of the zoo: mlp, small_cnn, mobilenet_v2, ….")
+    model: str = Field(
+        description="A model of the zoo (``faasdl.training.models.MODELS``).",
+        json_schema_extra={"enum": list(MODELS)},
+    )
     dataset: DatasetSpec = Field(default_factory=DigitsSpec)
     batch_size: int = Field(32, ge=1, le=65_536)
     epochs: int = Field(1, ge=1, le=10_000, description="Epochs each training action runs.")

@@ -8,13 +8,14 @@ controller loads and shards data without TensorFlow.
 
 from __future__ import annotations
 
+import math
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
@@ -34,6 +35,11 @@ class DigitsSpec(_Spec):
     test_fraction: float = Field(0.2, gt=0, lt=1, description="Share of images held out for test.")
 
 
+#: Bounds of a generated data set, so that a request cannot exhaust the controller's memory.
+MAX_SIDE = 4096
+MAX_SYNTHETIC_VALUES = 2**28
+
+
 class SyntheticSpec(_Spec):
     """Generated images: one random pattern per class plus noise, so that a model can learn it."""
 
@@ -43,7 +49,24 @@ class SyntheticSpec(_Spec):
     train_size: int = Field(2048, ge=1, le=1_000_000, description="Training examples.")
     test_size: int = Field(512, ge=1, le=1_000_000, description="Test examples.")
     noise: float = Field(1.0, ge=0, description="Standard deviation of the noise on each pattern.")
-    seed: int = Field(0, description="Seed of the patterns and the noise.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the patterns and the noise.")
+
+    @field_validator("shape")
+    @classmethod
+    def _image_shape(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if not 1 <= len(shape) <= 3 or any(not 1 <= d <= MAX_SIDE for d in shape):
+            raise ValueError(f"must be 1 to 3 dimensions of 1 to {MAX_SIDE}, not {list(shape)}")
+        return shape
+
+    @model_validator(mode="after")
+    def _fits_in_memory(self) -> SyntheticSpec:
+        values = (self.train_size + self.test_size) * math.prod(self.shape)
+        if values > MAX_SYNTHETIC_VALUES:
+            raise ValueError(
+                f"train_size, test_size and shape make {values:,} values, more than the "
+                f"{MAX_SYNTHETIC_VALUES:,} (1 GiB of float32) a generated data set may hold"
+            )
+        return self
 
 
 class NpzSpec(_Spec):

@@ -1,0 +1,154 @@
+"""The REST API refuses bad input with a 4xx that names the problem, and stores nothing for it;
+a schemathesis run over the OpenAPI schema finds no 500.
+
+The controller here is not started: jobs that pass validation stay queued, so that generated
+requests do not all train. Validation still sizes them for real on the embedded platform (the
+model's profile and the runtime's baseline are measured by the training action once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+
+from faasdl.config import Settings
+from faasdl.controller.jobs import Controller
+from faasdl.platform.local import LocalPlatform
+from faasdl.store import StateStore
+
+pytestmark = pytest.mark.tensorflow
+
+#: Generated requests per operation.
+EXAMPLES = 40
+
+MLP: dict[str, Any] = {"model": "mlp", "dataset": {"name": "digits"}, "epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def controller(tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]) -> Controller:
+    store, url = tf_store
+    return Controller(settings=Settings(), platform=tf_platform, store=store, store_url=url)
+
+
+def stored(controller: Controller) -> list[str]:
+    return [key for key, _ in controller.store.scan("job/")] + [
+        key for key, _ in controller.store.scan("idem/")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "text"),
+    [
+        ({**MLP, "model": "alexnet"}, "model", "unknown model"),
+        ({**MLP, "model": "resnet50"}, "dataset", "at least 32×32"),
+        ({**MLP, "workers": 5000}, "workers", ""),
+        ({**MLP, "epochs": 2, "sync_every": 3}, "sync_every", "more epochs"),
+        ({**MLP, "batch_size": 0}, "batch_size", ""),
+        ({**MLP, "tenant": "a b"}, "tenant", ""),
+        ({**MLP, "fault_tolerance": {"policy": "pray"}}, "policy", ""),
+        ({**MLP, "dataset": {"name": "npz", "path": "/nonexistent.npz"}}, "dataset.path", ""),
+        ({**MLP, "dataset": {"name": "synthetic", "train_size": 10**6}}, "dataset", "1 GiB"),
+        ({**MLP, "colour": "blue"}, "colour", ""),
+        ({"dataset": {"name": "digits"}}, "model", ""),
+    ],
+)
+def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_stored(
+    client: httpx.Client, controller: Controller, body: dict[str, Any], field: str, text: str
+) -> None:
+    before = stored(controller)
+
+    response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k1"})
+
+    assert response.status_code == 422, response.text
+    assert field in response.text
+    assert text.lower() in response.text.lower()
+    assert stored(controller) == before
+
+
+def test_malformed_json_and_bad_headers_are_refused(client: httpx.Client) -> None:
+    not_json = client.post("/v1/jobs", content=b"{", headers={"content-type": "application/json"})
+    long_key = client.post("/v1/jobs", json=MLP, headers={"Idempotency-Key": "k" * 300})
+
+    assert not_json.status_code == 422
+    assert long_key.status_code == 422
+    assert "Idempotency-Key" in long_key.text
+
+
+def test_unknown_and_malformed_job_ids(client: httpx.Client) -> None:
+    missing = "0123456789abcdef"
+
+    for method, path in [
+        ("GET", f"/v1/jobs/{missing}"),
+        ("GET", f"/v1/jobs/{missing}/model"),
+        ("GET", f"/v1/jobs/{missing}/events"),
+        ("DELETE", f"/v1/jobs/{missing}"),
+    ]:
+        response = client.request(method, path)
+        assert response.status_code == 404, path
+        assert response.json() == {"detail": f"job_id: no job {missing!r}", "field": None}
+    assert client.get("/v1/jobs/NOT-AN-ID").status_code == 422
+    assert client.get("/v1/jobs", params={"state": "sleeping"}).status_code == 422
+
+
+def test_a_queued_job_has_no_model_and_a_cancelled_one_cannot_be_cancelled_into_another_state(
+    client: httpx.Client,
+) -> None:
+    created = client.post("/v1/jobs", json=MLP)
+    job_id = created.json()["job"]["job_id"]
+
+    no_model = client.get(f"/v1/jobs/{job_id}/model")
+    cancelled = client.delete(f"/v1/jobs/{job_id}")
+
+    assert created.status_code == 201
+    assert created.json()["queue_position"] == 1
+    assert no_model.status_code == 409
+    assert "has no model" in no_model.json()["detail"]
+    assert cancelled.json()["job"]["state"] == "cancelled"
+    assert cancelled.json()["queue_position"] is None
+
+
+def test_estimate_plans_without_storing_a_job(client: httpx.Client, controller: Controller) -> None:
+    before = stored(controller)
+
+    response = client.post("/v1/estimate", json={**MLP, "workers": 5, "epochs": 4, "sync_every": 2})
+
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["train"]["containers"] == 5
+    assert plan["rounds"] == 2
+    assert plan["tree"] == [[[0, 1, 2, 3, 4]]]
+    assert stored(controller) == before
+
+
+def test_health_readiness_and_metrics(client: httpx.Client) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"ready": True, "store": "ok", "platform": "ok"}
+    metrics = client.get("/metrics")
+    assert metrics.status_code == 200
+    assert "faasdl_jobs_submitted_total" in metrics.text
+
+
+def test_no_generated_request_makes_the_api_fail(api_url: str) -> None:
+    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+
+    for operation in operations:
+
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(case=operation.as_strategy())
+        def no_server_error(case: schemathesis.Case) -> None:
+            case.call_and_validate(base_url=api_url, checks=[not_a_server_error])
+
+        no_server_error()
+
+    assert {op.label for op in operations} >= {"POST /v1/jobs", "GET /v1/jobs/{job_id}/model"}
