@@ -251,15 +251,182 @@ def bench_estimator(
 
 @app.command()
 def demo(
-    shards: Annotated[int, typer.Option(help="Concurrent actions.", min=2, max=32)] = 6,
-    kills: Annotated[int, typer.Option(help="Activations to kill mid-run.", min=0)] = 2,
+    workers: Annotated[int, typer.Option(help="Concurrent training actions.", min=1, max=16)] = 4,
+    epochs: Annotated[int, typer.Option(help="Epochs, one per round.", min=1, max=50)] = 4,
+    kills: Annotated[int, typer.Option(help="Training activations to kill mid-run.", min=0)] = 2,
 ) -> None:
-    """Run a small job on the embedded platform with injected failures and show what happens."""
+    """Run a real training job on the embedded platform, kill some of its containers, watch it
+    recover, and show the result."""
     from faasdl.demo import run_demo
 
     try:
-        ok = run_demo(shards=shards, kills=kills, console=Console())
+        ok = run_demo(workers=workers, epochs=epochs, kills=kills, console=Console())
     except FaasdlError as exc:
         fail(str(exc))
     if not ok:
         raise typer.Exit(1)
+
+
+def _client(url: str | None) -> Any:
+    from faasdl.controller.client import ControllerClient
+
+    if url is None:
+        c = load_settings().controller
+        url = f"http://{c.host}:{c.port}"
+    return ControllerClient(url=url)
+
+
+JobIdArgument = Annotated[str, typer.Argument(help="The job's id.")]
+UrlOption = Annotated[
+    str | None,
+    typer.Option(help="The controller's URL (default: FAASDL_CONTROLLER__HOST and __PORT)."),
+]
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on.", min=0, max=65535)] = None,
+) -> None:
+    """Run the controller: its REST API (docs at /docs), admission and job runners."""
+    import uvicorn
+
+    from faasdl.controller.app import build_controller, create_app
+
+    settings = load_settings()
+    try:
+        app_ = create_app(build_controller(settings))
+    except FaasdlError as exc:
+        fail(str(exc))
+    uvicorn.run(
+        app_,
+        host=host or settings.controller.host,
+        port=settings.controller.port if port is None else port,
+        log_level="info",
+    )
+
+
+@app.command()
+def submit(
+    spec: Annotated[Path, typer.Argument(help="The job: a YAML or JSON mapping of job fields.")],
+    url: UrlOption = None,
+    watch: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
+    ] = None,
+) -> None:
+    """Submit a training job; prints its id (with --watch: its progress, then its result)."""
+    from faasdl.controller.validator import JobSpec
+    from faasdl.controller.watch import summary
+    from faasdl.controller.watch import watch as follow
+
+    fields = _read_spec(spec)
+    try:
+        JobSpec.model_validate(fields)
+    except PydanticValidationError as exc:
+        fail(str(ValidationError.from_pydantic(exc)))
+    client = _client(url)
+    try:
+        job = client.submit(fields, idempotency_key=idempotency_key)["job"]
+        typer.echo(job["job_id"])
+        if not watch:
+            return
+        view = follow(lambda: client.job(job["job_id"]), Console(stderr=True))
+    except FaasdlError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
+    Console(stderr=True).print(summary(view))
+    if view["job"]["state"] != "done":
+        raise typer.Exit(1)
+
+
+@app.command()
+def jobs(
+    url: UrlOption = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs.")] = None,
+    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+) -> None:
+    """List jobs, newest first; JSON last."""
+    client = _client(url)
+    try:
+        found = client.jobs(tenant=tenant, state=state)
+    except FaasdlError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
+    table = Table(title="jobs")
+    for column in ("job", "tenant", "state", "model", "round", "accuracy", "cost (USD)"):
+        table.add_column(column)
+    for j in found:
+        accuracy = "" if j["accuracy"] is None else f"{j['accuracy']:.4f}"
+        table.add_row(
+            j["job_id"],
+            j["tenant"],
+            j["state"],
+            str(j["model"]),
+            f"{j['round']}/{j['rounds']}",
+            accuracy,
+            f"{j['cost_usd']:.6f}",
+        )
+    console.print(table, width=140)
+    typer.echo(json.dumps(found))
+
+
+@app.command()
+def status(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")], url: UrlOption = None
+) -> None:
+    """A job's state, rounds and cost; its full record as JSON last."""
+    from faasdl.controller.watch import summary
+
+    client = _client(url)
+    try:
+        view = client.job(job_id)
+    except FaasdlError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
+    console.print(summary(view), width=140)
+    if view["queue_position"]:
+        console.print(f"queue position {view['queue_position']}")
+    typer.echo(json.dumps(view))
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")], url: UrlOption = None
+) -> None:
+    """Cancel a queued or running job (its activations are stopped, its record kept)."""
+    client = _client(url)
+    try:
+        view = client.cancel(job_id)
+    except FaasdlError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
+    typer.echo(json.dumps({"job_id": job_id, "state": view["job"]["state"]}))
+
+
+@app.command()
+def model(
+    job_id: JobIdArgument,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write it.")],
+    url: UrlOption = None,
+) -> None:
+    """Download a finished job's model (safetensors: weights w/…, optimizer state opt/…)."""
+    client = _client(url)
+    try:
+        data = client.model(job_id)
+    except FaasdlError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
+    partial = output.with_name(output.name + ".partial")
+    try:
+        partial.write_bytes(data)
+        partial.replace(output)  # never half a file under the name asked for
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        fail(f"--output: cannot write {output}: {exc.strerror}")
+    typer.echo(json.dumps({"job_id": job_id, "path": str(output), "bytes": len(data)}))

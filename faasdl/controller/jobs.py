@@ -202,7 +202,9 @@ class Controller:
         if job.state is JobState.QUEUED:
             queued = [_demand(j) for j in self._all_jobs() if j.state is JobState.QUEUED]
             position = queue_positions(queued).get(job_id)
-        prefix = f"fn/{job_id}/{job.round:05d}/"
+        # The round running, or the last one once all have run.
+        current = min(job.round, JobPlan.model_validate(job.plan).rounds - 1)
+        prefix = f"fn/{job_id}/{current:05d}/"
         units = [FunctionInfo.model_validate(v.value) for _, v in self.store.scan(prefix)]
         return JobView(job=job, queue_position=position, units=units)
 

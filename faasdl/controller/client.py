@@ -1,0 +1,80 @@
+"""A client of the controller's REST API (the CLI's), with the API's errors as faasdl errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from faasdl.errors import (
+    FaasdlError,
+    JobError,
+    JobNotFound,
+    PlatformUnavailable,
+    ValidationError,
+)
+
+
+class ControllerClient:
+    def __init__(self, *, url: str, timeout_s: float = 600.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session = requests.Session()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def submit(self, spec: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        found: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers).json()
+        return found
+
+    def jobs(self, **filters: str | None) -> list[dict[str, Any]]:
+        params = {k: v for k, v in filters.items() if v is not None}
+        found: list[dict[str, Any]] = self._call("GET", "/v1/jobs", params=params).json()
+        return found
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}").json()
+        return found
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}").json()
+        return found
+
+    def model(self, job_id: str) -> bytes:
+        return self._call("GET", f"/v1/jobs/{job_id}/model").content
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        try:
+            response = self._session.request(
+                method, self.url + path, timeout=self.timeout_s, **kwargs
+            )
+        except requests.RequestException as exc:
+            raise PlatformUnavailable(
+                f"the controller at {self.url} is unreachable: {exc}"
+            ) from exc
+        if response.ok:
+            return response
+        raise _error(response, path)
+
+
+def _error(response: requests.Response, path: str) -> FaasdlError:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = response.text
+    if isinstance(detail, list):  # FastAPI's schema errors: one per field
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail
+        )
+    message = str(detail or response.reason)
+    if response.status_code == 404 and path.startswith("/v1/jobs/"):
+        return JobNotFound(path.split("/")[3])
+    if response.status_code == 422:
+        return ValidationError(message)
+    if response.status_code == 409:
+        return JobError(message)
+    error = FaasdlError(f"HTTP {response.status_code}: {message}")
+    error.status_code = response.status_code
+    return error
