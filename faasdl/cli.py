@@ -249,6 +249,21 @@ def bench_estimator(
     typer.echo(json.dumps(result))
 
 
+@bench_app.command("training")
+def bench_training(
+    quick: Annotated[bool, typer.Option(help="Digits only, one seed, two epochs.")] = False,
+    seeds: Annotated[int, typer.Option(help="Seeds per configuration.", min=1, max=10)] = 3,
+) -> None:
+    """Accuracy against single-worker training, and the three execution environments."""
+    from faasdl.bench.training import run_training_bench
+
+    try:
+        result = run_training_bench(quick=quick, seeds=seeds, progress=console)
+    except FaasdlError as exc:
+        fail(str(exc))
+    typer.echo(json.dumps(result))
+
+
 @app.command()
 def demo(
     workers: Annotated[int, typer.Option(help="Concurrent training actions.", min=1, max=16)] = 4,

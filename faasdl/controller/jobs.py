@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -246,6 +247,17 @@ class Controller:
             return True
         running[1].join(timeout_s)
         return not running[1].is_alive()
+
+    def wait(self, job_id: str, *, timeout_s: float, poll_s: float = 0.1) -> JobInfo:
+        """The job's record once it has ended. Raises ``JobError`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self._load(job_id)
+            if job.finished:
+                return job
+            if time.monotonic() > deadline:
+                raise JobError(f"job {job_id} is still {job.state} after {timeout_s:g} s")
+            time.sleep(poll_s)
 
     def model(self, job_id: str) -> bytes:
         """The trained model (safetensors) of a finished job."""
