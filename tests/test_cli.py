@@ -89,3 +89,21 @@ def test_estimate_reads_a_spec_file_and_refuses_a_bad_one(tmp_path: Path) -> Non
 
     assert result.exit_code == 2
     assert "must hold a mapping" in " ".join(result.output.split())
+
+
+def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: mlp\nepochs: 2\nsync_every: 3\n")
+
+    result = runner.invoke(app, ["submit", str(spec), "--url", "http://127.0.0.1:9"])
+
+    assert result.exit_code == 2
+    assert "sync_every" in result.output
+    assert "unreachable" not in result.output
+
+
+def test_an_unreachable_controller_is_one_clear_line() -> None:
+    result = runner.invoke(app, ["status", "0123456789abcdef", "--url", "http://127.0.0.1:9"])
+
+    assert result.exit_code == 2
+    assert "the controller at http://127.0.0.1:9 is unreachable" in result.output

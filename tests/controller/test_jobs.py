@@ -4,13 +4,17 @@ platform with a SQLite store."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from faasdl.aggregation.average import weighted_average
+from faasdl.cli import app
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
 from faasdl.store.records import FunctionInfo
@@ -18,6 +22,8 @@ from faasdl.training.tensors import unpack
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.tensorflow
+
+runner = CliRunner()
 
 DIGITS_JOB: dict[str, Any] = {
     "model": "mlp",
@@ -203,3 +209,28 @@ def test_an_idempotency_key_replay_returns_the_same_job(client: httpx.Client) ->
     assert "different request" in other.json()["detail"]
     jobs = client.get("/v1/jobs").json()
     assert sum(j["job_id"] == first.json()["job"]["job_id"] for j in jobs) == 1
+
+
+def test_the_cli_submits_watches_lists_and_downloads(api_url: str, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**DIGITS_JOB, "epochs": 1, "seed": 3}))
+    out = tmp_path / "model.safetensors"
+
+    submitted = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url])
+    job_id = submitted.stdout.splitlines()[0]
+    listed = runner.invoke(app, ["jobs", "--url", api_url])
+    status = runner.invoke(app, ["status", job_id, "--url", api_url])
+    downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url])
+    missing = runner.invoke(
+        app, ["model", "0123456789abcdef", "-o", str(tmp_path / "none"), "--url", api_url]
+    )
+
+    assert submitted.exit_code == 0, submitted.output
+    assert "round_finished" in submitted.output
+    assert job_id in [j["job_id"] for j in json.loads(listed.stdout.splitlines()[-1])]
+    assert json.loads(status.stdout.splitlines()[-1])["job"]["state"] == "done"
+    assert downloaded.exit_code == 0, downloaded.output
+    assert len(unpack(out.read_bytes())["w"]) > 0
+    assert missing.exit_code == 2
+    assert "no job '0123456789abcdef'" in missing.output
+    assert not (tmp_path / "none").exists()
