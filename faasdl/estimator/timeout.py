@@ -44,7 +44,10 @@ def estimate_timeout(
         wanted = max(math.ceil(slowest * HISTORY_SLACK), floor_ms + 1)
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "history")
     if expected_cost is not None:
-        seconds = (expected_cost / containers) / (price_per_gb_s * memory_mb / 1024)
+        rate = price_per_gb_s * memory_mb / 1024
+        seconds = (expected_cost / containers) / rate if rate > 0 else math.inf
+        if not math.isfinite(seconds) or seconds * 1000 >= max_ms:
+            return TimeoutEstimate(max_ms, "expected_cost")  # free or lavish: all it may have
         wanted = max(math.ceil(seconds * 1000), floor_ms + 1)
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "expected_cost")
     return TimeoutEstimate(max_ms, "platform_max")

@@ -61,3 +61,23 @@ def test_with_neither_the_platform_maximum_is_used() -> None:
     )  # fmt: skip
 
     assert (timeout.ms, timeout.source) == (300_000, "platform_max")
+
+
+@pytest.mark.parametrize(("cost", "price"), [(1e308, 0.000017), (1.0, 0.0)])
+def test_a_lavish_cost_or_a_free_platform_gets_the_platform_maximum(
+    cost: float, price: float
+) -> None:
+    estimate = estimate_timeout(
+        overhead_ms=[],
+        epoch_ms=[],
+        epochs=1,
+        init_ms=0,
+        expected_cost=cost,
+        containers=1,
+        memory_mb=1024,
+        price_per_gb_s=price,
+        min_ms=100,
+        max_ms=300_000,
+    )
+
+    assert estimate.ms == 300_000
