@@ -2,6 +2,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.errors import ValidationError
 from faasdl.training.datasets import (
@@ -140,7 +141,12 @@ def test_a_corrupt_or_missing_npz_is_refused(tmp_path: Path) -> None:
         load_dataset(NpzSpec(path=str(tmp_path / "absent.npz")))
 
 
-def test_a_synthetic_shape_of_four_dimensions_is_refused() -> None:
-    with pytest.raises(ValidationError) as caught:
-        load_dataset(SyntheticSpec(shape=(2, 2, 2, 2)))
-    assert caught.value.field == "dataset.shape"
+@pytest.mark.parametrize("shape", [(2, 2, 2, 2), (0, 8), (5000, 1)])
+def test_a_synthetic_shape_that_is_not_an_image_is_refused(shape: tuple[int, ...]) -> None:
+    with pytest.raises(PydanticValidationError, match="must be 1 to 3 dimensions of 1 to 4096"):
+        SyntheticSpec(shape=shape)
+
+
+def test_a_synthetic_set_larger_than_a_gibibyte_is_refused() -> None:
+    with pytest.raises(PydanticValidationError, match="1 GiB"):
+        SyntheticSpec(shape=(64, 64, 3), train_size=100_000)
