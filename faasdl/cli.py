@@ -6,9 +6,11 @@ options given on the command line win. Errors print one line naming the problem 
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError as PydanticValidationError
@@ -18,6 +20,9 @@ from rich.table import Table
 from faasdl import __version__
 from faasdl.config import Settings
 from faasdl.errors import FaasdlError, ValidationError
+
+if TYPE_CHECKING:
+    from faasdl.controller.client import ControllerClient
 
 app = typer.Typer(
     name="faasdl",
@@ -282,13 +287,21 @@ def demo(
         raise typer.Exit(1)
 
 
-def _client(url: str | None) -> Any:
+@contextlib.contextmanager
+def _controller(url: str | None) -> Iterator[ControllerClient]:
+    """A client of the controller at ``url``; its errors end the command with one line."""
     from faasdl.controller.client import ControllerClient
 
     if url is None:
         c = load_settings().controller
         url = f"http://{c.host}:{c.port}"
-    return ControllerClient(url=url)
+    client = ControllerClient(url=url)
+    try:
+        yield client
+    except FaasdlError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
 
 
 JobIdArgument = Annotated[str, typer.Argument(help="The job's id.")]
@@ -340,17 +353,12 @@ def submit(
         JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
         fail(str(ValidationError.from_pydantic(exc)))
-    client = _client(url)
-    try:
+    with _controller(url) as client:
         job = client.submit(fields, idempotency_key=idempotency_key)["job"]
         typer.echo(job["job_id"])
         if not watch:
             return
         view = follow(lambda: client.job(job["job_id"]), Console(stderr=True))
-    except FaasdlError as exc:
-        fail(str(exc))
-    finally:
-        client.close()
     Console(stderr=True).print(summary(view))
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
@@ -363,13 +371,8 @@ def jobs(
     state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
 ) -> None:
     """List jobs, newest first; JSON last."""
-    client = _client(url)
-    try:
+    with _controller(url) as client:
         found = client.jobs(tenant=tenant, state=state)
-    except FaasdlError as exc:
-        fail(str(exc))
-    finally:
-        client.close()
     table = Table(title="jobs")
     for column in ("job", "tenant", "state", "model", "round", "accuracy", "cost (USD)"):
         table.add_column(column)
@@ -389,19 +392,12 @@ def jobs(
 
 
 @app.command()
-def status(
-    job_id: Annotated[str, typer.Argument(help="The job's id.")], url: UrlOption = None
-) -> None:
+def status(job_id: JobIdArgument, url: UrlOption = None) -> None:
     """A job's state, rounds and cost; its full record as JSON last."""
     from faasdl.controller.watch import summary
 
-    client = _client(url)
-    try:
+    with _controller(url) as client:
         view = client.job(job_id)
-    except FaasdlError as exc:
-        fail(str(exc))
-    finally:
-        client.close()
     console.print(summary(view), width=140)
     if view["queue_position"]:
         console.print(f"queue position {view['queue_position']}")
@@ -409,17 +405,10 @@ def status(
 
 
 @app.command()
-def cancel(
-    job_id: Annotated[str, typer.Argument(help="The job's id.")], url: UrlOption = None
-) -> None:
+def cancel(job_id: JobIdArgument, url: UrlOption = None) -> None:
     """Cancel a queued or running job (its activations are stopped, its record kept)."""
-    client = _client(url)
-    try:
+    with _controller(url) as client:
         view = client.cancel(job_id)
-    except FaasdlError as exc:
-        fail(str(exc))
-    finally:
-        client.close()
     typer.echo(json.dumps({"job_id": job_id, "state": view["job"]["state"]}))
 
 
@@ -430,13 +419,8 @@ def model(
     url: UrlOption = None,
 ) -> None:
     """Download a finished job's model (safetensors: weights w/…, optimizer state opt/…)."""
-    client = _client(url)
-    try:
+    with _controller(url) as client:
         data = client.model(job_id)
-    except FaasdlError as exc:
-        fail(str(exc))
-    finally:
-        client.close()
     partial = output.with_name(output.name + ".partial")
     try:
         partial.write_bytes(data)

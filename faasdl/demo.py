@@ -19,12 +19,11 @@ from rich.console import Console
 from faasdl.config import Settings
 from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
-from faasdl.controller.jobs import Controller
+from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.watch import summary, watch
 from faasdl.errors import ActivationNotFound
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import make_store
 
 ROOT = Path(".faasdl/demo")
 #: How long a training activation runs before the demo kills it (it is then mid-epoch).
@@ -50,13 +49,7 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
         f"[bold]faasdl demo[/]: {spec['model']} on digits, {workers} training actions, "
         f"{epochs} rounds, {kills} container(s) killed mid-run\n"
     )
-    with (
-        LocalPlatform(settings=settings.local) as platform,
-        make_store(settings.store) as store,
-        Controller(
-            settings=settings, platform=platform, store=store, store_url=settings.store.url
-        ) as controller,
-    ):
+    with embedded_controller(settings) as (controller, platform):
         server = AppThread(create_app(controller, owns=False), host="127.0.0.1", port=0, name="api")
         client = ControllerClient(url=server.start())
         try:

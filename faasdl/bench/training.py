@@ -31,10 +31,8 @@ from rich.table import Table
 
 from faasdl.actions import PREFIX
 from faasdl.config import Settings
-from faasdl.controller.jobs import Controller
+from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.validator import JobSpec
-from faasdl.platform.local import LocalPlatform
-from faasdl.store import make_store
 from faasdl.store.records import JobInfo, JobState
 from faasdl.training.datasets import DatasetSpec, DigitsSpec, SyntheticSpec
 
@@ -100,13 +98,7 @@ def run_training_bench(*, quick: bool, seeds: int, progress: Console) -> dict[st
             store={"url": f"sqlite:///{Path(tmp) / 'state.db'}", "spill_dir": tmp},
             controller={"scheduler_tick_s": 0.1},
         )
-        with (
-            LocalPlatform(settings=settings.local) as platform,
-            make_store(settings.store) as store,
-            Controller(
-                settings=settings, platform=platform, store=store, store_url=settings.store.url
-            ) as controller,
-        ):
+        with embedded_controller(settings) as (controller, _):
             rows = [_workload(w, seeds, controller, progress) for w in workloads]
     _print(rows, progress)
     return {

@@ -7,11 +7,13 @@ One controller per store: two would both run the same job's rounds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +28,8 @@ from faasdl.controller.validator import JobSpec, check_job
 from faasdl.errors import JobError, JobNotFound, ValidationError
 from faasdl.estimator.sizer import Sizer
 from faasdl.platform.base import Platform
-from faasdl.store import absolute_url
+from faasdl.platform.local import LocalPlatform
+from faasdl.store import absolute_url, make_store
 from faasdl.store.base import StateStore
 from faasdl.store.records import (
     FunctionInfo,
@@ -381,3 +384,17 @@ def job_summary(job: JobInfo) -> dict[str, Any]:
         "cost_usd": job.cost_usd,
         "created_ms": job.created_ms,
     }
+
+
+@contextlib.contextmanager
+def embedded_controller(settings: Settings) -> Iterator[tuple[Controller, LocalPlatform]]:
+    """A started controller on a fresh embedded platform and the settings' store (the demo and
+    the benchmarks); all three are closed on leaving."""
+    with (
+        LocalPlatform(settings=settings.local) as platform,
+        make_store(settings.store) as store,
+        Controller(
+            settings=settings, platform=platform, store=store, store_url=settings.store.url
+        ) as controller,
+    ):
+        yield controller, platform

@@ -160,11 +160,6 @@ def _digits(spec: DigitsSpec) -> Dataset:
 
 
 def _synthetic(spec: SyntheticSpec) -> Dataset:
-    if not 1 <= len(spec.shape) <= 3 or min(spec.shape) < 1:
-        raise ValidationError(
-            f"shape {list(spec.shape)} is not (H, W, C), (H, W) or (D,) with positive sizes",
-            field="dataset.shape",
-        )
     rng = np.random.default_rng(spec.seed)
     patterns = rng.normal(size=(spec.classes, *spec.shape)).astype(np.float32)
 

@@ -92,10 +92,11 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert model.status_code == 200
     assert model.headers["content-type"] == "application/octet-stream"
     from faasdl.training.datasets import DigitsSpec, load_dataset
-    from faasdl.training.loop import TrainConfig, Trainer
+    from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
     from faasdl.training.models import build_model
     from faasdl.training.tensors import TrainState
 
+    configure_runtime()  # as every test process that runs TensorFlow does, before it runs
     data = load_dataset(DigitsSpec())
     trainer = Trainer(
         build_model("mlp", data.input_shape, data.classes, seed=0), TrainConfig(32, 1)
