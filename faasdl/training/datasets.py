@@ -48,7 +48,9 @@ class SyntheticSpec(_Spec):
     classes: int = Field(10, ge=2, le=1000, description="Number of classes.")
     train_size: int = Field(2048, ge=1, le=1_000_000, description="Training examples.")
     test_size: int = Field(512, ge=1, le=1_000_000, description="Test examples.")
-    noise: float = Field(1.0, ge=0, description="Standard deviation of the noise on each pattern.")
+    noise: float = Field(
+        1.0, ge=0, le=1000, description="Standard deviation of the noise on each pattern."
+    )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the patterns and the noise.")
 
     @field_validator("shape")
