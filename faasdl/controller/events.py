@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
 from faasdl.config import Settings
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan
-from faasdl.controller.validator import JobSpec
+from faasdl.controller.validator import JobSpec, check_job
 from faasdl.errors import (
     ActivationNotFound,
     EstimationError,
@@ -38,7 +38,7 @@ from faasdl.errors import (
 )
 from faasdl.estimator.failures import Limits, correct
 from faasdl.estimator.sizer import Sizer
-from faasdl.platform.base import Activation, Platform
+from faasdl.platform.base import WHISK_ERROR, Activation, ActivationResponse, Platform
 from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
 from faasdl.store.records import (
@@ -118,6 +118,11 @@ class JobRunner:
         self.rt = runtime
         self.cancelled = threading.Event()
         self._in_flight: dict[str, _Task] = {}
+        # The runner is the only writer of its job's plan: it reads spec and plan once and keeps
+        # the plan in step with the store when it corrects limits.
+        self.spec: JobSpec
+        self.plan: JobPlan
+        self._variants: dict[tuple[str, int, int], tuple[str, float]] = {}
 
     # ---- the job ----------------------------------------------------------------------------
 
@@ -137,19 +142,22 @@ class JobRunner:
 
     def _run(self) -> None:
         job = self._job()
-        spec = JobSpec.model_validate(job.spec)
-        plan = JobPlan.model_validate(job.plan)
+        self.spec = JobSpec.model_validate(job.spec)
+        self.plan = JobPlan.model_validate(job.plan)
         if job.started_ms is None:
             self._change(lambda j: j.model_copy(update={"started_ms": now_ms()}))
-        self._stage(spec, plan)
-        for round_ in range(job.round, plan.rounds):
-            result = self._round(spec, round_)
-            stop = spec.target_loss is not None and result.loss <= spec.target_loss
+        self._stage()
+        weights = job.global_weights
+        for round_ in range(job.round, self.plan.rounds):
+            result = self._round(round_, weights)
+            weights = global_blob(self.job_id, round_ + 1)
+            target = self.spec.target_loss
+            stop = target is not None and result.loss <= target
             self._change(
-                functools.partial(_finish_round, result, stop=stop, rounds=plan.rounds),
+                functools.partial(_finish_round, result, stop=stop, rounds=self.plan.rounds),
                 event=_line(
                     "round_finished",
-                    f"round {result.round + 1}/{plan.rounds}: loss {result.loss:.4f}, "
+                    f"round {result.round + 1}/{self.plan.rounds}: loss {result.loss:.4f}, "
                     f"test accuracy {result.accuracy:.4f}",
                     result.round,
                 ),
@@ -158,32 +166,29 @@ class JobRunner:
                 break
         self._finish(JobState.DONE)
 
-    def _stage(self, spec: JobSpec, plan: JobPlan) -> None:
+    def _stage(self) -> None:
         """Shards and the test set go to the store before any action starts (once: a restarted
         controller finds them there; the split is seeded, so it would be the same anyway)."""
         store = self.rt.store
-        names = [shard_blob(self.job_id, i) for i in range(plan.workers)]
+        workers = self.plan.workers
+        names = [shard_blob(self.job_id, i) for i in range(workers)]
         if all(store.blob_manifest(n) is not None for n in [*names, test_blob(self.job_id)]):
             return
-        from faasdl.estimator.sizer import load_checked
-
-        dataset = load_checked(spec)
-        for name, shard in zip(
-            names, split_shards(dataset, plan.workers, seed=spec.seed), strict=True
-        ):
+        dataset = check_job(self.spec)
+        shards = split_shards(dataset, workers, seed=self.spec.seed)
+        for name, shard in zip(names, shards, strict=True):
             self._check_stop()
             store.put_blob(name, shard.to_bytes())
         test = Shard(index=0, x=dataset.x_test, y=dataset.y_test)
         store.put_blob(test_blob(self.job_id), test.to_bytes())
-        self._event(_line("staged", f"{plan.workers} shards and the test set are in the store"))
+        self._event(_line("staged", f"{workers} shards and the test set are in the store"))
 
     # ---- one round --------------------------------------------------------------------------
 
-    def _round(self, spec: JobSpec, round_: int) -> RoundResult:
+    def _round(self, round_: int, weights_in: str | None) -> RoundResult:
         started = now_ms()
-        job = self._job()
-        plan = JobPlan.model_validate(job.plan)
-        epochs = spec.round_epochs(round_)
+        plan = self.plan
+        epochs = self.spec.round_epochs(round_)
         self._event(
             _line(
                 "round_started",
@@ -200,7 +205,7 @@ class JobRunner:
                 done[(0, shard)] = (unit.committed_result, unit.examples)
                 losses[shard] = (unit.loss or 0.0, unit.examples)
                 continue
-            queue.append(self._train_task(spec, job, round_, shard, epochs, unit.attempts + 1))
+            queue.append(self._train_task(round_, shard, epochs, unit.attempts + 1, weights_in))
         root = (len(plan.tree), 0)
         launched: set[tuple[int, int]] = set()
         while root not in done:
@@ -211,12 +216,7 @@ class JobRunner:
                     if ready and (level, index) not in launched:
                         launched.add((level, index))
                         queue.append(self._aggregate_task(plan, round_, level, index, inputs, done))
-            self._launch(queue)
-            for task, record in self._collect():
-                if not self._settle(task, record):
-                    queue.append(self._retry(task, record))
-                    continue
-                result = record.response.result
+            for task, result in self._step(queue):
                 done[(task.level, task.index)] = (str(result["weights"]), int(result["examples"]))
                 if task.kind == "train":
                     losses[task.index] = (float(result["loss"]), int(result["examples"]))
@@ -224,7 +224,7 @@ class JobRunner:
         final = global_blob(self.job_id, round_ + 1)
         if weights != final:  # a single trainer is its own root: publish its weights as global
             self.rt.store.put_blob(final, self.rt.store.get_blob(weights))
-        score = self._evaluate(spec, round_, final)
+        score = self._evaluate(round_, final)
         return RoundResult(
             round=round_,
             epochs=epochs,
@@ -236,9 +236,7 @@ class JobRunner:
             finished_ms=now_ms(),
         )
 
-    def _evaluate(self, spec: JobSpec, round_: int, weights: str) -> dict[str, Any]:
-        job = self._job()
-        plan = JobPlan.model_validate(job.plan)
+    def _evaluate(self, round_: int, weights: str) -> dict[str, Any]:
         queue = deque(
             [
                 _Task(
@@ -249,8 +247,8 @@ class JobRunner:
                     params={
                         "mode": "evaluate",
                         "store_url": self.rt.store_url,
-                        "model": spec.model,
-                        "classes": plan.classes,
+                        "model": self.spec.model,
+                        "classes": self.plan.classes,
                         "weights": weights,
                         "data": test_blob(self.job_id),
                     },
@@ -258,20 +256,27 @@ class JobRunner:
             ]
         )
         while True:
-            self._check_stop()
-            self._launch(queue)
-            for task, record in self._collect():
-                if self._settle(task, record):
-                    result: dict[str, Any] = record.response.result
-                    return result
-                queue.append(self._retry(task, record))
+            for _, result in self._step(queue):
+                return result
+
+    def _step(self, queue: deque[_Task]) -> Iterator[tuple[_Task, dict[str, Any]]]:
+        """Start what is queued, wait a little, and yield the tasks that succeeded with their
+        results; a failed task goes back on the queue as its next attempt."""
+        self._check_stop()
+        self._launch(queue)
+        for task, record in self._collect():
+            failure = self._settle(task, record)
+            if failure is None:
+                yield task, record.response.result
+            else:
+                queue.append(self._retry(task, failure))
 
     # ---- tasks ------------------------------------------------------------------------------
 
     def _train_task(
-        self, spec: JobSpec, job: JobInfo, round_: int, shard: int, epochs: int, attempt: int
+        self, round_: int, shard: int, epochs: int, attempt: int, weights_in: str | None
     ) -> _Task:
-        plan = JobPlan.model_validate(job.plan)
+        spec = self.spec
         return _Task(
             kind="train",
             round=round_,
@@ -282,9 +287,9 @@ class JobRunner:
                 "mode": "train",
                 "store_url": self.rt.store_url,
                 "model": spec.model,
-                "classes": plan.classes,
+                "classes": self.plan.classes,
                 "shard": shard_blob(self.job_id, shard),
-                "weights_in": job.global_weights if round_ else None,
+                "weights_in": weights_in,
                 "weights_out": f"jobs/{self.job_id}/r{round_:05d}/trained-{shard:05d}",
                 "batch_size": spec.batch_size,
                 "epochs": epochs,
@@ -292,7 +297,7 @@ class JobRunner:
                 # the global model, and a fresh seed gives each round its own data order.
                 "seed": _seed(spec.seed, round_),
                 "optimizer": spec.optimizer,
-                "learning_rate": spec.worker_learning_rate(plan.workers),
+                "learning_rate": spec.worker_learning_rate(self.plan.workers),
                 "target_loss": spec.target_loss,
             },
         )
@@ -327,36 +332,40 @@ class JobRunner:
             },
         )
 
-    def _variant(self, task: _Task) -> tuple[str, int, int]:
-        """The action variant ``task`` runs on, deployed with the job's current limits."""
-        plan = JobPlan.model_validate(self._job().plan)
+    def _limits(self, task: _Task) -> Limits:
         if task.kind == "aggregate":
-            memory, timeout = plan.aggregate_memory_mb, plan.aggregate_timeout_ms
-            name = AGGREGATE
-        else:
-            memory, timeout = plan.train.memory_mb, plan.train.timeout_ms
-            name = TRAIN
-        variant = deploy_variant(self.rt.platform, name, memory_mb=memory, timeout_ms=timeout)
-        return variant, memory, timeout
+            return Limits(self.plan.aggregate_memory_mb, self.plan.aggregate_timeout_ms)
+        return Limits(self.plan.train.memory_mb, self.plan.train.timeout_ms)
+
+    def _variant(self, task: _Task) -> tuple[str, float]:
+        """The action variant ``task`` runs on, with the job's current limits, and how long to
+        wait for one of its activations; deployed once per runner, not once per activation."""
+        limits = self._limits(task)
+        name = AGGREGATE if task.kind == "aggregate" else TRAIN
+        key = (name, limits.memory_mb, limits.timeout_ms)
+        if key not in self._variants:
+            variant = deploy_variant(
+                self.rt.platform, name, memory_mb=limits.memory_mb, timeout_ms=limits.timeout_ms
+            )
+            self._variants[key] = (variant, self.rt.platform.lost_deadline_s(variant))
+        return self._variants[key]
 
     def _launch(self, queue: deque[_Task]) -> None:
         """Start the queued tasks; a throttled platform leaves the rest queued for the next pass."""
         while queue:
             task = queue[0]
-            variant, _, timeout_ms = self._variant(task)
+            variant, lost_after_s = self._variant(task)
             if task.kind == "train":
-                task.owner_epoch = self._claim(task, timeout_ms)
+                task.owner_epoch = self._claim(task)
             try:
                 activation_id = self.rt.platform.invoke(variant, task.params)
             except Throttled:
                 return
             queue.popleft()
-            task.deadline = time.monotonic() + self.rt.platform.lost_deadline_s(variant)
+            task.deadline = time.monotonic() + lost_after_s
             self._in_flight[activation_id] = task
             if task.kind == "train":
-                self._unit_change(
-                    task, lambda u, a=activation_id: u.model_copy(update={"activation_id": a})
-                )
+                self._unit_change(task, _running_as(activation_id))
 
     def _collect(self) -> list[tuple[_Task, Activation]]:
         """Wait a little for records; return the tasks that ended (lost ones as failures)."""
@@ -373,15 +382,14 @@ class JobRunner:
                 ended.append((task, record))
         return ended
 
-    def _settle(self, task: _Task, record: Activation) -> bool:
-        """Book the activation, learn from it, commit a trainer's result; whether it succeeded."""
+    def _settle(self, task: _Task, record: Activation) -> Failure | None:
+        """Book the activation, learn from it, commit a trainer's result; its failure, if any."""
         failure = classify(record)
         self._book(task, record, failure)
         if task.kind == "train":
-            plan = JobPlan.model_validate(self._job().plan)
-            self.rt.sizer.learn(plan.train, record, failure)
+            self.rt.sizer.learn(self.plan.train, record, failure)
         if failure is not None:
-            return False
+            return failure
         result: dict[str, Any] = record.response.result
         if task.kind == "train":
             self._unit_change(
@@ -395,15 +403,12 @@ class JobRunner:
                     }
                 ),
             )
-        return True
+        return None
 
-    def _retry(self, task: _Task, record: Activation) -> _Task:
+    def _retry(self, task: _Task, failure: Failure) -> _Task:
         """The task's next attempt, with corrected limits; raises ``JobFailed`` when the policy
         allows none."""
-        failure = classify(record) or Failure(FailureKind.PLATFORM_ERROR, "no record")
-        job = self._job()
-        spec = JobSpec.model_validate(job.spec)
-        policy = spec.fault_tolerance
+        policy = self.spec.fault_tolerance
         what = _describe(task)
         if task.kind == "train":
             self._unit_change(
@@ -440,13 +445,7 @@ class JobRunner:
 
     def _correct_limits(self, task: _Task, failure: Failure) -> None:
         limits = self.rt.platform.limits()
-        plan = JobPlan.model_validate(self._job().plan)
-        aggregate = task.kind == "aggregate"
-        current = (
-            Limits(plan.aggregate_memory_mb, plan.aggregate_timeout_ms)
-            if aggregate
-            else Limits(plan.train.memory_mb, plan.train.timeout_ms)
-        )
+        current = self._limits(task)
         try:
             fixed = correct(
                 failure,
@@ -459,17 +458,14 @@ class JobRunner:
             raise JobFailed(f"{_describe(task)}: {exc}") from exc
         if fixed == current:
             return
-
-        def change(j: JobInfo) -> JobInfo:
-            p = JobPlan.model_validate(j.plan)
-            if aggregate:
-                p.aggregate_memory_mb, p.aggregate_timeout_ms = fixed.memory_mb, fixed.timeout_ms
-            else:
-                p.train.memory_mb, p.train.timeout_ms = fixed.memory_mb, fixed.timeout_ms
-            return j.model_copy(update={"plan": p.model_dump(mode="json")})
-
+        plan = self.plan.model_copy(deep=True)
+        if task.kind == "aggregate":
+            plan.aggregate_memory_mb, plan.aggregate_timeout_ms = fixed.memory_mb, fixed.timeout_ms
+        else:
+            plan.train.memory_mb, plan.train.timeout_ms = fixed.memory_mb, fixed.timeout_ms
+        self.plan = plan
         self._change(
-            change,
+            lambda j: j.model_copy(update={"plan": plan.model_dump(mode="json")}),
             event=_line(
                 "limits_raised",
                 f"{task.kind} actions now run with {fixed.memory_mb} MB and "
@@ -535,37 +531,35 @@ class JobRunner:
 
         return update(self.rt.store, fn_key(self.job_id, round_, shard), FunctionInfo, change)
 
-    def _claim(self, task: _Task, timeout_ms: int) -> int:
+    def _claim(self, task: _Task) -> int:
         """Take the unit for a new attempt: ``owner_epoch`` e → e+1, which fences the old one."""
-        round_ = task.round
-        memory = JobPlan.model_validate(self._job().plan).train.memory_mb
+        limits = self._limits(task)
 
         def change(u: FunctionInfo | None) -> FunctionInfo:
-            u = u or FunctionInfo(job_id=self.job_id, round=round_, shard=task.index)
+            u = u or FunctionInfo(job_id=self.job_id, round=task.round, shard=task.index)
             return u.model_copy(
                 update={
                     "state": UnitState.RUNNING,
                     "activation_id": None,
                     "owner_epoch": u.owner_epoch + 1,
                     "attempts": u.attempts + 1,
-                    "memory_mb": memory,
-                    "timeout_ms": timeout_ms,
+                    "memory_mb": limits.memory_mb,
+                    "timeout_ms": limits.timeout_ms,
                     "heartbeat_ms": now_ms(),
                 }
             )
 
-        key = fn_key(self.job_id, round_, task.index)
+        key = fn_key(self.job_id, task.round, task.index)
         return update(self.rt.store, key, FunctionInfo, change).owner_epoch
 
-    def _unit_change(self, task: _Task, change: Any) -> None:
+    def _unit_change(self, task: _Task, change: Callable[[FunctionInfo], FunctionInfo]) -> None:
         """Change the unit while ``task`` still owns it (a superseded attempt writes nothing)."""
-        round_ = task.round
 
         def fenced(u: FunctionInfo | None) -> FunctionInfo:
             assert u is not None, "a claimed unit has a record"
             return change(u) if u.owner_epoch == task.owner_epoch else u
 
-        update(self.rt.store, fn_key(self.job_id, round_, task.index), FunctionInfo, fenced)
+        update(self.rt.store, fn_key(self.job_id, task.round, task.index), FunctionInfo, fenced)
 
     # ---- the job record ---------------------------------------------------------------------
 
@@ -637,6 +631,13 @@ class JobRunner:
         self._in_flight.clear()
 
 
+def _running_as(activation_id: str) -> Callable[[FunctionInfo], FunctionInfo]:
+    def change(unit: FunctionInfo) -> FunctionInfo:
+        return unit.model_copy(update={"activation_id": activation_id})
+
+    return change
+
+
 def _seed(seed: int, round_: int) -> int:
     if round_ == 0:
         return seed
@@ -670,15 +671,13 @@ def _describe(task: _Task) -> str:
 
 def _lost(activation_id: str, task: _Task) -> Activation:
     """A stand-in record for an activation the platform never reported (OpenWhisk loses some)."""
-    from faasdl.platform.base import ActivationResponse
-
     return Activation(
         activationId=activation_id,
         namespace="",
         name=task.kind,
         start=0,
         response=ActivationResponse(
-            status="whisk internal error",
+            status=WHISK_ERROR,
             success=False,
             result={"error": "the activation was never recorded: lost"},
         ),
