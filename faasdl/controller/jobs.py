@@ -14,8 +14,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -55,13 +53,29 @@ class Submitted(BaseModel):
     created: bool  # false: an Idempotency-Key replay answered with the job it created before
 
 
-@dataclass(frozen=True)
-class JobView:
-    """A job as the API shows it: its record, its place in the queue, its current round's units."""
+class JobView(BaseModel):
+    """A job as the API shows it: its record, its place in the admission queue (while queued),
+    and the units of its current round with their state and attempts."""
 
     job: JobInfo
     queue_position: int | None
     units: list[FunctionInfo]
+
+
+class JobLine(BaseModel):
+    """A job in a listing."""
+
+    job_id: str
+    tenant: str
+    state: JobState
+    model: str | None
+    round: int
+    rounds: int
+    workers: int
+    loss: float | None
+    accuracy: float | None
+    cost_usd: float
+    created_ms: int
 
 
 class Controller:
@@ -153,11 +167,13 @@ class Controller:
                 request_sha256=digest,
             )
             if not create(self.store, record):
+                # Another request with this key got there first: its job is this one.
                 found = load(self.store, record.key(), IdempotencyRecord)
                 if found is not None and found[0].job_id != job_id:
                     replay = self._replay(found[0], digest)
                     if replay is not None:
                         return replay
+                    job_id = found[0].job_id
         created = now_ms()
         job = JobInfo(
             job_id=job_id,
@@ -177,7 +193,7 @@ class Controller:
             ],
         )
         if not create(self.store, job):
-            return Submitted(job=self._load(job_id), created=False)
+            return Submitted(job=self.job(job_id), created=False)
         self.metrics.jobs_submitted.labels(tenant=spec.tenant).inc()
         self._wake.set()
         return Submitted(job=job, created=True)
@@ -201,7 +217,7 @@ class Controller:
         return sorted(found, key=lambda j: (j.created_ms, j.job_id), reverse=True)
 
     def view(self, job_id: str) -> JobView:
-        job = self._load(job_id)
+        job = self.job(job_id)
         position = None
         if job.state is JobState.QUEUED:
             queued = [_demand(j) for j in self._all_jobs() if j.state is JobState.QUEUED]
@@ -233,12 +249,14 @@ class Controller:
                 }
             )
 
+        was = self.job(job_id).state
         job = update(self.store, job_key(job_id), JobInfo, change)
         with self._lock:
             running = self._runners.get(job_id)
         if running is not None:
             running[0].cancelled.set()
-        self.metrics.jobs_finished.labels(state="cancelled").inc()
+        if was is not JobState.CANCELLED:
+            self.metrics.jobs_finished.labels(state="cancelled").inc()
         self._wake.set()
         return job
 
@@ -255,7 +273,7 @@ class Controller:
         """The job's record once it has ended. Raises ``JobError`` after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
-            job = self._load(job_id)
+            job = self.job(job_id)
             if job.finished:
                 return job
             if time.monotonic() > deadline:
@@ -264,7 +282,7 @@ class Controller:
 
     def model(self, job_id: str) -> bytes:
         """The trained model (safetensors) of a finished job."""
-        job = self._load(job_id)
+        job = self.job(job_id)
         if job.state is not JobState.DONE or job.model is None:
             raise JobError(f"job {job_id} has no model: it is {job.state}")
         return self.store.get_blob(job.model)
@@ -342,7 +360,8 @@ class Controller:
     def _all_jobs(self) -> list[JobInfo]:
         return [JobInfo.model_validate(v.value) for _, v in self.store.scan("job/")]
 
-    def _load(self, job_id: str) -> JobInfo:
+    def job(self, job_id: str) -> JobInfo:
+        """The job's record. Raises ``JobNotFound``."""
         found = load(self.store, job_key(job_id), JobInfo)
         if found is None:
             raise JobNotFound(job_id)
@@ -367,23 +386,22 @@ def _check_idempotency_key(key: str) -> None:
         )
 
 
-def job_summary(job: JobInfo) -> dict[str, Any]:
-    """The line of a job in a listing."""
+def job_line(job: JobInfo) -> JobLine:
     plan = JobPlan.model_validate(job.plan)
     last = job.rounds[-1] if job.rounds else None
-    return {
-        "job_id": job.job_id,
-        "tenant": job.tenant,
-        "state": job.state,
-        "model": job.spec.get("model"),
-        "round": job.round,
-        "rounds": plan.rounds,
-        "workers": plan.workers,
-        "loss": last.loss if last else None,
-        "accuracy": last.accuracy if last else None,
-        "cost_usd": job.cost_usd,
-        "created_ms": job.created_ms,
-    }
+    return JobLine(
+        job_id=job.job_id,
+        tenant=job.tenant,
+        state=job.state,
+        model=job.spec.get("model"),
+        round=job.round,
+        rounds=plan.rounds,
+        workers=plan.workers,
+        loss=last.loss if last else None,
+        accuracy=last.accuracy if last else None,
+        cost_usd=job.cost_usd,
+        created_ms=job.created_ms,
+    )
 
 
 @contextlib.contextmanager

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
 
 from faasdl.controller.deps import ControllerDep
-from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, Controller, job_summary
+from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, JobLine, JobView, job_line
 from faasdl.controller.validator import TENANT_PATTERN, JobSpec
-from faasdl.store.records import FunctionInfo, JobEvent, JobInfo, JobState
+from faasdl.store.records import JobEvent, JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -23,38 +22,10 @@ JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")
 EVENTS_POLL_S = 0.25
 
 
-class JobOut(BaseModel):
-    """A job: its record, its place in the admission queue (while queued), and the units of its
-    current round with their state and attempts."""
-
-    job: JobInfo
-    queue_position: int | None
-    units: list[FunctionInfo]
-
-
-class JobLine(BaseModel):
-    job_id: str
-    tenant: str
-    state: JobState
-    model: str | None
-    round: int
-    rounds: int
-    workers: int
-    loss: float | None
-    accuracy: float | None
-    cost_usd: float
-    created_ms: int
-
-
-def _out(controller: Controller, job_id: str) -> JobOut:
-    view = controller.view(job_id)
-    return JobOut(job=view.job, queue_position=view.queue_position, units=view.units)
-
-
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=JobOut,
+    response_model=JobView,
     summary="Submit a training job",
     responses={200: {"description": "An Idempotency-Key replay: the job the key created"}},
 )
@@ -70,26 +41,26 @@ def submit(
             description="Replaying a request with the same key returns the same job.",
         ),
     ] = None,
-) -> JobOut:
+) -> JobView:
     submitted = controller.submit(spec, idempotency=idempotency_key)
     if not submitted.created:
         response.status_code = status.HTTP_200_OK
     response.headers["Location"] = f"/v1/jobs/{submitted.job.job_id}"
-    return _out(controller, submitted.job.job_id)
+    return controller.view(submitted.job.job_id)
 
 
-@router.get("", response_model=list[JobLine], summary="List jobs, newest first")
+@router.get("", summary="List jobs, newest first")
 def list_jobs(
     controller: ControllerDep,
     tenant: Annotated[str | None, Query(pattern=TENANT_PATTERN)] = None,
     state: JobState | None = None,
-) -> list[dict[str, Any]]:
-    return [job_summary(j) for j in controller.jobs(tenant=tenant, state=state)]
+) -> list[JobLine]:
+    return [job_line(j) for j in controller.jobs(tenant=tenant, state=state)]
 
 
-@router.get("/{job_id}", response_model=JobOut, summary="A job's state, rounds and ledger")
-def get_job(job_id: JobId, controller: ControllerDep) -> JobOut:
-    return _out(controller, job_id)
+@router.get("/{job_id}", response_model=JobView, summary="A job's state, rounds and ledger")
+def get_job(job_id: JobId, controller: ControllerDep) -> JobView:
+    return controller.view(job_id)
 
 
 @router.get(
@@ -101,12 +72,12 @@ def get_job(job_id: JobId, controller: ControllerDep) -> JobOut:
 def events(job_id: JobId, controller: ControllerDep) -> StreamingResponse:
     """One event per line of the job's log (``event:`` its kind, ``data:`` the line as JSON), then
     ``event: end`` with the job's final state once it has ended."""
-    controller.view(job_id)  # a 404 now, not inside the stream
+    controller.job(job_id)  # a 404 now, not inside the stream
 
     def stream() -> Iterator[str]:
         last: JobEvent | None = None
         while True:
-            job = controller.view(job_id).job
+            job = controller.job(job_id)
             # The log is capped: resume after the last line sent, or from its start if trimmed.
             start = job.events.index(last) + 1 if last in job.events else 0
             for event in job.events[start:]:
@@ -136,7 +107,7 @@ def model(job_id: JobId, controller: ControllerDep) -> Response:
     )
 
 
-@router.delete("/{job_id}", response_model=JobOut, summary="Cancel a job (its record stays)")
-def cancel(job_id: JobId, controller: ControllerDep) -> JobOut:
+@router.delete("/{job_id}", response_model=JobView, summary="Cancel a job (its record stays)")
+def cancel(job_id: JobId, controller: ControllerDep) -> JobView:
     controller.cancel(job_id)
-    return _out(controller, job_id)
+    return controller.view(job_id)
