@@ -27,7 +27,7 @@ from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
 from faasdl.config import Settings
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan
-from faasdl.controller.validator import JobSpec, check_job
+from faasdl.controller.validator import JobSpec
 from faasdl.errors import (
     ActivationNotFound,
     EstimationError,
@@ -37,7 +37,7 @@ from faasdl.errors import (
     Unsupported,
 )
 from faasdl.estimator.failures import Limits, correct
-from faasdl.estimator.sizer import Sizer
+from faasdl.estimator.sizer import Sizer, load_checked
 from faasdl.platform.base import WHISK_ERROR, Activation, ActivationResponse, Platform
 from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
@@ -174,7 +174,7 @@ class JobRunner:
         names = [shard_blob(self.job_id, i) for i in range(workers)]
         if all(store.blob_manifest(n) is not None for n in [*names, test_blob(self.job_id)]):
             return
-        dataset = check_job(self.spec)
+        dataset = load_checked(self.spec)
         shards = split_shards(dataset, workers, seed=self.spec.seed)
         for name, shard in zip(names, shards, strict=True):
             self._check_stop()

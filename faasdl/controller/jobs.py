@@ -22,9 +22,9 @@ from faasdl.controller.admission import Capacity, Demand, admit, queue_positions
 from faasdl.controller.events import JobRunner, Runtime, now_ms
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan, plan_job
-from faasdl.controller.validator import JobSpec, check_job
+from faasdl.controller.validator import JobSpec
 from faasdl.errors import JobError, JobNotFound, ValidationError
-from faasdl.estimator.sizer import Sizer
+from faasdl.estimator.sizer import Sizer, load_checked
 from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import absolute_url, make_store
@@ -141,7 +141,7 @@ class Controller:
 
     def estimate(self, spec: JobSpec) -> JobPlan:
         """The plan the job would run with; nothing stored but what sizing measures once."""
-        dataset = check_job(spec)
+        dataset = load_checked(spec)
         return plan_job(self.sizer, spec, dataset, max_fan_in=self.settings.controller.max_fan_in)
 
     def submit(self, spec: JobSpec, *, idempotency: str | None = None) -> Submitted:

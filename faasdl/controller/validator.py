@@ -1,8 +1,9 @@
 """What a training job may ask for: the job spec's schema and its semantic checks.
 
-The schema refuses what is malformed (a 422 naming the field); :func:`check_job` refuses what is
-well-formed but cannot run (an unknown model, a model that does not fit the data's shape, more
-workers than examples, limits beyond the platform's) before anything is stored or started.
+The schema refuses what is malformed (a 422 naming the field); the estimator's ``load_checked``
+and the sizing refuse what is well-formed but cannot run (an unknown model, a model that does not
+fit the data's shape, more workers than examples, limits beyond the platform's) before anything
+is stored or started. A ``JobSpec`` is an ``EstimateRequest``, so both take it as it is.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from faasdl.estimator.planner import EstimateRequest
-from faasdl.estimator.sizer import load_checked
-from faasdl.training.datasets import Dataset
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
@@ -93,8 +92,3 @@ class JobSpec(EstimateRequest):
                 "epochs": self.epochs_per_round,
             }
         )
-
-
-def check_job(spec: JobSpec) -> Dataset:
-    """The job's data set, once everything that can be refused without the platform has been."""
-    return load_checked(spec)
