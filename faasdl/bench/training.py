@@ -53,8 +53,8 @@ FULL = [
     Workload(
         "synthetic-32x32x3",
         "small_cnn",
-        SyntheticSpec(shape=(32, 32, 3), noise=3.0, train_size=2048, test_size=512),
-        epochs=5,
+        SyntheticSpec(shape=(32, 32, 3), noise=2.0, train_size=2048, test_size=512),
+        epochs=12,
     ),
 ]
 QUICK = [Workload("digits", "mlp", DigitsSpec(), epochs=2)]
