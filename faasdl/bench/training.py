@@ -54,7 +54,7 @@ FULL = [
         "synthetic-32x32x3",
         "small_cnn",
         SyntheticSpec(shape=(32, 32, 3), noise=2.0, train_size=2048, test_size=512),
-        epochs=12,
+        epochs=20,
     ),
 ]
 QUICK = [Workload("digits", "mlp", DigitsSpec(), epochs=2)]
