@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
+from faasdl.canary.checkpoint import CanaryArgs
+from faasdl.canary.core import hung, mtbf_s
+from faasdl.canary.runtime import RuntimeManager
+from faasdl.canary.strategies import Recovery, RecoveryStrategy
 from faasdl.config import Settings
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan
@@ -43,6 +47,7 @@ from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
 from faasdl.store.records import (
     ActivationUse,
+    FailureReport,
     FunctionInfo,
     JobEvent,
     JobInfo,
@@ -78,6 +83,7 @@ class Runtime:
     sizer: Sizer
     settings: Settings
     metrics: Metrics
+    runtimes: RuntimeManager
     shutdown: threading.Event = field(default_factory=threading.Event)
 
 
@@ -91,6 +97,20 @@ class _Task:
     attempt: int = 1
     owner_epoch: int = 0
     deadline: float = 0.0
+    fruitless: int = 0  # failures in a row without progress before this attempt
+    position: int = -1  # the unit's checkpoint position when the attempt was claimed
+    done: bool = False
+
+
+@dataclass
+class _Ended:
+    """An attempt the runner is done waiting for: its record, or the failure that ended it."""
+
+    task: _Task
+    activation_id: str
+    record: Activation | None
+    failure: Failure | None = None
+    detected_by: Literal["platform", "lease"] = "platform"
 
 
 def now_ms() -> int:
@@ -118,11 +138,17 @@ class JobRunner:
         self.rt = runtime
         self.cancelled = threading.Event()
         self._in_flight: dict[str, _Task] = {}
+        # Attempts fenced out (hung, or copies that lost): their records are still booked.
+        self._abandoned: dict[str, _Task] = {}
         # The runner is the only writer of its job's plan: it reads spec and plan once and keeps
         # the plan in step with the store when it corrects limits.
         self.spec: JobSpec
         self.plan: JobPlan
+        self.strategy: RecoveryStrategy
         self._variants: dict[tuple[str, int, int], tuple[str, float]] = {}
+        self._train_s = 0.0  # training activations' time, for the observed MTBF
+        self._train_attempts = 0
+        self._train_failures = 0
 
     # ---- the job ----------------------------------------------------------------------------
 
@@ -131,19 +157,27 @@ class JobRunner:
             self._run()
         except Stopped:
             self._kill_in_flight()
+            self._charge_replicas()
         except FaasdlError as exc:
             self._kill_in_flight()
             log.warning("job %s failed: %s", self.job_id, exc)
+            self._charge_replicas()
             self._finish(JobState.FAILED, error=str(exc))
         except Exception as exc:  # a bug must still end the job visibly, not leave it running
             self._kill_in_flight()
             log.exception("job %s crashed", self.job_id)
+            self._charge_replicas()
             self._finish(JobState.FAILED, error=f"internal error: {exc!r}")
 
     def _run(self) -> None:
         job = self._job()
         self.spec = JobSpec.model_validate(job.spec)
         self.plan = JobPlan.model_validate(job.plan)
+        self.strategy = self.spec.fault_tolerance.strategy()
+        train = [a for a in job.activations if a.kind == "train"]
+        self._train_s = sum(a.duration_ms for a in train) / 1000
+        self._train_attempts = len(train)
+        self._train_failures = sum(a.outcome != "success" for a in train)
         if job.started_ms is None:
             self._change(lambda j: j.model_copy(update={"started_ms": now_ms()}))
         self._stage()
@@ -164,6 +198,7 @@ class JobRunner:
             )
             if stop:
                 break
+        self._charge_replicas()
         self._finish(JobState.DONE)
 
     def _stage(self) -> None:
@@ -205,7 +240,11 @@ class JobRunner:
                 done[(0, shard)] = (unit.committed_result, unit.examples)
                 losses[shard] = (unit.loss or 0.0, unit.examples)
                 continue
-            queue.append(self._train_task(round_, shard, epochs, unit.attempts + 1, weights_in))
+            task = self._train_task(round_, shard, epochs, unit.attempts + 1, weights_in)
+            if unit.state is UnitState.RUNNING and unit.activation_id is not None:
+                self._reattach(task, unit, unit.activation_id)
+            else:
+                queue.append(task)
         root = (len(plan.tree), 0)
         launched: set[tuple[int, int]] = set()
         while root not in done:
@@ -236,6 +275,25 @@ class JobRunner:
             finished_ms=now_ms(),
         )
 
+    def _reattach(self, task: _Task, unit: FunctionInfo, activation_id: str) -> None:
+        """A restarted controller waits for the attempt its predecessor started (its record, its
+        lease or its lost-deadline decide) instead of starting another."""
+        _, lost_after_s = self._variant(task)
+        task.attempt = unit.attempts
+        task.owner_epoch = unit.owner_epoch
+        task.position = unit.heads[-1].position if unit.heads else -1
+        task.deadline = time.monotonic() + lost_after_s
+        self._in_flight[activation_id] = task
+        self._event(
+            _line(
+                "reattached",
+                f"shard {task.index} of round {task.round + 1}: waiting for attempt "
+                f"{task.attempt} ({activation_id}) started before the controller restarted",
+                task.round,
+                task.index,
+            )
+        )
+
     def _evaluate(self, round_: int, weights: str) -> dict[str, Any]:
         queue = deque(
             [
@@ -261,15 +319,24 @@ class JobRunner:
 
     def _step(self, queue: deque[_Task]) -> Iterator[tuple[_Task, dict[str, Any]]]:
         """Start what is queued, wait a little, and yield the tasks that succeeded with their
-        results; a failed task goes back on the queue as its next attempt."""
+        results; a failed task is recovered as the job's strategy says (its next attempt goes
+        back on the queue)."""
         self._check_stop()
         self._launch(queue)
-        for task, record in self._collect():
-            failure = self._settle(task, record)
+        self._want_replicas()
+        for ended in self._collect():
+            task = ended.task
+            failure = self._settle(ended)
+            if task.done:
+                continue  # a copy of a unit another copy already committed
             if failure is None:
-                yield task, record.response.result
+                task.done = True
+                self._drop_copies(task)
+                yield task, self._result(task, ended)
             else:
-                queue.append(self._retry(task, failure))
+                retry = self._recover(ended, failure)
+                if retry is not None:
+                    queue.append(retry)
 
     # ---- tasks ------------------------------------------------------------------------------
 
@@ -290,7 +357,6 @@ class JobRunner:
                 "classes": self.plan.classes,
                 "shard": shard_blob(self.job_id, shard),
                 "weights_in": weights_in,
-                "weights_out": f"jobs/{self.job_id}/r{round_:05d}/trained-{shard:05d}",
                 "batch_size": spec.batch_size,
                 "epochs": epochs,
                 # Round 0 builds the same initial model on every shard; later rounds start from
@@ -301,6 +367,26 @@ class JobRunner:
                 "target_loss": spec.target_loss,
             },
         )
+
+    def _attempt_params(self, task: _Task) -> dict[str, Any]:
+        """A training attempt's parameters: its own output blob (a zombie can never overwrite
+        the committed one) and its Canary arguments with its fencing token."""
+        ft = self.spec.fault_tolerance
+        where = f"jobs/{self.job_id}/r{task.round:05d}"
+        canary = CanaryArgs(
+            unit=fn_key(self.job_id, task.round, task.index),
+            token=task.owner_epoch,
+            blobs=f"{where}/ckpt-{task.index:05d}",
+            checkpoints=self.strategy.checkpoints,
+            heartbeat_s=ft.heartbeat_s if self.strategy.heartbeats else 0.0,
+            interval_s=ft.checkpoint_interval_s,
+            mtbf_s=mtbf_s(self._train_s, self._train_failures),
+        )
+        return {
+            **task.params,
+            "weights_out": f"{where}/trained-{task.index:05d}-a{task.owner_epoch:04d}",
+            "canary": canary.model_dump(mode="json"),
+        }
 
     def _aggregate_task(
         self,
@@ -355,85 +441,151 @@ class JobRunner:
         while queue:
             task = queue[0]
             variant, lost_after_s = self._variant(task)
+            params, copies = task.params, 1
             if task.kind == "train":
-                task.owner_epoch = self._claim(task)
-            try:
-                activation_id = self.rt.platform.invoke(variant, task.params)
-            except Throttled:
+                task.owner_epoch, task.position = self._claim(task)
+                params, copies = self._attempt_params(task), self.strategy.copies
+            started: list[str] = []
+            with contextlib.suppress(Throttled):
+                for _ in range(copies):
+                    started.append(self.rt.platform.invoke(variant, params))
+            if not started:
                 return
             queue.popleft()
             task.deadline = time.monotonic() + lost_after_s
-            self._in_flight[activation_id] = task
+            for activation_id in started:
+                self._in_flight[activation_id] = task
             if task.kind == "train":
-                self._unit_change(task, _running_as(activation_id))
+                self._train_attempts += 1
+                self._unit_change(task, _running_as(started[0]))
 
-    def _collect(self) -> list[tuple[_Task, Activation]]:
-        """Wait a little for records; return the tasks that ended (lost ones as failures)."""
-        if not self._in_flight:
+    def _collect(self) -> list[_Ended]:
+        """Wait a little for records; return the attempts that ended: recorded, lost past their
+        deadline, or hung (their heartbeat lease lapsed; they are fenced by the next claim)."""
+        watched = [*self._in_flight, *self._abandoned]
+        if not watched:
             return []
-        self.rt.platform.wait_any(list(self._in_flight), timeout_s=TICK_S)
-        ended: list[tuple[_Task, Activation]] = []
+        self.rt.platform.wait_any(watched, timeout_s=self._tick_s())
+        for activation_id, task in list(self._abandoned.items()):
+            record = self.rt.platform.get_activation(activation_id)
+            if record is not None:
+                del self._abandoned[activation_id]
+                self._book(task, record, classify(record))
+        ended: list[_Ended] = []
         for activation_id, task in list(self._in_flight.items()):
             record = self.rt.platform.get_activation(activation_id)
             if record is None and time.monotonic() > task.deadline:
                 record = _lost(activation_id, task)
             if record is not None:
                 del self._in_flight[activation_id]
-                ended.append((task, record))
+                ended.append(_Ended(task, activation_id, record))
+        ended.extend(self._hung())
         return ended
 
-    def _settle(self, task: _Task, record: Activation) -> Failure | None:
-        """Book the activation, learn from it, commit a trainer's result; its failure, if any."""
-        failure = classify(record)
-        self._book(task, record, failure)
-        if task.kind == "train":
-            self.rt.sizer.learn(self.plan.train, record, failure)
-        if failure is not None:
-            return failure
-        result: dict[str, Any] = record.response.result
-        if task.kind == "train":
-            self._unit_change(
-                task,
-                lambda u: u.model_copy(
-                    update={
-                        "state": UnitState.COMMITTED,
-                        "committed_result": str(result["weights"]),
-                        "examples": int(result["examples"]),
-                        "loss": float(result["loss"]),
-                    }
-                ),
+    def _hung(self) -> list[_Ended]:
+        """Training attempts whose lease lapsed; their activations are watched as abandoned."""
+        heartbeat_s = self.spec.fault_tolerance.heartbeat_s
+        if not self.strategy.heartbeats:
+            return []
+        ended: list[_Ended] = []
+        tasks = {id(t): t for t in self._in_flight.values() if t.kind == "train"}
+        for task in tasks.values():
+            found = load(self.rt.store, fn_key(self.job_id, task.round, task.index), FunctionInfo)
+            failure = found and hung(
+                found[0], task.owner_epoch, now_ms=now_ms(), heartbeat_s=heartbeat_s
             )
-        return None
+            if not failure:
+                continue
+            ids = [i for i, t in self._in_flight.items() if t is task]
+            for activation_id in ids:
+                self._abandoned[activation_id] = self._in_flight.pop(activation_id)
+            ended.append(_Ended(task, ids[0], None, failure, detected_by="lease"))
+        return ended
 
-    def _retry(self, task: _Task, failure: Failure) -> _Task:
-        """The task's next attempt, with corrected limits; raises ``JobFailed`` when the policy
-        allows none."""
-        policy = self.spec.fault_tolerance
-        what = _describe(task)
+    def _tick_s(self) -> float:
+        """How long one wait for records lasts: short enough to catch a lapsed lease in time."""
+        if self.strategy.heartbeats:
+            return min(TICK_S, self.spec.fault_tolerance.heartbeat_s / 4)
+        return TICK_S
+
+    def _settle(self, ended: _Ended) -> Failure | None:
+        """Book the activation and learn from it; the attempt's failure, if any. A training
+        attempt succeeded exactly when its unit is committed under its token, whatever the
+        activation says (it may have crashed after committing, before replying)."""
+        task, record = ended.task, ended.record
+        failure = ended.failure
+        if record is not None:
+            failure = classify(record)
+            self._book(task, record, failure)
+            if task.kind == "train":
+                self._train_s += (record.duration or 0) / 1000
+                self.rt.sizer.learn(self.plan.train, record, failure)
+        if task.kind != "train" or task.done:
+            return failure
+        unit = self._unit(task.round, task.index)
+        if unit.state is UnitState.COMMITTED and unit.owner_epoch == task.owner_epoch:
+            return None
+        if failure is None:  # a success that did not commit: only a fenced attempt does that
+            return Failure(FailureKind.PLATFORM_ERROR, "the attempt ended without committing")
+        return failure
+
+    def _result(self, task: _Task, ended: _Ended) -> dict[str, Any]:
+        """What a finished task gives the round: a trainer's committed result from its unit."""
+        if task.kind != "train":
+            assert ended.record is not None
+            result: dict[str, Any] = ended.record.response.result
+            return result
+        unit = self._unit(task.round, task.index)
+        return {
+            "weights": unit.committed_result,
+            "examples": unit.examples,
+            "loss": unit.loss if unit.loss is not None else float("nan"),
+        }
+
+    def _drop_copies(self, task: _Task) -> None:
+        """The other copies of a committed unit are cancelled (their records are still booked)."""
+        for activation_id in [i for i, t in self._in_flight.items() if t is task]:
+            self._abandoned[activation_id] = self._in_flight.pop(activation_id)
+            with contextlib.suppress(ActivationNotFound, Unsupported):
+                self.rt.platform.kill(activation_id)
+
+    def _recover(self, ended: _Ended, failure: Failure) -> _Task | None:
+        """Report the failure and act on the strategy's decision: the next attempt to queue, or
+        ``None`` while copies of the unit still run; raises ``JobFailed`` when it gives up."""
+        task = ended.task
+        live = sum(1 for t in self._in_flight.values() if t is task)
+        progressed, resume_from = False, None
         if task.kind == "train":
-            self._unit_change(
-                task,
-                lambda u: u.model_copy(
-                    update={"state": UnitState.FAILED, "failures": [*u.failures, failure.kind]}
-                ),
-            )
-        if failure.kind is FailureKind.APPLICATION_ERROR:
-            raise JobFailed(f"{what} failed: {failure.message}")
-        if policy.policy == "none" or task.attempt >= policy.max_attempts:
+            self._train_failures += 1
+            unit = self._unit(task.round, task.index)
+            head = unit.heads[-1].position if unit.heads else -1
+            progressed = head > task.position
+            resume_from = head if head >= 0 else None
+            if live == 0:
+                self._unit_change(
+                    task,
+                    lambda u: u.model_copy(
+                        update={"state": UnitState.FAILED, "failures": [*u.failures, failure.kind]}
+                    ),
+                )
+        fruitless = 0 if progressed else task.fruitless + 1
+        decision = self.strategy.recover(failure, failures=fruitless, live=live)
+        limits = None
+        if decision in (Recovery.RESUME, Recovery.RESTART):
+            limits = self._correct_limits(task, failure, tolerate=progressed)
+        self._report(ended, failure, decision, resume_from, limits)
+        what = _describe(task)
+        if decision is Recovery.FAIL:
+            if failure.kind is FailureKind.APPLICATION_ERROR:
+                raise JobFailed(f"{what} failed: {failure.message}")
             raise JobFailed(
-                f"{what} failed {task.attempt} time(s), last with {failure.kind}: "
-                f"{failure.message} (fault_tolerance.max_attempts is {policy.max_attempts})"
+                f"{what} failed {fruitless} time(s) in a row without progress, last with "
+                f"{failure.kind}: {failure.message} (fault_tolerance: policy "
+                f"{self.strategy.name}, max_attempts {self.strategy.max_attempts})"
             )
-        self._correct_limits(task, failure)
+        if decision is Recovery.WAIT:
+            return None
         self.rt.metrics.recoveries.labels(kind=str(failure.kind)).inc()
-        self._event(
-            _line(
-                "retry",
-                f"{what} failed with {failure.kind}; attempt {task.attempt + 1}",
-                task.round,
-                task.index if task.kind == "train" else None,
-            )
-        )
         return _Task(
             kind=task.kind,
             round=task.round,
@@ -441,9 +593,56 @@ class JobRunner:
             index=task.index,
             params=task.params,
             attempt=task.attempt + 1,
+            fruitless=fruitless,
         )
 
-    def _correct_limits(self, task: _Task, failure: Failure) -> None:
+    def _report(
+        self,
+        ended: _Ended,
+        failure: Failure,
+        decision: Recovery,
+        resume_from: int | None,
+        limits: str | None,
+    ) -> None:
+        task = ended.task
+        booked = [a for a in self._job().activations if a.activation_id == ended.activation_id]
+        report = FailureReport(
+            t_ms=now_ms(),
+            kind=task.kind,
+            round=task.round,
+            unit=task.index,
+            attempt=task.attempt,
+            activation_id=ended.activation_id,
+            classification=str(failure.kind),
+            message=failure.message,
+            detected_by=ended.detected_by,
+            recovery=str(decision),
+            resume_from=resume_from if decision is Recovery.RESUME else None,
+            limits=limits,
+            cost_usd=sum(a.cost_usd for a in booked),
+        )
+        how = {
+            Recovery.RESUME: "resumes"
+            + (f" from checkpoint position {resume_from}" if resume_from is not None else ""),
+            Recovery.RESTART: "restarts from the beginning",
+            Recovery.WAIT: "waits for its other copies",
+            Recovery.FAIL: "cannot be recovered",
+        }[decision]
+        self._change(
+            lambda j: j.model_copy(update={"failures": [*j.failures, report]}),
+            event=_line(
+                "recovery",
+                f"{_describe(task)}, attempt {task.attempt}: {failure.kind} "
+                f"(seen by the {ended.detected_by}); it {how}",
+                task.round,
+                task.index if task.kind == "train" else None,
+            ),
+        )
+
+    def _correct_limits(self, task: _Task, failure: Failure, *, tolerate: bool) -> str | None:
+        """Raise the limits a failure calls for; what changed, if anything. At the platform's
+        maximum the job fails, unless the attempt made progress (``tolerate``): then the next
+        one resumes with the same limits."""
         limits = self.rt.platform.limits()
         current = self._limits(task)
         try:
@@ -455,24 +654,27 @@ class JobRunner:
                 max_timeout_ms=limits.timeout_max_ms,
             )
         except EstimationError as exc:
+            if tolerate:
+                return None
             raise JobFailed(f"{_describe(task)}: {exc}") from exc
         if fixed == current:
-            return
+            return None
         plan = self.plan.model_copy(deep=True)
         if task.kind == "aggregate":
             plan.aggregate_memory_mb, plan.aggregate_timeout_ms = fixed.memory_mb, fixed.timeout_ms
         else:
             plan.train.memory_mb, plan.train.timeout_ms = fixed.memory_mb, fixed.timeout_ms
         self.plan = plan
+        change = (
+            f"{task.kind} actions now run with {fixed.memory_mb} MB and "
+            f"{fixed.timeout_ms / 1000:g} s (were {current.memory_mb} MB, "
+            f"{current.timeout_ms / 1000:g} s)"
+        )
         self._change(
             lambda j: j.model_copy(update={"plan": plan.model_dump(mode="json")}),
-            event=_line(
-                "limits_raised",
-                f"{task.kind} actions now run with {fixed.memory_mb} MB and "
-                f"{fixed.timeout_ms / 1000:g} s (were {current.memory_mb} MB, "
-                f"{current.timeout_ms / 1000:g} s)",
-            ),
+            event=_line("limits_raised", change),
         )
+        return change
 
     def _book(self, task: _Task, record: Activation, failure: Failure | None) -> None:
         """Add the activation to the job's ledger and the metrics."""
@@ -504,7 +706,7 @@ class JobRunner:
         m.gb_seconds.inc(gb_s)
         m.cost.inc(cost)
         event = None
-        if task.kind == "train":
+        if task.kind == "train" and not task.done:
             event = _line(
                 "unit_committed" if failure is None else "unit_failed",
                 f"shard {task.index} of round {task.round + 1}: "
@@ -523,6 +725,35 @@ class JobRunner:
             event=event,
         )
 
+    # ---- warm replicas ----------------------------------------------------------------------
+
+    def _want_replicas(self) -> None:
+        """Tell the runtime manager how many replicas of the training runtime this job wants now:
+        the strategy's number for the units running (none between rounds' training)."""
+        active = len({id(t) for t in self._in_flight.values() if t.kind == "train"})
+        wanted = self.strategy.replicas(
+            active=active, failures=self._train_failures, attempts=self._train_attempts
+        )
+        if wanted == 0 and self.rt.runtimes.ready(self.job_id) == 0:
+            return
+        variant, _ = self._variant(_Task(kind="train", round=0, level=0, index=0, params={}))
+        self.rt.runtimes.want(
+            self.job_id, variant, memory_mb=self.plan.train.memory_mb, replicas=wanted
+        )
+
+    def _charge_replicas(self) -> None:
+        """Book the memory the job's replicas held (a cost like any activation's)."""
+        gb_s = self.rt.runtimes.release(self.job_id)
+        if gb_s <= 0:
+            return
+        cost = gb_s * self.rt.settings.price_per_gb_s
+        with contextlib.suppress(Stopped):
+            self._change(
+                lambda j: j.model_copy(
+                    update={"replica_gb_s": j.replica_gb_s + gb_s, "cost_usd": j.cost_usd + cost}
+                )
+            )
+
     # ---- units (fn/ records) ----------------------------------------------------------------
 
     def _unit(self, round_: int, shard: int) -> FunctionInfo:
@@ -531,8 +762,9 @@ class JobRunner:
 
         return update(self.rt.store, fn_key(self.job_id, round_, shard), FunctionInfo, change)
 
-    def _claim(self, task: _Task) -> int:
-        """Take the unit for a new attempt: ``owner_epoch`` e → e+1, which fences the old one."""
+    def _claim(self, task: _Task) -> tuple[int, int]:
+        """Take the unit for a new attempt: ``owner_epoch`` e → e+1, which fences the old one.
+        Returns the new epoch and the unit's checkpoint position (-1: none)."""
         limits = self._limits(task)
 
         def change(u: FunctionInfo | None) -> FunctionInfo:
@@ -545,12 +777,13 @@ class JobRunner:
                     "attempts": u.attempts + 1,
                     "memory_mb": limits.memory_mb,
                     "timeout_ms": limits.timeout_ms,
-                    "heartbeat_ms": now_ms(),
+                    "heartbeat_ms": None,  # the lease starts with the attempt's first beat
                 }
             )
 
         key = fn_key(self.job_id, task.round, task.index)
-        return update(self.rt.store, key, FunctionInfo, change).owner_epoch
+        unit = update(self.rt.store, key, FunctionInfo, change)
+        return unit.owner_epoch, unit.heads[-1].position if unit.heads else -1
 
     def _unit_change(self, task: _Task, change: Callable[[FunctionInfo], FunctionInfo]) -> None:
         """Change the unit while ``task`` still owns it (a superseded attempt writes nothing)."""

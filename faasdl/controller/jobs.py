@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
+from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
 from faasdl.controller.admission import Capacity, Demand, admit, queue_positions
 from faasdl.controller.events import JobRunner, Runtime, now_ms
@@ -101,6 +102,7 @@ class Controller:
             sizer=self.sizer,
             settings=settings,
             metrics=self.metrics,
+            runtimes=RuntimeManager(platform),
         )
         self._runners: dict[str, tuple[JobRunner, threading.Thread]] = {}
         self._lock = threading.Lock()
@@ -113,6 +115,7 @@ class Controller:
         if self._scheduler is not None:
             return
         self.runtime.shutdown.clear()
+        self.runtime.runtimes.start()
         self._scheduler = threading.Thread(
             target=self._schedule, name="faasdl-scheduler", daemon=True
         )
@@ -129,6 +132,7 @@ class Controller:
             self._runners.clear()
         for _, thread in runners:
             thread.join()
+        self.runtime.runtimes.close()
 
     def __enter__(self) -> Controller:
         self.start()

@@ -13,22 +13,61 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from faasdl.canary.strategies import (
+    RecoveryStrategy,
+    ReplicationMode,
+    StrategyName,
+    make_strategy,
+)
 from faasdl.estimator.planner import EstimateRequest
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
 
 class FaultTolerance(BaseModel):
-    """What the controller does when an activation fails."""
+    """How a job survives failed activations (:mod:`faasdl.canary.strategies`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: Literal["retry", "none"] = Field(
-        "retry",
-        description="retry: run a failed unit again (out of memory raises its memory class, out "
-        "of time doubles its time limit); none: the first failure fails the job.",
+    policy: StrategyName = Field(
+        "canary",
+        description="canary: checkpoints, heartbeat leases and warm replicas, a failed unit "
+        "resumes from its latest checkpoint; retry: run a failed unit again from zero (OpenWhisk "
+        "style); request_replication: run `copies` of each unit, the first to commit wins; "
+        "active_standby: a warm standby per running unit, no checkpoints; none: the first "
+        "failure fails the job. Out of memory always raises the unit's memory class.",
     )
-    max_attempts: int = Field(4, ge=1, le=20, description="Attempts per unit, the first included.")
+    max_attempts: int = Field(
+        4, ge=1, le=20, description="Failures in a row without progress before the job fails."
+    )
+    copies: int = Field(2, ge=2, le=8, description="Copies per unit (request_replication).")
+    replication: ReplicationMode = Field(
+        "dynamic",
+        description="Warm replicas (canary): dynamic (from the failure rate), aggressive (one "
+        "per running unit) or lenient (one).",
+    )
+    heartbeat_s: float = Field(
+        1.0,
+        ge=0.1,
+        le=60,
+        description="Heartbeat period: an attempt renews its lease twice per period, and one "
+        "silent for 1.5 periods is hung (fenced and recovered).",
+    )
+    checkpoint_interval_s: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="Fixed checkpoint interval; none: Young's √(2·cost·MTBF), re-tuned as the "
+        "measured cost and the observed failures change.",
+    )
+
+    def strategy(self) -> RecoveryStrategy:
+        return make_strategy(
+            self.policy,
+            max_attempts=self.max_attempts,
+            copies=self.copies,
+            replication=self.replication,
+        )
 
 
 class JobSpec(EstimateRequest):

@@ -16,6 +16,7 @@ class FailureKind(StrEnum):
     CRASH = "crash"
     APPLICATION_ERROR = "application_error"
     PLATFORM_ERROR = "platform_error"
+    HUNG = "hung"  # no record, but its heartbeat lease lapsed (Canary's core, not the platform)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Typed records for Canary's five tables and the execution history, under DESIGN.md's prefixes:
-``worker/`` (worker_info), ``job/`` (job_info), ``fn/`` (function_info), ``ckpt/``
-(checkpoint_info), ``replica/`` (replication_info), ``history/`` (execution history)."""
+``worker/`` (worker_info), ``job/`` (job_info), ``fn/`` (function_info, with its
+checkpoint_info heads inside), ``replica/`` (replication_info), ``history/`` (execution history)."""
 
 from __future__ import annotations
 
@@ -84,6 +84,25 @@ class RoundResult(BaseModel):
     finished_ms: int
 
 
+class FailureReport(BaseModel):
+    """One failed attempt as the job report shows it: what failed, how it was classified and
+    noticed, the recovery taken, and what the failed attempt cost."""
+
+    t_ms: int  # when the controller noticed it
+    kind: Literal["train", "aggregate", "evaluate"]
+    round: int
+    unit: int
+    attempt: int
+    activation_id: str
+    classification: str  # a FailureKind
+    message: str
+    detected_by: Literal["platform", "lease"]
+    recovery: str  # a Recovery: resume, restart, wait, fail
+    resume_from: int | None = None  # the checkpoint position the next attempt starts from
+    limits: str | None = None  # how the limits changed for the next attempt
+    cost_usd: float = 0.0
+
+
 class JobEvent(BaseModel):
     """A line of a job's log, as the events stream and ``--watch`` show it."""
 
@@ -111,7 +130,9 @@ class JobInfo(Record):
     model: str | None = None
     stopped_early: bool = False
     activations: list[ActivationUse] = Field(default_factory=list)
-    cost_usd: float = 0.0
+    failures: list[FailureReport] = Field(default_factory=list)
+    replica_gb_s: float = 0.0  # memory the job's warm replicas held
+    cost_usd: float = 0.0  # activations and replicas
     events: list[JobEvent] = Field(default_factory=list)
     error: str | None = None
 
@@ -151,8 +172,10 @@ class FunctionInfo(Record):
     state: UnitState = UnitState.PENDING
     owner_epoch: int = 0
     activation_id: str | None = None
-    head_checkpoint: str | None = None
-    heartbeat_ms: int | None = None
+    heads: list[CheckpointHead] = Field(
+        default_factory=list, description="The latest checkpoints, oldest first."
+    )
+    heartbeat_ms: int | None = None  # the owning attempt's last heartbeat; None before its first
     committed_result: str | None = None
     attempts: int = 0
     memory_mb: int | None = None
@@ -165,18 +188,15 @@ class FunctionInfo(Record):
         return fn_key(self.job_id, self.round, self.shard)
 
 
-class CheckpointInfo(Record):
-    checkpoint_id: str
-    unit: str  # the fn/ key of the unit it belongs to
-    owner_epoch: int
-    step: int
+class CheckpointHead(BaseModel):
+    """One persisted checkpoint of a unit: Canary's checkpoint_info, kept inside the unit's ``fn/``
+    record so that moving the head is the same compare-and-set as every other change of a unit."""
+
     blob: str
+    owner_epoch: int
+    position: int  # how far the function had got (a training step count, a file index, …)
     size: int
     created_ms: int
-    previous: str | None = None
-
-    def key(self) -> str:
-        return ckpt_key(self.checkpoint_id)
 
 
 class ReplicationInfo(Record):
@@ -254,10 +274,6 @@ def idempotency_key(tenant: str, key: str) -> str:
 
 def fn_key(job_id: str, round_: int, shard: int) -> str:
     return f"fn/{job_id}/{round_:05d}/{shard:05d}"
-
-
-def ckpt_key(checkpoint_id: str) -> str:
-    return f"ckpt/{checkpoint_id}"
 
 
 def replica_key(runtime: str) -> str:

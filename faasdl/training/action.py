@@ -9,7 +9,9 @@ that all of it happens in the container's ``/init``: a warm or prewarmed contain
 * ``{"mode": "baseline"}``: this runtime's peak memory when it trains a tiny model in memory, the
   floor of every estimate (measured once per environment);
 * ``{"mode": "train", ...}`` (:class:`TrainArgs`): read the shard and the global weights from the
-  store, train, write the new weights, and report losses, peak memory and phase durations;
+  store (or resume from the unit's latest checkpoint), train, write the new weights, commit the
+  unit through Canary's fenced API, and report losses, peak memory, phase durations and
+  checkpoint stalls;
 * ``{"mode": "evaluate", ...}`` (:class:`EvaluateArgs`): the loss and accuracy of stored weights
   on a stored data set (the controller's per-round test accuracy).
 
@@ -27,8 +29,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.actionkit import action_store, serve
+from faasdl.canary.checkpoint import CanaryArgs, Checkpointer
 from faasdl.training.datasets import Shard
-from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
+from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
 from faasdl.training.models import build_model, profile_model
 from faasdl.training.tensors import TrainState, pack, unpack
 from faasdl.training.usage import Phases, peak_rss_mb
@@ -68,8 +71,9 @@ class TrainArgs(_Args):
     weights_out: str = Field(
         description="Blob the trained weights (group w) and optimizer state (opt) go to."
     )
-    checkpoint: str | None = Field(None, description="Blob to resume from and checkpoint into.")
-    checkpoint_every_steps: int = Field(0, ge=0, description="0: no intermediate checkpoints.")
+    canary: CanaryArgs | None = Field(
+        None, description="The unit and fencing token: checkpoints, heartbeats, fenced commit."
+    )
     batch_size: int = Field(ge=1)
     epochs: int = Field(ge=1)
     seed: int = 0
@@ -118,14 +122,19 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
 
 
 def train(args: TrainArgs) -> dict[str, Any]:
+    if args.canary is None:
+        return _train(args, None)
+    with Checkpointer(action_store(args.store_url), args.canary) as canary:
+        return _train(args, canary)
+
+
+def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
     phases = Phases()
     store = action_store(args.store_url)
     with phases("load"):
         shard = Shard.from_bytes(store.get_blob(args.shard), index=0)
-        state: TrainState | None = None
-        if args.checkpoint is not None and store.blob_manifest(args.checkpoint) is not None:
-            state = TrainState.from_bytes(store.get_blob(args.checkpoint))
-        resumed = state is not None
+        restored = canary.restore(TrainState.from_bytes) if canary else None
+        state = restored[0] if restored else None
         if state is None and args.weights_in is not None:
             # The global model carries the averaged optimizer state too: restarting Adam's
             # moments every round costs local training most of its progress per round.
@@ -143,31 +152,44 @@ def train(args: TrainArgs) -> dict[str, Any]:
         )
         trainer = Trainer(model, config)
         state = state or trainer.initial_state()
-        started_at = (state.epoch, state.step)
+    per_epoch = steps_per_epoch(shard.count, args.batch_size)
+    first_step_at: float | None = None
 
-    def checkpoint(progress: TrainState) -> None:
-        if args.checkpoint and progress.step % args.checkpoint_every_steps == 0:
-            with phases("checkpoint"):
-                store.put_blob(args.checkpoint, trainer.snapshot(progress).to_bytes())
+    def on_step(progress: TrainState) -> None:
+        nonlocal first_step_at
+        first_step_at = first_step_at or time.time()
+        if canary is None:
+            return
+        canary.check()  # a zombie stops at its next step
+        if canary.due():
+            canary.checkpoint(
+                lambda: trainer.snapshot(progress),
+                TrainState.to_bytes,
+                position=progress.epoch * per_epoch + progress.step,
+            )
 
     with phases("train"):
-        report = trainer.train(
-            shard.x, shard.y, state, on_step=checkpoint if args.checkpoint_every_steps else None
-        )
-    # Checkpoints are timed inside training; report them apart.
-    phases.seconds["train"] -= phases.seconds.get("checkpoint", 0.0)
+        report = trainer.train(shard.x, shard.y, state, on_step=on_step)
     with phases("save"):
         store.put_blob(args.weights_out, pack(report.state.weights, opt=report.state.optimizer))
     epochs = report.state.epochs
+    loss = epochs[-1]["loss"] if epochs else None
+    if canary is not None:
+        with phases("commit"):
+            canary.commit(args.weights_out, examples=shard.count, loss=loss)
+    stalls = sorted(canary.stalls_s) if canary else []
     return {
         "examples": shard.count,
         "epochs": epochs,
-        "loss": epochs[-1]["loss"] if epochs else None,
+        "loss": loss,
         "steps": report.steps,
-        "resumed_from": list(started_at) if resumed else None,
+        "resumed_from": restored[1].position if restored else None,
         "stopped_early": report.stopped_early,
         "weights": args.weights_out,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},
+        "first_step_at": first_step_at,
+        "checkpoints": canary.persisted if canary else 0,
+        "checkpoint_stall_ms_p50": round(1000 * stalls[len(stalls) // 2], 3) if stalls else None,
         "finished_at": time.time(),
     }

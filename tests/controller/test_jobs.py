@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from faasdl.aggregation.average import weighted_average
 from faasdl.cli import app
+from faasdl.config import Settings
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
 from faasdl.store.records import FunctionInfo
@@ -88,7 +89,9 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     ledger = record["activations"]
     assert [a["kind"] for a in ledger].count("aggregate") == 9  # 3 rounds × 3 aggregators
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
-    assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger))
+    replicas = record["replica_gb_s"] * Settings().price_per_gb_s  # warm replicas held
+    assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger) + replicas)
+    assert record["failures"] == []
     assert model.status_code == 200
     assert model.headers["content-type"] == "application/octet-stream"
     from faasdl.training.datasets import DigitsSpec, load_dataset

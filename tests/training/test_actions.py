@@ -9,14 +9,16 @@ pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
 
 from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
 from faasdl.aggregation.average import weighted_average
+from faasdl.canary.checkpoint import CanaryArgs
 from faasdl.config import Settings
 from faasdl.estimator.planner import EstimateRequest
 from faasdl.estimator.sizer import Sizer
 from faasdl.platform.classify import classify
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore
+from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState, fn_key, load, update
 from faasdl.training.datasets import DigitsSpec, load_dataset, split_shards
-from faasdl.training.tensors import TrainState, pack, unpack
+from faasdl.training.tensors import pack, unpack
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.tensorflow
@@ -43,36 +45,62 @@ def params(url: str, shard: str, **more: object) -> dict[str, object]:
     } | more  # fmt: skip
 
 
+def claim(store: StateStore, unit: str) -> int:
+    """What the controller does before an attempt: owner_epoch e → e+1, the new attempt's token."""
+
+    def change(u: FunctionInfo | None) -> FunctionInfo:
+        u = u or FunctionInfo(job_id="test", round=0, shard=0)
+        return u.model_copy(update={"owner_epoch": u.owner_epoch + 1, "state": UnitState.RUNNING})
+
+    return update(store, unit, FunctionInfo, change).owner_epoch
+
+
+def heads(store: StateStore, unit: str) -> list[CheckpointHead]:
+    found = load(store, unit, FunctionInfo)
+    return found[0].heads if found else []
+
+
 def test_a_unit_killed_mid_epoch_resumes_from_its_checkpoint_bit_identical(
     tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
 ) -> None:
     store, url = tf_store
     whole = tf_platform.call(train, params(url, shard, weights_out="test/whole"))
     assert whole.success, whole.error
-    resumable = params(
-        url, shard, weights_out="test/resumed", checkpoint="test/ckpt", checkpoint_every_steps=10
-    )
+    unit = fn_key("test", 0, 0)
+
+    def attempt() -> dict[str, object]:
+        canary = CanaryArgs(unit=unit, token=claim(store, unit), blobs="test/ckpt", interval_s=0.2)
+        return params(url, shard, weights_out="test/resumed", canary=canary.model_dump())
 
     # Execute: kill the attempt as soon as it has checkpointed, then run the unit again.
-    killed = tf_platform.invoke(train, resumable)
-    eventually(lambda: store.blob_manifest("test/ckpt") is not None, timeout_s=60)
+    killed = tf_platform.invoke(train, attempt())
+    eventually(lambda: bool(heads(store, unit)), timeout_s=60)
     tf_platform.kill(killed)
     record = tf_platform.wait([killed], timeout_s=30)[killed]
-    at_kill = TrainState.from_bytes(store.get_blob("test/ckpt"))
-    again = tf_platform.call(train, resumable)
+    at_kill = load(store, unit, FunctionInfo)
+    assert at_kill is not None
+    head = at_kill[0].heads[-1]
+    again = tf_platform.call(train, attempt())
 
-    # Assert: the kill landed mid-run, the second attempt resumed there and ended bit-identical.
+    # Assert: the kill landed mid-run, the second attempt resumed there, committed the unit and
+    # ended bit-identical; its checkpoints were deleted with the commit.
     assert not record.success
-    assert (at_kill.epoch, at_kill.step) < (4, 0)
+    assert 0 < head.position < whole.response.result["steps"]
     assert again.success, again.error
-    assert again.response.result["resumed_from"] == [at_kill.epoch, at_kill.step]
-    assert again.response.result["steps"] < whole.response.result["steps"]
+    assert again.response.result["resumed_from"] == head.position
+    assert again.response.result["steps"] == whole.response.result["steps"] - head.position
     mine, theirs = (
         unpack(store.get_blob("test/resumed"))["w"],
         unpack(store.get_blob("test/whole"))["w"],
     )
     assert all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
     assert again.response.result["epochs"] == whole.response.result["epochs"]
+    committed = load(store, unit, FunctionInfo)
+    assert committed is not None
+    assert committed[0].state is UnitState.COMMITTED
+    assert committed[0].committed_result == "test/resumed"
+    assert committed[0].heads == []
+    assert store.blob_manifest(head.blob) is None
 
 
 def test_the_action_reports_its_peak_memory_and_phases(

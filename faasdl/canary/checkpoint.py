@@ -1,0 +1,343 @@
+"""Canary's action-side API: ``restore``, ``checkpoint``, ``heartbeat`` and ``commit`` for any
+stateful function, every write fenced by the attempt's token (DESIGN.md §3).
+
+The controller claims a unit by moving its ``fn/`` record's ``owner_epoch`` from e to e+1 and
+passes e+1 to the attempt as its token (:class:`CanaryArgs`). Each write of the attempt is one
+compare-and-set of that record that succeeds only while ``owner_epoch`` still equals the token:
+an attempt that has been superseded (a zombie: stopped, fenced, recovered elsewhere, then
+resumed) learns it at its next write, gets :class:`~faasdl.errors.Superseded`, and stops.
+
+Checkpoints: the blocking part is the snapshot the caller takes (a copy of its state); encoding
+and persisting run in a background thread, the newest snapshot replacing one still waiting. The
+data goes to a fresh blob first and the head moves after, so a crash between the two leaves the
+previous head intact; the latest ``keep`` heads are kept (fewer for large checkpoints) and the
+blobs of older ones deleted. A blob larger than the store's value limit goes to its spill tier
+(the store does that for every blob). Implicit checkpoints come at Young's interval
+T = √(2·C·M) from the measured checkpoint cost C and the observed mean time between failures M,
+re-tuned as C drifts, and always before the activation's deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faasdl.errors import BlobCorrupted, BlobNotFound, StoreError, Superseded
+from faasdl.store.base import StateStore
+from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState, load, update
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+
+#: Checkpoints kept per unit to start with; fewer when they are large (see :func:`heads_to_keep`).
+KEEP_HEADS = 3
+#: Bytes of checkpoints one unit may keep before it keeps fewer heads (never fewer than 1).
+KEEP_BYTES = 512 * 1024 * 1024
+#: Weight of the newest measurement in the running estimate of the checkpoint cost.
+COST_SMOOTHING = 0.3
+
+
+class CanaryArgs(BaseModel):
+    """What the controller passes an attempt (the ``canary`` parameter of an action)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    unit: str = Field(description="Key of the unit's fn/ record.")
+    token: int = Field(ge=1, description="The attempt's owner epoch (its fencing token).")
+    blobs: str = Field(description="Prefix of the unit's checkpoint blobs.")
+    checkpoints: bool = Field(True, description="False: fenced commit and heartbeats only.")
+    heartbeat_s: float = Field(
+        1.0, ge=0, description="Heartbeat period (renewed twice per period); 0: no heartbeats."
+    )
+    interval_s: float | None = Field(
+        None, gt=0, description="Fixed checkpoint interval; none: Young's from cost and MTBF."
+    )
+    mtbf_s: float = Field(3600.0, gt=0, description="Observed mean time between failures.")
+    keep: int = Field(KEEP_HEADS, ge=1, le=16, description="Checkpoint heads to keep at most.")
+
+
+def young_interval_s(cost_s: float, mtbf_s: float) -> float:
+    """Young's optimal checkpoint interval √(2·C·M)."""
+    return math.sqrt(2 * max(cost_s, 0.0) * mtbf_s)
+
+
+def heads_to_keep(keep: int, size: int, budget: int = KEEP_BYTES) -> int:
+    """``keep`` heads, fewer when ``keep`` checkpoints of ``size`` bytes would pass ``budget``."""
+    return max(1, min(keep, budget // max(size, 1)))
+
+
+def deadline_s() -> float | None:
+    """The activation's deadline (OpenWhisk's ``__OW_DEADLINE``, epoch ms) in epoch seconds."""
+    raw = os.environ.get("__OW_DEADLINE")
+    with contextlib.suppress(ValueError, TypeError):
+        return int(raw) / 1000 if raw else None
+    return None
+
+
+@dataclass
+class _Pending:
+    snapshot: Any
+    encode: Callable[[Any], bytes]
+    position: int
+
+
+class Checkpointer:
+    """One attempt's handle on its unit. Use as a context manager: entering checks that the
+    attempt still owns the unit and starts the heartbeat and persist threads; leaving stops them
+    (a pending checkpoint is dropped: only :meth:`flush` or :meth:`commit` wait for one).
+
+    Thread-safe; :meth:`check` is cheap enough to call after every step.
+    """
+
+    def __init__(self, store: StateStore, args: CanaryArgs) -> None:
+        self.store = store
+        self.args = args
+        self._cond = threading.Condition()
+        self._pending: _Pending | None = None
+        self._persisting = False
+        self._stopped = False
+        self._superseded: str | None = None
+        self._error: Exception | None = None  # a persist that failed for another reason
+        self._seq = 0
+        self._threads: list[threading.Thread] = []
+        self._last_checkpoint = time.monotonic()
+        self.cost_s: float | None = None  # smoothed time to encode and persist one checkpoint
+        self.stalls_s: list[float] = []  # the blocking part of each checkpoint
+        self.persisted = 0
+        self.heartbeats = 0
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> Checkpointer:
+        unit = self._unit()
+        if unit.owner_epoch != self.args.token:
+            raise Superseded(self._fenced_message(unit.owner_epoch))
+        self.heartbeat()
+        if self.args.heartbeat_s > 0:
+            self._start(self._beat, "heartbeat")
+        if self.args.checkpoints:
+            self._start(self._persist_loop, "persist")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._stopped = True
+            self._pending = None
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    def _start(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=f"canary-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # ---- the four calls ---------------------------------------------------------------------
+
+    def restore(self, decode: Callable[[bytes], S]) -> tuple[S, CheckpointHead] | None:
+        """The newest checkpoint that can be read, decoded, with its head; ``None`` if none.
+
+        A head whose blob is gone or fails its checksum is skipped for the one before it.
+        """
+        for head in reversed(self._unit().heads):
+            try:
+                return decode(self.store.get_blob(head.blob)), head
+            except (BlobNotFound, BlobCorrupted) as exc:
+                log.warning("checkpoint %s unreadable, trying the one before: %s", head.blob, exc)
+        return None
+
+    def due(self) -> bool:
+        """Whether an implicit checkpoint is due: Young's interval has passed since the last one,
+        or the activation's deadline is closer than two checkpoint costs and a heartbeat."""
+        if not self.args.checkpoints:
+            return False
+        now = time.monotonic()
+        cost = self.cost_s if self.cost_s is not None else 0.05
+        deadline = deadline_s()
+        if deadline is not None:
+            margin = 2 * cost + self.args.heartbeat_s + 0.5
+            if deadline - time.time() < margin and now - self._last_checkpoint > margin:
+                return True
+        return now - self._last_checkpoint >= self.interval_s()
+
+    def interval_s(self) -> float:
+        if self.args.interval_s is not None:
+            return self.args.interval_s
+        cost = self.cost_s if self.cost_s is not None else 0.05
+        return young_interval_s(cost, self.args.mtbf_s)
+
+    def checkpoint(
+        self, take: Callable[[], S], encode: Callable[[S], bytes], position: int
+    ) -> None:
+        """Take a snapshot now (``take``, the blocking part) and persist ``encode(snapshot)`` in
+        the background as the head at ``position``. Raises ``Superseded`` if fenced."""
+        self.check()
+        started = time.perf_counter()
+        snapshot = take()
+        with self._cond:
+            self._pending = _Pending(snapshot, encode, position)
+            self._cond.notify_all()
+        self._last_checkpoint = time.monotonic()
+        self.stalls_s.append(time.perf_counter() - started)
+
+    def flush(self) -> None:
+        """Wait until the pending checkpoint (if any) is persisted or dropped."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopped or not (self._pending or self._persisting))
+        self.check()
+
+    def heartbeat(self) -> None:
+        """Renew the attempt's lease. Raises ``Superseded`` if fenced."""
+        now = _now_ms()
+        self._fenced(lambda u: u.model_copy(update={"heartbeat_ms": now}))
+        self.heartbeats += 1
+
+    def commit(self, result: str, **fields: Any) -> None:
+        """Commit the unit's result (a blob name) and ``fields`` of its record (examples, loss),
+        exactly once: the unit is committed by the first attempt that gets here while owning it.
+        Its checkpoints are deleted after. Raises ``Superseded`` if fenced."""
+        with self._cond:
+            self._pending = None
+        self.flush()
+        self._fenced(
+            lambda u: u.model_copy(
+                update={
+                    "state": UnitState.COMMITTED,
+                    "committed_result": result,
+                    "heads": [],
+                    **fields,
+                }
+            ),
+            keep_heads=False,
+        )
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def check(self) -> None:
+        """Raise ``Superseded`` if a write of this attempt was already refused, or the error a
+        background persist failed with (other than the store's, which the next one retries)."""
+        if self._superseded is not None:
+            raise Superseded(self._superseded)
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    @property
+    def superseded(self) -> bool:
+        return self._superseded is not None
+
+    # ---- background ---------------------------------------------------------------------------
+
+    def _beat(self) -> None:
+        while True:
+            with self._cond:
+                # Twice per period: one late beat does not let the lease lapse.
+                if self._cond.wait_for(lambda: self._stopped, timeout=self.args.heartbeat_s / 2):
+                    return
+            try:
+                self.heartbeat()
+            except Superseded:
+                return
+            except StoreError as exc:  # a store restart: the lease may lapse; the next beat tries
+                log.warning("heartbeat of %s failed: %s", self.args.unit, exc)
+
+    def _persist_loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopped or self._pending is not None)
+                if self._stopped:
+                    return
+                pending, self._pending = self._pending, None
+                self._persisting = True
+            assert pending is not None
+            try:
+                self._persist(pending)
+            except Superseded:
+                pass
+            except StoreError as exc:  # a store restart: the next checkpoint tries again
+                log.warning("checkpoint of %s not persisted: %s", self.args.unit, exc)
+            except Exception as exc:  # the caller's encoder: raised in its thread at next call
+                self._error = exc
+            finally:
+                with self._cond:
+                    self._persisting = False
+                    self._cond.notify_all()
+
+    def _persist(self, pending: _Pending) -> None:
+        started = time.perf_counter()
+        data = pending.encode(pending.snapshot)
+        self._seq += 1
+        blob = f"{self.args.blobs}/a{self.args.token:04d}-{self._seq:06d}"
+        self.store.put_blob(blob, data)
+        head = CheckpointHead(
+            blob=blob,
+            owner_epoch=self.args.token,
+            position=pending.position,
+            size=len(data),
+            created_ms=_now_ms(),
+        )
+        keep = heads_to_keep(self.args.keep, len(data))
+        try:
+            self._fenced(lambda u: u.model_copy(update={"heads": [*u.heads, head][-keep:]}))
+        except Superseded:
+            self.store.delete_blob(blob)  # a zombie's data never becomes a head
+            raise
+        cost = time.perf_counter() - started
+        previous = cost if self.cost_s is None else self.cost_s
+        self.cost_s = (1 - COST_SMOOTHING) * previous + COST_SMOOTHING * cost
+        self.persisted += 1
+
+    # ---- the fenced compare-and-set -----------------------------------------------------------
+
+    def _unit(self) -> FunctionInfo:
+        found = load(self.store, self.args.unit, FunctionInfo)
+        if found is None:
+            raise Superseded(f"unit {self.args.unit} has no record: the job is gone")
+        return found[0]
+
+    def _fenced(
+        self, change: Callable[[FunctionInfo], FunctionInfo], *, keep_heads: bool = True
+    ) -> FunctionInfo:
+        """Apply ``change`` to the unit while it is owned by this attempt; delete the blobs of the
+        heads it drops. Raises ``Superseded`` (and remembers it) when the attempt is fenced."""
+        if self._superseded is not None:
+            raise Superseded(self._superseded)
+        before: list[CheckpointHead] = []
+
+        def apply(u: FunctionInfo | None) -> FunctionInfo:
+            nonlocal before
+            if u is None or u.owner_epoch != self.args.token or u.state is not UnitState.RUNNING:
+                raise Superseded(self._fenced_message(u.owner_epoch if u else None))
+            before = u.heads
+            return change(u)
+
+        try:
+            unit = update(self.store, self.args.unit, FunctionInfo, apply)
+        except Superseded as exc:
+            self._superseded = str(exc)
+            raise
+        kept = {h.blob for h in unit.heads} if keep_heads else set()
+        for dropped in before:
+            if dropped.blob not in kept:
+                with contextlib.suppress(StoreError):
+                    self.store.delete_blob(dropped.blob)
+        return unit
+
+    def _fenced_message(self, owner: int | None) -> str:
+        now = "gone" if owner is None else f"owned by epoch {owner}"
+        return f"attempt {self.args.token} of {self.args.unit} was superseded (the unit is {now})"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

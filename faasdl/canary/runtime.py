@@ -1,0 +1,110 @@
+"""The runtime manager: warm replicas of the runtimes (action variants) that jobs train on.
+
+Each job says how many replicas of its training runtime it wants (its strategy decides, from the
+failures it has seen); a background thread keeps that many idle initialized containers of each
+runtime (``Platform.prewarm``: real idle containers on the embedded platform, warm-up invocations
+on OpenWhisk) and charges the job for the memory they hold while it wants them. A recovering
+attempt then lands on a replica and skips the cold start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from faasdl.errors import FaasdlError
+from faasdl.platform.base import Platform
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Want:
+    runtime: str
+    memory_mb: int
+    replicas: int
+    ready: int = 0
+    mb_s: float = 0.0  # replica memory held for this job, in MB·s
+
+
+class RuntimeManager:
+    """Keeps the wanted replicas warm; thread-safe. ``start``/``close`` run its thread."""
+
+    def __init__(self, platform: Platform, *, tick_s: float = 0.5) -> None:
+        self.platform = platform
+        self.tick_s = tick_s
+        self._wants: dict[str, _Want] = {}  # by owner (a job id)
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="canary-replicas", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def want(self, owner: str, runtime: str, *, memory_mb: int, replicas: int) -> None:
+        """``owner`` wants ``replicas`` warm containers of ``runtime`` from now on."""
+        with self._cond:
+            current = self._wants.get(owner)
+            if current is None or current.runtime != runtime:
+                charged = current.mb_s if current else 0.0
+                self._wants[owner] = _Want(runtime, memory_mb, replicas, mb_s=charged)
+            elif current.replicas == replicas:
+                return
+            else:
+                current.replicas = replicas
+            self._cond.notify_all()
+
+    def release(self, owner: str) -> float:
+        """``owner`` wants no replicas any more; returns the GB·s its replicas held in all."""
+        with self._cond:
+            want = self._wants.pop(owner, None)
+        return want.mb_s / 1024 if want else 0.0
+
+    def held_gb_s(self, owner: str) -> float:
+        with self._cond:
+            want = self._wants.get(owner)
+            return want.mb_s / 1024 if want else 0.0
+
+    def ready(self, owner: str) -> int:
+        with self._cond:
+            want = self._wants.get(owner)
+            return want.ready if want else 0
+
+    def _loop(self) -> None:
+        last = time.monotonic()
+        while True:
+            with self._cond:
+                self._cond.wait(self.tick_s)
+                if self._closed:
+                    return
+                now = time.monotonic()
+                for want in self._wants.values():
+                    want.mb_s += min(want.ready, want.replicas) * want.memory_mb * (now - last)
+                last = now
+                totals: dict[str, int] = {}
+                for want in self._wants.values():
+                    totals[want.runtime] = totals.get(want.runtime, 0) + want.replicas
+            for runtime, count in totals.items():
+                if count <= 0:
+                    continue
+                try:
+                    ready = self.platform.prewarm(runtime, count)
+                except FaasdlError as exc:  # a deleted variant, a platform shutting down
+                    log.debug("cannot prewarm %s: %s", runtime, exc)
+                    ready = 0
+                with self._cond:
+                    for want in self._wants.values():
+                        if want.runtime == runtime:
+                            want.ready = min(ready, want.replicas)

@@ -1,0 +1,82 @@
+"""Recovery decisions, replication factors and leases: pure functions on tiny inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from faasdl.canary.core import hung, lease_ms, mtbf_s
+from faasdl.canary.strategies import (
+    Recovery,
+    RecoveryStrategy,
+    StrategyName,
+    make_strategy,
+    replication_factor,
+)
+from faasdl.platform.classify import Failure, FailureKind
+from faasdl.store.records import FunctionInfo, UnitState
+
+CRASH = Failure(FailureKind.CRASH, "killed")
+APP = Failure(FailureKind.APPLICATION_ERROR, "bad input")
+
+
+def strategy(name: StrategyName, *, copies: int = 2) -> RecoveryStrategy:
+    return make_strategy(name, max_attempts=3, copies=copies, replication="dynamic")
+
+
+@pytest.mark.parametrize(
+    ("name", "failure", "failures", "live", "expected"),
+    [
+        ("canary", CRASH, 1, 0, Recovery.RESUME),
+        ("canary", CRASH, 3, 0, Recovery.FAIL),  # three in a row without progress
+        ("canary", APP, 1, 0, Recovery.FAIL),
+        ("retry", CRASH, 1, 0, Recovery.RESTART),
+        ("retry", CRASH, 3, 0, Recovery.FAIL),
+        ("request_replication", CRASH, 1, 1, Recovery.WAIT),  # the other copy goes on
+        ("request_replication", CRASH, 1, 0, Recovery.RESTART),
+        ("active_standby", CRASH, 1, 0, Recovery.RESTART),
+        ("none", CRASH, 1, 0, Recovery.FAIL),
+    ],
+)
+def test_what_each_strategy_does_after_a_failure(
+    name: StrategyName, failure: Failure, failures: int, live: int, expected: Recovery
+) -> None:
+    assert strategy(name).recover(failure, failures=failures, live=live) is expected
+
+
+def test_what_each_strategy_runs() -> None:
+    canary, retry = strategy("canary"), strategy("retry")
+    assert (canary.checkpoints, canary.heartbeats, canary.copies) == (True, True, 1)
+    assert (retry.checkpoints, retry.heartbeats) == (False, False)
+    assert strategy("request_replication", copies=3).copies == 3
+    assert strategy("active_standby").replicas(active=5, failures=0, attempts=0) == 5
+    assert retry.replicas(active=5, failures=9, attempts=10) == 0
+
+
+def test_replication_factors() -> None:
+    assert replication_factor("aggressive", active=8, failures=0, attempts=0) == 8
+    assert replication_factor("lenient", active=8, failures=50, attempts=60) == 1
+    calm = replication_factor("dynamic", active=8, failures=0, attempts=100)
+    stormy = replication_factor("dynamic", active=8, failures=50, attempts=100)
+    assert calm == 1
+    assert 1 < stormy <= 8
+    assert replication_factor("dynamic", active=0, failures=5, attempts=5) == 0
+
+
+def test_a_lease_lapses_only_for_the_owner_after_its_first_beat() -> None:
+    unit = FunctionInfo(
+        job_id="j", round=0, shard=0, state=UnitState.RUNNING, owner_epoch=2, heartbeat_ms=1000
+    )
+    lapsed = 1000 + lease_ms(1.0) + 1
+
+    assert hung(unit, 2, now_ms=lapsed, heartbeat_s=1.0) is not None
+    assert hung(unit, 2, now_ms=1000 + lease_ms(1.0), heartbeat_s=1.0) is None
+    assert hung(unit, 1, now_ms=lapsed, heartbeat_s=1.0) is None  # not the owner any more
+    fresh = unit.model_copy(update={"heartbeat_ms": None})
+    assert hung(fresh, 2, now_ms=lapsed, heartbeat_s=1.0) is None  # still starting
+    done = unit.model_copy(update={"state": UnitState.COMMITTED})
+    assert hung(done, 2, now_ms=lapsed, heartbeat_s=1.0) is None
+
+
+def test_the_observed_time_between_failures() -> None:
+    assert mtbf_s(0, 0) == 3600
+    assert mtbf_s(400, 9) == pytest.approx(400.0)
