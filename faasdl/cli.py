@@ -269,6 +269,20 @@ def bench_training(
     typer.echo(json.dumps(result))
 
 
+@bench_app.command("recovery")
+def bench_recovery(
+    quick: Annotated[bool, typer.Option(help="A few failures of each kind (CI).")] = False,
+) -> None:
+    """Canary's takeover, detection, checkpoint stall and failure-free overhead."""
+    from faasdl.bench.recovery import run_recovery_bench
+
+    try:
+        result = run_recovery_bench(quick=quick, progress=console)
+    except FaasdlError as exc:
+        fail(str(exc))
+    typer.echo(json.dumps(result))
+
+
 @app.command()
 def demo(
     workers: Annotated[int, typer.Option(help="Concurrent training actions.", min=1, max=16)] = 4,

@@ -20,6 +20,7 @@ Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's appl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import asdict
@@ -121,6 +122,32 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
     return {**trainer.evaluate(data.x, data.y), "examples": data.count}
 
 
+#: The warm container's trainer: built and traced once, reused by the next activations that train
+#: the same model the same way (a takeover on a warm replica starts training at once).
+_trainers: dict[tuple[Any, ...], tuple[Trainer, list[np.ndarray]]] = {}
+
+
+def _trainer(args: TrainArgs, input_shape: tuple[int, ...]) -> tuple[Trainer, list[np.ndarray]]:
+    """A trainer for ``args`` with its optimizer's initial variables. Every activation loads its
+    whole state (weights and optimizer variables) into it, so reuse changes no result."""
+    key = (args.model, input_shape, args.classes, args.optimizer, args.learning_rate)
+    config = TrainConfig(
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        seed=args.seed,
+        optimizer=args.optimizer,
+        learning_rate=args.learning_rate,
+        target_loss=args.target_loss,
+    )
+    if key not in _trainers:
+        _trainers.clear()  # one model at a time: a container serves one action variant
+        trainer = Trainer(build_model(args.model, input_shape, args.classes, seed=0), config)
+        _trainers[key] = (trainer, [v.numpy() for v in trainer.optimizer.variables])
+    trainer, fresh = _trainers[key]
+    trainer.config = config
+    return trainer, fresh
+
+
 def train(args: TrainArgs) -> dict[str, Any]:
     if args.canary is None:
         return _train(args, None)
@@ -141,17 +168,12 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
             groups = unpack(store.get_blob(args.weights_in))
             state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
     with phases("build"):
-        model = build_model(args.model, tuple(shard.x.shape[1:]), args.classes, seed=args.seed)
-        config = TrainConfig(
-            batch_size=args.batch_size,
-            epochs=args.epochs,
-            seed=args.seed,
-            optimizer=args.optimizer,
-            learning_rate=args.learning_rate,
-            target_loss=args.target_loss,
-        )
-        trainer = Trainer(model, config)
-        state = state or trainer.initial_state()
+        trainer, fresh_optimizer = _trainer(args, tuple(shard.x.shape[1:]))
+        if state is None:  # round 0 from scratch: the job's initial weights, drawn from its seed
+            model = build_model(args.model, tuple(shard.x.shape[1:]), args.classes, seed=args.seed)
+            state = TrainState(weights=[w.numpy() for w in model.weights])
+        if not state.optimizer:
+            state = dataclasses.replace(state, optimizer=fresh_optimizer)
     per_epoch = steps_per_epoch(shard.count, args.batch_size)
     first_step_at: float | None = None
 

@@ -397,6 +397,17 @@ class LocalPlatform(Platform):
             raise ActivationNotFound(activation_id)
         container.kill(KillReason.INJECTED)
 
+    def signal(self, activation_id: str, signum: int) -> None:
+        """Send ``signum`` to the process group of the container running ``activation_id``
+        (failure injection: SIGSTOP and SIGCONT make a zombie). Raises ``ActivationNotFound``."""
+        container = self._running_pool().running_container(activation_id)
+        if container is None or container.pid is None:
+            raise ActivationNotFound(activation_id)
+        try:
+            os.killpg(container.pid, signum)
+        except ProcessLookupError as exc:
+            raise ActivationNotFound(activation_id) from exc
+
     def pool_stats(self) -> dict[str, int]:
         """Reserved memory, its peak, and containers by state (for tests and benchmarks)."""
         return self._running_pool().stats()
