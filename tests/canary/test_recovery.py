@@ -125,10 +125,10 @@ def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(
 ) -> None:
     # Arrange: a platform whose longest time limit is shorter than one unit's training.
     local = LocalPlatformSettings(
-        pool_memory_mb=4096, memory_max_mb=2048, timeout_std_ms=4000, timeout_max_ms=4000
+        pool_memory_mb=4096, memory_max_mb=2048, timeout_std_ms=8000, timeout_max_ms=8000
     )
     url = f"sqlite:///{tmp_path / 'state.db'}"
-    spec = {**JOB, "workers": 1, "epochs": 8, "sync_every": 8}
+    spec = {**JOB, "workers": 1, "epochs": 100, "sync_every": 100}
     with (
         LocalPlatform(settings=local) as platform,
         make_store(StoreSettings(spill_dir=str(tmp_path)), url) as store,
