@@ -42,7 +42,7 @@ class Chaos:
     An attempt becomes a target once it has beaten its first heartbeat (it is training, not
     starting); it is hit after a random delay in ``delay_s``. ``kill`` SIGKILLs its container;
     ``freeze`` SIGSTOPs it, waits until a newer attempt owns the unit and has beaten (or the unit
-    is committed), then SIGCONTs it. One target at a time.
+    is committed), then SIGCONTs it. One target at a time, ``gap_s`` apart at least.
     """
 
     platform: LocalPlatform
@@ -52,6 +52,7 @@ class Chaos:
     mode: Mode = "kill"
     seed: int = 0
     delay_s: tuple[float, float] = (0.0, 1.0)
+    gap_s: float = 0.0  # least time between two injections
     done: list[Injection] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -84,6 +85,7 @@ class Chaos:
             injection = self._inject(key, unit.activation_id, unit.owner_epoch)
             if injection is not None:
                 self.done.append(injection)
+                self._stop.wait(self.gap_s)
 
     def _target(self) -> tuple[str, FunctionInfo] | None:
         for key, found in self.store.scan(f"fn/{self.job_id}/"):
