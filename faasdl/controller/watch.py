@@ -20,7 +20,7 @@ POLL_S = 0.5
 _UNIT_DONE = {"pending": 0, "running": 1, "failed": 1, "committed": 2}
 _STYLE = {
     "unit_failed": "bold red",
-    "retry": "yellow",
+    "recovery": "yellow",
     "limits_raised": "yellow",
     "failed": "bold red",
     "cancelled": "yellow",
