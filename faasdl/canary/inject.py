@@ -39,8 +39,9 @@ class Injection:
 class Chaos:
     """A thread that injects ``count`` failures into job ``job_id``'s training attempts.
 
-    An attempt becomes a target once it has beaten its first heartbeat (it is training, not
-    starting); it is hit after a random delay in ``delay_s``. ``kill`` SIGKILLs its container;
+    An attempt becomes a target once it has beaten its first heartbeat (it has started, not
+    waiting for a container); one of them, chosen at random, is hit after a random delay in
+    ``delay_s``. ``kill`` SIGKILLs its container;
     ``freeze`` SIGSTOPs it, waits until a newer attempt owns the unit and has beaten (or the unit
     is committed), then SIGCONTs it. One target at a time, ``gap_s`` apart at least.
     """
@@ -70,7 +71,7 @@ class Chaos:
     def _run(self) -> None:
         rng = random.Random(self.seed)
         while len(self.done) < self.count and not self._stop.is_set():
-            target = self._target()
+            target = self._target(rng)
             if target is None:
                 self._stop.wait(0.02)
                 continue
@@ -87,7 +88,9 @@ class Chaos:
                 self.done.append(injection)
                 self._stop.wait(self.gap_s)
 
-    def _target(self) -> tuple[str, FunctionInfo] | None:
+    def _target(self, rng: random.Random) -> tuple[str, FunctionInfo] | None:
+        """One of the job's training attempts that has started, chosen at random."""
+        candidates = []
         for key, found in self.store.scan(f"fn/{self.job_id}/"):
             unit = FunctionInfo.model_validate(found.value)
             if (
@@ -95,8 +98,8 @@ class Chaos:
                 and unit.activation_id is not None
                 and unit.heartbeat_ms is not None
             ):
-                return key, unit
-        return None
+                candidates.append((key, unit))
+        return rng.choice(candidates) if candidates else None
 
     def _inject(self, key: str, activation_id: str, token: int) -> Injection | None:
         at = time.time()
