@@ -2,32 +2,30 @@
 
 The controller runs in this process behind its REST API on loopback; the job is submitted and
 watched through that API as ``faasdl submit --watch`` would, while a thread kills the containers
-of some training activations mid-run. The controller classifies each kill as a crash, runs the unit
-again, and the job still ends with a trained model.
+of some training activations mid-run (:class:`faasdl.canary.inject.Chaos`). Canary classifies
+each kill as a crash, resumes the unit from its latest checkpoint on a warm replica, and the job
+still ends with a trained model.
 """
 
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from faasdl.canary.inject import Chaos
 from faasdl.config import Settings
 from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
-from faasdl.controller.jobs import Controller, embedded_controller
+from faasdl.controller.jobs import embedded_controller
 from faasdl.controller.watch import summary, watch
-from faasdl.errors import ActivationNotFound
-from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 
 ROOT = Path(".faasdl/demo")
-#: How long a training activation runs before the demo kills it (it is then mid-epoch).
-KILL_AFTER_S = 0.3
+#: How long after its start a training attempt may be killed (it is then mid-epoch).
+KILL_DELAY_S = (0.05, 0.3)
 
 
 def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool:
@@ -43,7 +41,8 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
         "dataset": {"name": "digits"},
         "workers": workers,
         "epochs": epochs,
-        "batch_size": 32,
+        "batch_size": 8,
+        "fault_tolerance": {"checkpoint_interval_s": 0.1},
     }
     console.print(
         f"[bold]faasdl demo[/]: {spec['model']} on digits, {workers} training actions, "
@@ -54,60 +53,18 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
         client = ControllerClient(url=server.start())
         try:
             job_id = client.submit(spec)["job"]["job_id"]
-            killer = _Killer(platform, controller, job_id, kills)
-            killer.start()
-            view = watch(lambda: client.job(job_id), console)
-            killer.stop()
+            with Chaos(platform, controller.store, job_id, kills, delay_s=KILL_DELAY_S) as chaos:
+                view = watch(lambda: client.job(job_id), console)
         finally:
             client.close()
             server.stop()
     console.print(summary(view))
-    failures = sum(a["outcome"] == "crash" for a in view["job"]["activations"])
+    failures = view["job"]["failures"]
+    resumed = sum(f["recovery"] == "resume" for f in failures)
     console.print(
-        f"injected {len(killer.killed)} failure(s), the controller saw {failures} crash(es) and "
-        f"ran those units again; the model is in {ROOT / 'state.db'} "
-        f"(job {job_id}, blob {view['job']['model']})"
+        f"injected {len(chaos.done)} failure(s); the controller reported {len(failures)} and "
+        f"resumed {resumed} unit(s) from their checkpoints; the model is in "
+        f"{ROOT / 'state.db'} (job {job_id}, blob {view['job']['model']})"
     )
     done: bool = view["job"]["state"] == "done"
-    return done and failures == len(killer.killed) == kills
-
-
-class _Killer(threading.Thread):
-    """Kills the containers of ``kills`` training activations once each has run a while."""
-
-    def __init__(
-        self, platform: LocalPlatform, controller: Controller, job_id: str, kills: int
-    ) -> None:
-        super().__init__(name="faasdl-demo-killer", daemon=True)
-        self.platform = platform
-        self.controller = controller
-        self.job_id = job_id
-        self.kills = kills
-        self.killed: list[str] = []
-        self._halt = threading.Event()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-
-    def run(self) -> None:
-        seen: dict[str, float] = {}
-        while len(self.killed) < self.kills and not self._halt.wait(0.2):
-            view = self.controller.view(self.job_id)
-            if view.job.finished:
-                return
-            if view.job.round == 0 and view.job.spec["epochs"] > 1:
-                continue  # kill warm containers mid-epoch, not cold ones importing TensorFlow
-            for unit in view.units:
-                activation = unit.activation_id
-                if activation is None or activation in self.killed:
-                    continue
-                if not self.platform.is_running(activation):
-                    continue
-                first = seen.setdefault(activation, time.monotonic())
-                if time.monotonic() - first >= KILL_AFTER_S and len(self.killed) < self.kills:
-                    try:
-                        self.platform.kill(activation)
-                    except ActivationNotFound:
-                        continue  # it finished first
-                    self.killed.append(activation)
+    return done and len(chaos.done) == kills and resumed == len(failures)
