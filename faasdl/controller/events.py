@@ -111,6 +111,7 @@ class _Ended:
     record: Activation | None
     failure: Failure | None = None
     detected_by: Literal["platform", "lease"] = "platform"
+    unit: FunctionInfo | None = None  # a trainer's unit as read when it was settled
 
 
 def now_ms() -> int:
@@ -522,7 +523,7 @@ class JobRunner:
                 self.rt.sizer.learn(self.plan.train, record, failure)
         if task.kind != "train" or task.done:
             return failure
-        unit = self._unit(task.round, task.index)
+        unit = ended.unit = self._read_unit(task)
         if unit.state is UnitState.COMMITTED and unit.owner_epoch == task.owner_epoch:
             return None
         if failure is None:  # a success that did not commit: only a fenced attempt does that
@@ -535,7 +536,7 @@ class JobRunner:
             assert ended.record is not None
             result: dict[str, Any] = ended.record.response.result
             return result
-        unit = self._unit(task.round, task.index)
+        unit = ended.unit or self._read_unit(task)
         return {
             "weights": unit.committed_result,
             "examples": unit.examples,
@@ -557,7 +558,7 @@ class JobRunner:
         progressed, resume_from = False, None
         if task.kind == "train":
             self._train_failures += 1
-            unit = self._unit(task.round, task.index)
+            unit = ended.unit or self._read_unit(task)
             head = unit.heads[-1].position if unit.heads else -1
             progressed = head > task.position
             resume_from = head if head >= 0 else None
@@ -761,6 +762,12 @@ class JobRunner:
             return u or FunctionInfo(job_id=self.job_id, round=round_, shard=shard)
 
         return update(self.rt.store, fn_key(self.job_id, round_, shard), FunctionInfo, change)
+
+    def _read_unit(self, task: _Task) -> FunctionInfo:
+        """The claimed unit of a training task, read (``_unit`` creates, and so writes)."""
+        found = load(self.rt.store, fn_key(self.job_id, task.round, task.index), FunctionInfo)
+        assert found is not None, "a claimed unit has a record"
+        return found[0]
 
     def _claim(self, task: _Task) -> tuple[int, int]:
         """Take the unit for a new attempt: ``owner_epoch`` e → e+1, which fences the old one.
