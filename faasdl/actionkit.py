@@ -11,6 +11,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.config import StoreSettings
 from faasdl.errors import FaasdlError, ValidationError
+from faasdl.platform.base import RETRYABLE
 from faasdl.store import StateStore, make_store
 from faasdl.training.usage import reset_peak_rss
 
@@ -23,7 +24,8 @@ def serve(
     """Answer ``{"warmup": true}`` at once; otherwise run ``handle`` with a fresh memory peak.
 
     Bad arguments and faasdl errors come back as ``{"error": "<field>: <message>"}``, which
-    OpenWhisk records as an application error (no retry would help).
+    OpenWhisk records as an application error (no retry would help); an error that a later
+    attempt may not meet (the store was unreachable) adds ``"retryable": true``.
     """
     if args.get("warmup"):
         return {"warm": True, "pid": os.getpid()}
@@ -33,7 +35,7 @@ def serve(
     except PydanticValidationError as exc:
         return {"error": str(ValidationError.from_pydantic(exc))}
     except FaasdlError as exc:
-        return {"error": str(exc)}
+        return {"error": str(exc)} | ({RETRYABLE: True} if exc.retryable else {})
 
 
 def action_store(url: str) -> StateStore:

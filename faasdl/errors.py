@@ -45,6 +45,8 @@ class FaasdlError(Exception):
     """Root of every faasdl error."""
 
     status_code = 500
+    #: Whether the same call may succeed later unchanged (a service that was briefly down).
+    retryable = False
 
 
 class ConfigError(FaasdlError):
@@ -138,6 +140,7 @@ class StoreError(FaasdlError):
 
 class StoreUnavailable(StoreError):
     status_code = 503
+    retryable = True
 
 
 class BlobNotFound(StoreError):

@@ -37,6 +37,7 @@ from faasdl.errors import (
     EstimationError,
     FaasdlError,
     JobFailed,
+    StoreUnavailable,
     Throttled,
     Unsupported,
 )
@@ -65,6 +66,9 @@ log = logging.getLogger(__name__)
 
 #: Longest wait for an activation record before looking at cancellation and deadlines again.
 TICK_S = 0.5
+
+#: Longest wait for the record of an attempt that committed while the controller was down.
+UNSEEN_WAIT_S = 10.0
 
 Kind = Literal["train", "aggregate", "evaluate"]
 
@@ -159,6 +163,11 @@ class JobRunner:
         except Stopped:
             self._kill_in_flight()
             self._charge_replicas()
+        except StoreUnavailable as exc:
+            # Everything the job has done is in the store, which is down: leave its attempts
+            # running and end this runner; the scheduler starts another once the store answers,
+            # and that one re-attaches to them like a restarted controller.
+            log.warning("job %s paused, the store is unavailable: %s", self.job_id, exc)
         except FaasdlError as exc:
             self._kill_in_flight()
             log.warning("job %s failed: %s", self.job_id, exc)
@@ -235,13 +244,16 @@ class JobRunner:
         done: dict[tuple[int, int], tuple[str, int]] = {}  # (level, index) → (weights, examples)
         losses: dict[int, tuple[float, int]] = {}
         queue: deque[_Task] = deque()
+        booked = {a.activation_id for a in self._job().activations}
         for shard in range(plan.workers):
             unit = self._unit(round_, shard)
+            task = self._train_task(round_, shard, epochs, unit.attempts + 1, weights_in)
             if unit.state is UnitState.COMMITTED and unit.committed_result and unit.examples:
                 done[(0, shard)] = (unit.committed_result, unit.examples)
                 losses[shard] = (unit.loss or 0.0, unit.examples)
+                if unit.activation_id is not None and unit.activation_id not in booked:
+                    self._book_unseen(task, unit, unit.activation_id)
                 continue
-            task = self._train_task(round_, shard, epochs, unit.attempts + 1, weights_in)
             if unit.state is UnitState.RUNNING and unit.activation_id is not None:
                 self._reattach(task, unit, unit.activation_id)
             else:
@@ -294,6 +306,21 @@ class JobRunner:
                 task.index,
             )
         )
+
+    def _book_unseen(self, task: _Task, unit: FunctionInfo, activation_id: str) -> None:
+        """Book the attempt that committed a unit while no controller watched (the last one
+        died): its cost belongs to the job. The platform keeps its record."""
+        task.attempt, task.owner_epoch = unit.attempts, unit.owner_epoch
+        record = self.rt.platform.wait([activation_id], timeout_s=UNSEEN_WAIT_S).get(activation_id)
+        if record is None:
+            log.warning(
+                "no record of %s, which committed shard %d of round %d: not booked",
+                activation_id,
+                task.index,
+                task.round + 1,
+            )
+            return
+        self._settle(_Ended(task, activation_id, record))
 
     def _evaluate(self, round_: int, weights: str) -> dict[str, Any]:
         queue = deque(

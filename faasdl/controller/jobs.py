@@ -24,7 +24,7 @@ from faasdl.controller.events import JobRunner, Runtime, now_ms
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan, plan_job
 from faasdl.controller.validator import JobSpec
-from faasdl.errors import JobError, JobNotFound, ValidationError
+from faasdl.errors import JobError, JobNotFound, StoreUnavailable, ValidationError
 from faasdl.estimator.sizer import Sizer, load_checked
 from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
@@ -297,7 +297,9 @@ class Controller:
         while not self.runtime.shutdown.is_set():
             try:
                 self.admit()
-            except Exception:  # the scheduler must outlive a bad pass (a store hiccup)
+            except StoreUnavailable as exc:  # a store restart: the next pass tries again
+                log.warning("admission pass skipped: %s", exc)
+            except Exception:  # the scheduler must outlive a bad pass
                 log.exception("admission pass failed")
             self._wake.wait(self.settings.controller.scheduler_tick_s)
             self._wake.clear()

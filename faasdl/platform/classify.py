@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from faasdl.platform import messages
-from faasdl.platform.base import APPLICATION_ERROR, WHISK_ERROR, Activation
+from faasdl.platform.base import APPLICATION_ERROR, RETRYABLE, WHISK_ERROR, Activation
 
 
 class FailureKind(StrEnum):
@@ -17,6 +17,7 @@ class FailureKind(StrEnum):
     APPLICATION_ERROR = "application_error"
     PLATFORM_ERROR = "platform_error"
     HUNG = "hung"  # no record, but its heartbeat lease lapsed (Canary's core, not the platform)
+    UNAVAILABLE = "unavailable"  # the action said a service it needs was down (its store)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ def classify(activation: Activation, *, oom_killed: bool = False) -> Failure | N
     message = activation.error or activation.response.status
     status = activation.response.status
     if status == APPLICATION_ERROR:
+        result = activation.response.result
+        if isinstance(result, dict) and result.get(RETRYABLE) is True:
+            return Failure(FailureKind.UNAVAILABLE, message)
         return Failure(FailureKind.APPLICATION_ERROR, message)
     if status == WHISK_ERROR or message.startswith(_PLATFORM_PREFIXES):
         return Failure(FailureKind.PLATFORM_ERROR, message)

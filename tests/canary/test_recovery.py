@@ -1,24 +1,37 @@
 """Failure injection on the embedded platform with real TensorFlow actions: kills at random
-points, zombies, and attempts that run out of time; every job must end bit-identical to the
-same job without failures."""
+points, zombies, attempts that run out of time, a controller killed mid-job and a store that
+crashes mid-job; every job must end bit-identical to the same job without failures."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from faasdl.canary.inject import Chaos, Injection, Mode
 from faasdl.config import LocalPlatformSettings, Settings, StoreSettings
+from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, make_store
-from faasdl.store.records import FunctionInfo, JobInfo, JobState, load
+from faasdl.store.records import FunctionInfo, JobInfo, JobState, UnitState, load
+from faasdl.store.redis_server import free_port
+from tests.conftest import Served, eventually
+from tests.store.conftest import private_redis
 
 pytestmark = pytest.mark.tensorflow
+
+#: How long the store stays down when it crashes: longer than an attempt's lease (1.5 s).
+OUTAGE_S = 2.0
 
 JOB: dict[str, Any] = {
     "model": "small_cnn",
@@ -150,3 +163,142 @@ def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(
         assert positions[-1] > 0
         unlimited = run(controller, spec)
         assert store.get_blob(job.model or "") == model_bytes(controller, unlimited)
+
+
+def running_with_checkpoints(store: StateStore, job_id: str) -> list[FunctionInfo]:
+    """The job's units of its second round or later that are running and have a checkpoint."""
+    found = load(store, f"job/{job_id}", JobInfo)
+    if found is None or found[0].round < 1:
+        return []
+    units = [FunctionInfo.model_validate(v.value) for _, v in store.scan(f"fn/{job_id}/")]
+    return [u for u in units if u.state is UnitState.RUNNING and u.heads and u.activation_id]
+
+
+class ControllerProcess:
+    """``faasdl serve`` in a process of its own, on the REST platform and a SQLite file."""
+
+    def __init__(self, served: Served, root: Path) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = root / "controller.log"
+        self.env = os.environ | {
+            "FAASDL_PLATFORM": "openwhisk",
+            "FAASDL_OPENWHISK__API_HOST": served.url,
+            "FAASDL_OPENWHISK__AUTH": served.server_settings.auth.get_secret_value(),
+            "FAASDL_STORE__URL": f"sqlite:///{root / 'state.db'}",
+            "FAASDL_STORE__SPILL_DIR": str(root / "spill"),
+            "FAASDL_CONTROLLER__PORT": self.url.rsplit(":", 1)[1],
+            "FAASDL_CONTROLLER__SCHEDULER_TICK_S": "0.1",
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self.client = ControllerClient(url=self.url, timeout_s=30)
+
+    def start(self) -> None:
+        faasdl = Path(sys.executable).with_name("faasdl")
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(faasdl), "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        eventually(self._ready, timeout_s=60, what="the controller answers /readyz")
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        assert self.process.poll() is None, self.log.read_text()
+        try:
+            return requests.get(f"{self.url}/readyz", timeout=5).ok
+        except requests.ConnectionError:
+            return False
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def job(self, job_id: str) -> JobInfo:
+        return JobInfo.model_validate(self.client.job(job_id)["job"])
+
+
+@pytest.fixture
+def controller_process(
+    tmp_path: Path, make_served: Callable[..., Served]
+) -> Iterator[ControllerProcess]:
+    served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
+    process = ControllerProcess(served, tmp_path)
+    yield process
+    process.kill()
+    process.client.close()
+
+
+def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical(
+    tmp_path: Path, controller_process: ControllerProcess, reference: bytes
+) -> None:
+    # Arrange: the controller in a process of its own, the platform behind its REST API here.
+    ctl = controller_process
+    ctl.start()
+    job_id = ctl.client.submit(JOB)["job"]["job_id"]
+    with make_store(
+        StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
+    ) as store:
+        running: list[FunctionInfo] = []
+
+        def mid_round() -> bool:
+            running[:] = running_with_checkpoints(store, job_id)
+            return bool(running)
+
+        eventually(mid_round, timeout_s=300, what="a round past the first with a checkpoint")
+
+        # Execute: SIGKILL while trainers run, then a new controller on the same store.
+        ctl.kill()
+        ctl.start()
+        eventually(
+            lambda: ctl.job(job_id).state in (JobState.DONE, JobState.FAILED),
+            timeout_s=600,
+            what="the job ends",
+        )
+
+    # Assert: the same model as without the kill, every trainer running at the kill booked
+    # once (re-attached to, or found committed), and nothing counted as a failure.
+    job = ctl.job(job_id)
+    assert job.state is JobState.DONE, job.error
+    assert ctl.client.model(job_id) == reference
+    booked = [a.activation_id for a in job.activations]
+    for unit in running:
+        assert booked.count(unit.activation_id or "") == 1, unit
+    assert job.failures == []
+    assert sum(a.kind == "train" for a in job.activations) == JOB["workers"] * 3
+
+
+def test_a_redis_server_crash_and_restart_mid_job_loses_nothing_and_ends_bit_identical(
+    tmp_path: Path, tf_platform: LocalPlatform, reference: bytes
+) -> None:
+    # Arrange: the job's state in a private redis-server (AOF, fsync on every write).
+    server = private_redis(tmp_path / "redis")
+    server.start()
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    with (
+        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), server.url) as store,
+        Controller(
+            settings=settings, platform=tf_platform, store=store, store_url=server.url
+        ) as controller,
+    ):
+        try:
+            job_id = controller.submit(JobSpec.model_validate(JOB)).job.job_id
+            eventually(
+                lambda: bool(running_with_checkpoints(store, job_id)),
+                timeout_s=300,
+                what="a round past the first with a checkpoint",
+            )
+
+            # Execute: the server crashes (SIGKILL) and stays down longer than a lease lasts,
+            # then starts again from its append-only file.
+            server.kill()
+            time.sleep(OUTAGE_S)
+            server.start()
+            job = controller.wait(job_id, timeout_s=900)
+
+            # Assert: the same model as without the crash; what the outage cost was recovered.
+            assert model_bytes(controller, job) == reference
+            # Attempts that needed the store while it was down failed as such (or lapsed).
+            assert {f.classification for f in job.failures} <= {"unavailable", "hung"}
+            assert all(f.recovery == "resume" for f in job.failures)
+        finally:
+            server.stop()

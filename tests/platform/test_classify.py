@@ -7,12 +7,18 @@ from typing import Any
 
 import pytest
 
+from faasdl.actionkit import serve
+from faasdl.errors import StoreUnavailable, ValidationError
 from faasdl.platform.base import Activation
 from faasdl.platform.classify import FailureKind, classify
 
 
-def record(status: str, error: str | None = None, **annotations: Any) -> Activation:
-    result = {"error": error} if error is not None else {"ok": True}
+def record(
+    status: str, error: str | None = None, *, retryable: bool | None = None, **annotations: Any
+) -> Activation:
+    result: dict[str, Any] = {"error": error} if error is not None else {"ok": True}
+    if retryable is not None:
+        result["retryable"] = retryable
     return Activation.model_validate(
         {
             "namespace": "guest",
@@ -60,6 +66,15 @@ def test_success_is_no_failure() -> None:
         # The Go proxy of the Python images when only the child process died.
         (record(DEV, "command exited"), FailureKind.CRASH),
         (record("application error", "division by zero"), FailureKind.APPLICATION_ERROR),
+        # faasdl's actions: a store that was down is worth another attempt; only true says so.
+        (
+            record("application error", "lost the connection to Redis", retryable=True),
+            FailureKind.UNAVAILABLE,
+        ),
+        (
+            record("application error", "no such shard", retryable=False),
+            FailureKind.APPLICATION_ERROR,
+        ),
         (
             record(DEV, "The action did not return a dictionary or array."),
             FailureKind.APPLICATION_ERROR,
@@ -97,3 +112,17 @@ def test_kubernetes_oom_needs_pod_evidence(error: str) -> None:
 
     assert classify(activation).kind is FailureKind.CRASH  # type: ignore[union-attr]
     assert classify(activation, oom_killed=True).kind is FailureKind.OUT_OF_MEMORY  # type: ignore[union-attr]
+
+
+def test_a_store_outage_in_an_action_comes_back_retryable_and_a_bad_argument_does_not() -> None:
+    def down(args: dict[str, Any]) -> dict[str, Any]:
+        raise StoreUnavailable("lost the connection to Redis at redis://127.0.0.1:1/0")
+
+    def bad(args: dict[str, Any]) -> dict[str, Any]:
+        raise ValidationError("must be positive", field="epochs")
+
+    assert serve({}, down) == {
+        "error": "lost the connection to Redis at redis://127.0.0.1:1/0",
+        "retryable": True,
+    }
+    assert serve({}, bad) == {"error": "epochs: must be positive"}
