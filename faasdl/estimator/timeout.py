@@ -9,6 +9,10 @@ from typing import Literal
 
 #: Slack over the slowest run on record: room for a busier platform, under 2× after rounding.
 HISTORY_SLACK = 1.4
+#: Time classes per decade (the 1-2-5 series, refined): a history-based timeout is rounded up to
+#: one, so that the drift of a few percent between jobs keeps the same action variant and its
+#: warm containers (a new variant starts cold). Neighbours are at most 1.33× apart.
+TIME_CLASSES = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 
 
 @dataclass(frozen=True)
@@ -34,15 +38,15 @@ def estimate_timeout(
     """The action timeout in ms, within ``[min_ms, max_ms]``.
 
     With history: a cold start (``init_ms``: OpenWhisk's limit covers ``/init`` too) plus the
-    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.4, rounded up to
-    whole seconds (the variants' granularity) and above any timeout a run failed under.
+    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.4, above any
+    timeout a run failed under, rounded up to a time class (:func:`time_class_ms`).
     Without: e_time = (e_cost / c_d) / (μ · mₑ), the time an action may run for its share of the
     user's expected cost at μ per GB·s, in whole seconds. With neither: the platform's maximum.
     """
     if epoch_ms and overhead_ms:
         slowest = init_ms + max(overhead_ms) + epochs * max(epoch_ms)
         wanted = max(math.ceil(slowest * HISTORY_SLACK), floor_ms + 1)
-        return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "history")
+        return TimeoutEstimate(_clamp(time_class_ms(wanted), min_ms, max_ms), "history")
     if expected_cost is not None:
         rate = price_per_gb_s * memory_mb / 1024
         seconds = (expected_cost / containers) / rate if rate > 0 else math.inf
@@ -51,6 +55,16 @@ def estimate_timeout(
         wanted = max(math.ceil(seconds * 1000), floor_ms + 1)
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "expected_cost")
     return TimeoutEstimate(max_ms, "platform_max")
+
+
+def time_class_ms(ms: int) -> int:
+    """The smallest time class of at least ``ms`` (1 s, 1.2 s, 1.5 s, 2 s, … 8 s, 10 s, 12 s…)."""
+    scale = 1000
+    while True:
+        for step in TIME_CLASSES:
+            if round(step * scale) >= ms:
+                return round(step * scale)
+        scale *= 10
 
 
 def _clamp(ms: int, low: int, high: int) -> int:

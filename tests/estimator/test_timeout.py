@@ -2,7 +2,7 @@ from typing import Any
 
 import pytest
 
-from faasdl.estimator.timeout import estimate_timeout
+from faasdl.estimator.timeout import estimate_timeout, time_class_ms
 
 LIMITS: dict[str, Any] = {"min_ms": 100, "max_ms": 300_000}
 NO_HISTORY: dict[str, Any] = {"overhead_ms": [], "epoch_ms": [], "epochs": 3, "init_ms": 0}
@@ -21,8 +21,28 @@ def test_history_comes_first_and_covers_a_cold_start_and_every_epoch() -> None:
         **LIMITS,
     )
 
-    # (3000 + 500 + 3 × 1200) × 1.4 = 9940 ms, rounded up to whole seconds.
+    # (3000 + 500 + 3 × 1200) × 1.4 = 9940 ms, rounded up to the 10 s class.
     assert (timeout.ms, timeout.source) == (10_000, "history")
+
+
+@pytest.mark.parametrize("slowest_epoch_ms", [11_000, 12_000, 13_000, 14_000])
+def test_a_history_that_drifts_a_little_keeps_its_time_class(slowest_epoch_ms: int) -> None:
+    # One variant, one set of warm containers: 15.4 s to 19.6 s all land in the 20 s class.
+    timeout = estimate_timeout(
+        overhead_ms=[0], epoch_ms=[slowest_epoch_ms], epochs=1, init_ms=0, expected_cost=None,
+        containers=1, memory_mb=512, price_per_gb_s=1e-5, **LIMITS,
+    )  # fmt: skip
+
+    assert timeout.ms == 20_000
+
+
+@pytest.mark.parametrize(
+    ("ms", "expected"),
+    [(1, 1000), (1000, 1000), (1001, 1200), (9940, 10_000), (10_001, 12_000), (81_000, 100_000)],
+)
+def test_time_classes_round_up_at_most_a_third(ms: int, expected: int) -> None:
+    assert time_class_ms(ms) == expected
+    assert expected < max(1000, ms) * 4 / 3 + 1
 
 
 def test_a_timeout_a_run_failed_under_is_exceeded() -> None:
