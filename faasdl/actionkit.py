@@ -19,18 +19,24 @@ _stores: dict[str, StateStore] = {}
 
 
 def serve(
-    args: dict[str, Any], handle: Callable[[dict[str, Any]], dict[str, Any]]
+    args: dict[str, Any],
+    handle: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    warm: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Answer ``{"warmup": true}`` at once; otherwise run ``handle`` with a fresh memory peak.
+    """Answer ``{"warmup": true}`` once ``warm`` (if any) has prepared what the call names;
+    otherwise run ``handle`` with a fresh memory peak.
 
     Bad arguments and faasdl errors come back as ``{"error": "<field>: <message>"}``, which
     OpenWhisk records as an application error (no retry would help); an error that a later
     attempt may not meet (the store was unreachable) adds ``"retryable": true``.
     """
-    if args.get("warmup"):
-        return {"warm": True, "pid": os.getpid()}
     reset_peak_rss()
     try:
+        if args.get("warmup"):
+            if warm is not None:
+                warm(args)
+            return {"warm": True, "pid": os.getpid()}
         return handle(args)
     except PydanticValidationError as exc:
         return {"error": str(ValidationError.from_pydantic(exc))}

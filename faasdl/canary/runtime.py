@@ -3,8 +3,9 @@
 Each job says how many replicas of its training runtime it wants (its strategy decides, from the
 failures it has seen); a background thread keeps that many idle initialized containers of each
 runtime (``Platform.prewarm``: real idle containers on the embedded platform, warm-up invocations
-on OpenWhisk) and charges the job for the memory they hold while it wants them. A recovering
-attempt then lands on a replica and skips the cold start.
+on OpenWhisk) and charges the job for the memory they hold while it wants them. A new replica
+also gets the job's warm-up call, in which the training action builds and traces its trainer. A
+recovering attempt then lands on a replica and skips both the cold start and the model's build.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from faasdl.errors import FaasdlError
 from faasdl.platform.base import Platform
@@ -25,6 +28,7 @@ class _Want:
     runtime: str
     memory_mb: int
     replicas: int
+    warmup: Mapping[str, Any] | None = field(default=None, compare=False)
     ready: int = 0
     mb_s: float = 0.0  # replica memory held for this job, in MB·s
 
@@ -53,13 +57,22 @@ class RuntimeManager:
             self._thread.join()
             self._thread = None
 
-    def want(self, owner: str, runtime: str, *, memory_mb: int, replicas: int) -> None:
-        """``owner`` wants ``replicas`` warm containers of ``runtime`` from now on."""
+    def want(
+        self,
+        owner: str,
+        runtime: str,
+        *,
+        memory_mb: int,
+        replicas: int,
+        warmup: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``owner`` wants ``replicas`` warm containers of ``runtime`` from now on; a new one gets
+        the warm-up call ``warmup`` (see :meth:`Platform.prewarm`)."""
         with self._cond:
             current = self._wants.get(owner)
             if current is None or current.runtime != runtime:
                 charged = current.mb_s if current else 0.0
-                self._wants[owner] = _Want(runtime, memory_mb, replicas, mb_s=charged)
+                self._wants[owner] = _Want(runtime, memory_mb, replicas, warmup, mb_s=charged)
             elif current.replicas == replicas:
                 return
             else:
@@ -94,13 +107,15 @@ class RuntimeManager:
                     want.mb_s += min(want.ready, want.replicas) * want.memory_mb * (now - last)
                 last = now
                 totals: dict[str, int] = {}
+                warmups: dict[str, Mapping[str, Any] | None] = {}
                 for want in self._wants.values():
                     totals[want.runtime] = totals.get(want.runtime, 0) + want.replicas
+                    warmups.setdefault(want.runtime, want.warmup)
             for runtime, count in totals.items():
                 if count <= 0:
                     continue
                 try:
-                    ready = self.platform.prewarm(runtime, count)
+                    ready = self.platform.prewarm(runtime, count, warmups[runtime])
                 except FaasdlError as exc:  # a deleted variant, a platform shutting down
                     log.debug("cannot prewarm %s: %s", runtime, exc)
                     ready = 0

@@ -765,8 +765,21 @@ class JobRunner:
         if wanted == 0 and self.rt.runtimes.ready(self.job_id) == 0:
             return
         variant, _ = self._variant(_Task(kind="train", round=0, level=0, index=0, params={}))
+        spec = self.spec
+        prime = {
+            "model": spec.model,
+            "input_shape": list(self.plan.input_shape),
+            "classes": self.plan.classes,
+            "batch_size": spec.batch_size,
+            "optimizer": spec.optimizer,
+            "learning_rate": spec.worker_learning_rate(self.plan.workers),
+        }
         self.rt.runtimes.want(
-            self.job_id, variant, memory_mb=self.plan.train.memory_mb, replicas=wanted
+            self.job_id,
+            variant,
+            memory_mb=self.plan.train.memory_mb,
+            replicas=wanted,
+            warmup={"warmup": True, "prime": prime},
         )
 
     def _charge_replicas(self) -> None:

@@ -311,13 +311,15 @@ class Platform(Resource):
         """Recorded activations, newest first; ``name`` filters by action, ``since_ms`` by start."""
 
     @abstractmethod
-    def prewarm(self, name: str, count: int = 1) -> int:
+    def prewarm(self, name: str, count: int = 1, params: Mapping[str, Any] | None = None) -> int:
         """Get ``count`` initialized containers of ``name`` ready, so that the next activations skip
         the cold start (Canary's runtime replicas). Returns how many are ready.
 
         On the embedded platform these are real idle containers that reserve pool memory. On
         OpenWhisk they are warm-up invocations with ``{"warmup": true}``, which faasdl's actions
         answer at once after importing everything; OpenWhisk keeps the containers warm.
+        ``params`` (with ``"warmup": true``) are a warm-up call's parameters, made once a new
+        container is initialized: the training action builds and traces the trainer they name.
         """
 
     @abstractmethod

@@ -355,8 +355,8 @@ class OpenWhiskPlatform(Platform):
         page = self._call("GET", self._url("activations"), params=params).json()
         return [Activation.model_validate(r) for r in page]
 
-    def prewarm(self, name: str, count: int = 1) -> int:
-        ids = [self.invoke(name, {"warmup": True}) for _ in range(count)]
+    def prewarm(self, name: str, count: int = 1, params: Mapping[str, Any] | None = None) -> int:
+        ids = [self.invoke(name, params or {"warmup": True}) for _ in range(count)]
         records = self.wait(ids, timeout_s=self.lost_deadline_s(name))
         return sum(1 for r in records.values() if r.success)
 

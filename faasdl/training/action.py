@@ -4,7 +4,9 @@ Importing this module imports TensorFlow and configures it (determinism, one int
 that all of it happens in the container's ``/init``: a warm or prewarmed container then answers
 ``{"warmup": true}`` at once. Three calls:
 
-* ``{"warmup": true}``: return immediately (used to prewarm replicas on a real OpenWhisk);
+* ``{"warmup": true}``: return immediately (used to prewarm replicas on a real OpenWhisk); with
+  ``"prime"`` (:class:`PrimeArgs`), build and trace that trainer first, so that the first unit
+  this container takes over starts training at once;
 * ``{"mode": "profile", "model", "input_shape", "classes"}``: the model's sizes for the estimator;
 * ``{"mode": "baseline"}``: this runtime's peak memory when it trains a tiny model in memory, the
   floor of every estimate (measured once per environment);
@@ -51,6 +53,17 @@ class ProfileArgs(_Args):
     classes: int = Field(ge=2)
 
 
+class PrimeArgs(_Args):
+    """The trainer a warm-up call builds and traces (one step on zeros) for the units to come."""
+
+    model: str
+    input_shape: tuple[int, ...]
+    classes: int = Field(ge=2)
+    batch_size: int = Field(ge=1)
+    optimizer: Literal["adam", "sgd"] = "adam"
+    learning_rate: float = Field(1e-3, gt=0)
+
+
 class EvaluateArgs(_Args):
     mode: Literal["evaluate"]
     store_url: str
@@ -84,7 +97,25 @@ class TrainArgs(_Args):
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    return serve(args, _dispatch)
+    return serve(args, _dispatch, warm=warm_up)
+
+
+def warm_up(args: dict[str, Any]) -> None:
+    """Prepare the trainer a warm-up call names (``prime``), if it names one."""
+    if args.get("prime") is None:
+        return
+    prime = PrimeArgs.model_validate(args["prime"])
+    config = TrainConfig(
+        batch_size=prime.batch_size,
+        epochs=1,
+        optimizer=prime.optimizer,
+        learning_rate=prime.learning_rate,
+    )
+    key = (prime.model, prime.input_shape, prime.classes, prime.optimizer, prime.learning_rate)
+    trainer, _ = _trainer(key, config)
+    x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
+    y = np.zeros(prime.batch_size, np.int32)
+    trainer.train(x, y, trainer.initial_state())  # traces the step; every unit loads its state
 
 
 def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
@@ -122,26 +153,21 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
     return {**trainer.evaluate(data.x, data.y), "examples": data.count}
 
 
-#: The warm container's trainer: built and traced once, reused by the next activations that train
-#: the same model the same way (a takeover on a warm replica starts training at once).
-_trainers: dict[tuple[Any, ...], tuple[Trainer, list[np.ndarray]]] = {}
+#: What makes two trainers interchangeable: model, input shape, classes, optimizer, learning rate.
+TrainerKey = tuple[str, tuple[int, ...], int, str, float]
+#: The warm container's trainer: built and traced once (by a warm-up call, or by the first unit),
+#: reused by the next activations that train the same model the same way.
+_trainers: dict[TrainerKey, tuple[Trainer, list[np.ndarray]]] = {}
 
 
-def _trainer(args: TrainArgs, input_shape: tuple[int, ...]) -> tuple[Trainer, list[np.ndarray]]:
-    """A trainer for ``args`` with its optimizer's initial variables. Every activation loads its
-    whole state (weights and optimizer variables) into it, so reuse changes no result."""
-    key = (args.model, input_shape, args.classes, args.optimizer, args.learning_rate)
-    config = TrainConfig(
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        seed=args.seed,
-        optimizer=args.optimizer,
-        learning_rate=args.learning_rate,
-        target_loss=args.target_loss,
-    )
+def _trainer(key: TrainerKey, config: TrainConfig) -> tuple[Trainer, list[np.ndarray]]:
+    """The trainer of ``key`` (built once) set to ``config``, with its optimizer's initial
+    variables. Every activation loads its whole state (weights and optimizer variables) into it,
+    so reuse changes no result."""
     if key not in _trainers:
         _trainers.clear()  # one model at a time: a container serves one action variant
-        trainer = Trainer(build_model(args.model, input_shape, args.classes, seed=0), config)
+        model, input_shape, classes, _, _ = key
+        trainer = Trainer(build_model(model, input_shape, classes, seed=0), config)
         _trainers[key] = (trainer, [v.numpy() for v in trainer.optimizer.variables])
     trainer, fresh = _trainers[key]
     trainer.config = config
@@ -168,9 +194,20 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
             groups = unpack(store.get_blob(args.weights_in))
             state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
     with phases("build"):
-        trainer, fresh_optimizer = _trainer(args, tuple(shard.x.shape[1:]))
+        input_shape = tuple(shard.x.shape[1:])
+        key = (args.model, input_shape, args.classes, args.optimizer, args.learning_rate)
+        config = TrainConfig(
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            seed=args.seed,
+            optimizer=args.optimizer,
+            learning_rate=args.learning_rate,
+            target_loss=args.target_loss,
+        )
+        reused = key in _trainers
+        trainer, fresh_optimizer = _trainer(key, config)
         if state is None:  # round 0 from scratch: the job's initial weights, drawn from its seed
-            model = build_model(args.model, tuple(shard.x.shape[1:]), args.classes, seed=args.seed)
+            model = build_model(args.model, input_shape, args.classes, seed=args.seed)
             state = TrainState(weights=[w.numpy() for w in model.weights])
         if not state.optimizer:
             state = dataclasses.replace(state, optimizer=fresh_optimizer)
@@ -211,6 +248,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},
         "first_step_at": first_step_at,
+        "trainer_reused": reused,
         "checkpoints": canary.persisted if canary else 0,
         "checkpoint_stall_ms_p50": round(1000 * stalls[len(stalls) // 2], 3) if stalls else None,
         "finished_at": time.time(),

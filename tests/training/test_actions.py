@@ -145,6 +145,40 @@ def test_a_prewarmed_container_answers_a_warmup_at_once(
     assert record.duration < 500
 
 
+def test_a_replica_primed_by_its_warm_up_call_trains_at_once_and_the_same_weights(
+    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
+) -> None:
+    # Arrange: a variant of its own, so that its one container is the primed replica.
+    _, url = tf_store
+    replica = deploy_variant(tf_platform, TRAIN, memory_mb=1088, timeout_ms=120_000)
+    prime = {"model": "small_cnn", "input_shape": [8, 8, 1], "classes": 10, "batch_size": 8}
+
+    # Execute
+    ready = tf_platform.prewarm(replica, 1, {"warmup": True, "prime": prime})
+    primed = tf_platform.call(replica, params(url, shard, weights_out="test/primed"))
+    plain = tf_platform.call(train, params(url, shard, weights_out="test/plain"))
+
+    # Assert: no cold start, no build, and the weights of any other container.
+    assert ready == 1
+    assert primed.success, primed.error
+    assert primed.init_time is None
+    assert primed.response.result["trainer_reused"] is True
+    assert plain.success, plain.error
+    store, _ = tf_store
+    assert store.get_blob("test/primed") == store.get_blob("test/plain")
+
+
+def test_a_warm_up_call_naming_a_bad_trainer_fails_the_replica(
+    tf_platform: LocalPlatform, train: str
+) -> None:
+    bad = {"model": "gpt", "input_shape": [8, 8, 1], "classes": 10, "batch_size": 8}
+
+    record = tf_platform.call(train, {"warmup": True, "prime": bad})
+
+    assert not record.success
+    assert "model" in (record.error or "")
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [

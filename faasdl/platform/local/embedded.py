@@ -372,7 +372,7 @@ class LocalPlatform(Platform):
                     break
         return out
 
-    def prewarm(self, name: str, count: int = 1) -> int:
+    def prewarm(self, name: str, count: int = 1, params: Mapping[str, Any] | None = None) -> int:
         pool = self._running_pool()
         deployed = self._deployed(name)
         limits = deployed.action.limits
@@ -384,7 +384,13 @@ class LocalPlatform(Platform):
                 return False
             reply = container.call("/init", self._init_message(deployed), limits.timeout / 1000)
             container.initialized = reply.outcome is CallResult.OK and reply.status == 200
-            return container.initialized
+            if not container.initialized or params is None:
+                return container.initialized
+            # The warm-up call: a run that is no activation (nothing records or bills it).
+            message = self._run_message(deployed, dict(params), uuid.uuid4().hex, limits.timeout)
+            reply = container.call("/run", message, limits.timeout / 1000)
+            status, _, _ = self._run_outcome(container, reply, limits.timeout)
+            return status is StatusCode.SUCCESS
 
         try:
             return pool.prewarm(deployed.key, limits.memory, count, warm)
@@ -417,6 +423,20 @@ class LocalPlatform(Platform):
         return pool.container_pids() if pool is not None else []
 
     # -- the invoker ---------------------------------------------------------------------------
+
+    def _run_message(
+        self, deployed: _Deployed, params: dict[str, Any], activation_id: str, timeout_ms: int
+    ) -> dict[str, Any]:
+        action = deployed.action
+        return {
+            "value": {p.key: p.value for p in action.parameters} | params,
+            "namespace": action.namespace,
+            "action_name": f"/{action.namespace}/{action.name}",
+            "action_version": action.version,
+            "activation_id": activation_id,
+            "transaction_id": uuid.uuid4().hex,
+            "deadline": str(int(time.time() * 1000) + timeout_ms),
+        }
 
     def _init_message(self, deployed: _Deployed) -> dict[str, Any]:
         action = deployed.action
@@ -479,17 +499,7 @@ class LocalPlatform(Platform):
                 )
                 return False
             container.initialized = True
-        value = {p.key: p.value for p in action.parameters} | params
-        run_start = time.time()
-        message = {
-            "value": value,
-            "namespace": action.namespace,
-            "action_name": f"/{action.namespace}/{action.name}",
-            "action_version": action.version,
-            "activation_id": activation_id,
-            "transaction_id": uuid.uuid4().hex,
-            "deadline": str(int(run_start * 1000) + timeout_ms),
-        }
+        message = self._run_message(deployed, params, activation_id, timeout_ms)
         reply = container.call("/run", message, timeout_ms / 1000)
         status, result, keep = self._run_outcome(container, reply, timeout_ms)
         self._finish(
