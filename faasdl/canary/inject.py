@@ -41,7 +41,8 @@ class Chaos:
 
     An attempt becomes a target once it has beaten its first heartbeat (it has started, not
     waiting for a container); one of them, chosen at random, is hit after a random delay in
-    ``delay_s``. ``kill`` SIGKILLs its container;
+    ``delay_s``. ``kill`` SIGKILLs its container (and with ``cold``, first destroys the idle
+    containers of its action, so that the next attempt starts a new one);
     ``freeze`` SIGSTOPs it, waits until a newer attempt owns the unit and has beaten (or the unit
     is committed), then SIGCONTs it. One target at a time, ``gap_s`` apart at least.
     """
@@ -54,6 +55,7 @@ class Chaos:
     seed: int = 0
     delay_s: tuple[float, float] = (0.0, 1.0)
     gap_s: float = 0.0  # least time between two injections
+    cold: bool = False  # kills leave no idle container of the action behind
     done: list[Injection] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -105,6 +107,8 @@ class Chaos:
         at = time.time()
         try:
             if self.mode == "kill":
+                if self.cold:
+                    self.platform.drop_idle_like(activation_id)
                 self.platform.kill(activation_id)
                 return Injection(activation_id, key, token, at)
             self.platform.signal(activation_id, signal.SIGSTOP)

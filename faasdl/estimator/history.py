@@ -45,9 +45,16 @@ def read(store: StateStore, sig: str) -> ExecutionHistory | None:
 
 
 def record_run(
-    store: StateStore, sig: str, *, peak_memory_mb: float, overhead_ms: int, epoch_ms: int
+    store: StateStore,
+    sig: str,
+    *,
+    peak_memory_mb: float,
+    overhead_ms: int,
+    epoch_ms: int,
+    timeout_ms: int = 0,
 ) -> None:
-    """Add one successful run: the peak is the largest seen, durations the latest few."""
+    """Add one successful run (under a time limit of ``timeout_ms``): the peak is the largest
+    seen, durations the latest few."""
 
     def change(old: ExecutionHistory | None) -> ExecutionHistory:
         old = old or ExecutionHistory(signature=sig)
@@ -57,6 +64,7 @@ def record_run(
                 "peak_memory_mb": max(old.peak_memory_mb, peak_memory_mb),
                 "overhead_ms": [*old.overhead_ms, overhead_ms][-KEEP_DURATIONS:],
                 "epoch_ms": [*old.epoch_ms, epoch_ms][-KEEP_DURATIONS:],
+                "timeout_ms": timeout_ms,
             }
         )
 

@@ -145,6 +145,7 @@ def plan_training(
         epochs=request.epochs,
         init_ms=init_ms,
         floor_ms=past.timeout_floor_ms if past else 0,
+        previous_ms=past.timeout_ms if past else 0,
         expected_cost=request.expected_cost,
         containers=containers,
         memory_mb=memory_mb,

@@ -115,6 +115,7 @@ class Sizer:
                 peak_memory_mb=float(result["peak_rss_mb"]),
                 overhead_ms=max(0, int((activation.duration or 0) - init_ms - train_ms)),
                 epoch_ms=math.ceil(train_ms / epochs),
+                timeout_ms=plan.timeout_ms,
             )
         elif failure.kind is FailureKind.OUT_OF_MEMORY:
             history.record_failure(self.store, plan.signature, memory_floor_mb=plan.memory_mb)

@@ -28,6 +28,7 @@ def estimate_timeout(
     epochs: int,
     init_ms: int,
     floor_ms: int = 0,
+    previous_ms: int = 0,
     expected_cost: float | None,
     containers: int,
     memory_mb: int,
@@ -39,14 +40,18 @@ def estimate_timeout(
 
     With history: a cold start (``init_ms``: OpenWhisk's limit covers ``/init`` too) plus the
     slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.4, above any
-    timeout a run failed under, rounded up to a time class (:func:`time_class_ms`).
+    timeout a run failed under, rounded up to a time class (:func:`time_class_ms`); or
+    ``previous_ms``, the limit the latest run had, while it is enough and less than twice that
+    (hysteresis: an estimate that wavers around a class boundary keeps one variant).
     Without: e_time = (e_cost / c_d) / (μ · mₑ), the time an action may run for its share of the
     user's expected cost at μ per GB·s, in whole seconds. With neither: the platform's maximum.
     """
     if epoch_ms and overhead_ms:
         slowest = init_ms + max(overhead_ms) + epochs * max(epoch_ms)
         wanted = max(math.ceil(slowest * HISTORY_SLACK), floor_ms + 1)
-        return TimeoutEstimate(_clamp(time_class_ms(wanted), min_ms, max_ms), "history")
+        keep = wanted <= previous_ms < 2 * wanted
+        ms = previous_ms if keep else time_class_ms(wanted)
+        return TimeoutEstimate(_clamp(ms, min_ms, max_ms), "history")
     if expected_cost is not None:
         rate = price_per_gb_s * memory_mb / 1024
         seconds = (expected_cost / containers) / rate if rate > 0 else math.inf

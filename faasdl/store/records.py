@@ -219,7 +219,9 @@ class ExecutionHistory(Record):
     cold start, which belongs to the runtime) and its time per epoch (``epoch_ms``), so that a
     round of any length can be timed from it.
     ``memory_floor_mb`` and ``timeout_floor_ms`` are limits a run failed under (out of memory,
-    out of time): the next estimate for the signature must exceed them.
+    out of time): the next estimate for the signature must exceed them. ``timeout_ms`` is the time
+    limit of the latest successful run: the next estimate keeps it while it is enough and not
+    twice what is needed, so that jobs keep one action variant and its warm containers.
     """
 
     signature: str
@@ -229,6 +231,7 @@ class ExecutionHistory(Record):
     epoch_ms: list[int] = Field(default_factory=list)
     memory_floor_mb: int = 0
     timeout_floor_ms: int = 0
+    timeout_ms: int = 0
 
     def key(self) -> str:
         return history_key(self.signature)

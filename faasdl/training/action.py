@@ -174,6 +174,20 @@ def _trainer(key: TrainerKey, config: TrainConfig) -> tuple[Trainer, list[np.nda
     return trainer, fresh
 
 
+#: The latest initial weights drawn in this container, by trainer and seed (every unit of a job's
+#: first round starts from the same ones).
+_initial: dict[tuple[TrainerKey, int], list[np.ndarray]] = {}
+
+
+def _initial_weights(key: TrainerKey, seed: int) -> list[np.ndarray]:
+    if (key, seed) not in _initial:
+        _initial.clear()
+        model, input_shape, classes, _, _ = key
+        built = build_model(model, input_shape, classes, seed=seed)
+        _initial[(key, seed)] = [w.numpy() for w in built.weights]
+    return _initial[(key, seed)]
+
+
 def train(args: TrainArgs) -> dict[str, Any]:
     if args.canary is None:
         return _train(args, None)
@@ -207,8 +221,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         reused = key in _trainers
         trainer, fresh_optimizer = _trainer(key, config)
         if state is None:  # round 0 from scratch: the job's initial weights, drawn from its seed
-            model = build_model(args.model, input_shape, args.classes, seed=args.seed)
-            state = TrainState(weights=[w.numpy() for w in model.weights])
+            state = TrainState(weights=_initial_weights(key, args.seed))
         if not state.optimizer:
             state = dataclasses.replace(state, optimizer=fresh_optimizer)
     per_epoch = steps_per_epoch(shard.count, args.batch_size)

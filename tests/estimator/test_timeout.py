@@ -101,3 +101,19 @@ def test_a_lavish_cost_or_a_free_platform_gets_the_platform_maximum(
     )
 
     assert estimate.ms == 300_000
+
+
+@pytest.mark.parametrize(
+    ("previous_ms", "expected"),
+    [(25_000, 25_000), (20_000, 20_000), (15_000, 20_000), (40_000, 20_000), (0, 20_000)],
+)
+def test_the_latest_runs_limit_is_kept_while_it_is_enough_and_not_twice_too_much(
+    previous_ms: int, expected: int
+) -> None:
+    # 12 s × 1.4 = 16.8 s: the 20 s class, unless the limit the latest run had still fits.
+    timeout = estimate_timeout(
+        overhead_ms=[0], epoch_ms=[12_000], epochs=1, init_ms=0, previous_ms=previous_ms,
+        expected_cost=None, containers=1, memory_mb=512, price_per_gb_s=1e-5, **LIMITS,
+    )  # fmt: skip
+
+    assert timeout.ms == expected

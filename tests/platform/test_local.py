@@ -83,6 +83,30 @@ def test_prewarmed_containers_reserve_pool_memory(make_local: MakeLocal) -> None
     assert stats["reserved_mb"] == 768
 
 
+def test_dropping_the_idle_containers_like_a_running_one_leaves_only_it(
+    make_local: MakeLocal,
+) -> None:
+    # Prepare: one activation running, two idle containers of its action, one of another.
+    platform = make_local()
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+    platform.deploy(ActionSpec(name="echo", code=actions.ECHO))
+    platform.call("echo")
+    platform.prewarm("sleep", 3)
+    running = platform.invoke("sleep", {"seconds": 30})
+    eventually(lambda: platform.pool_stats()["idle"] == 3, what="one sleep container busy")
+
+    # Execute
+    platform.drop_idle_like(running)
+
+    # Assert: the echo container stays; a call of sleep now starts cold.
+    assert platform.pool_stats()["idle"] == 1
+    assert platform.call("sleep", {"seconds": 0}).init_time is not None
+    platform.kill(running)
+    platform.wait([running], timeout_s=20)
+    with pytest.raises(ActivationNotFound):
+        platform.drop_idle_like(running)
+
+
 def test_prewarm_stops_at_the_pool_budget(make_local: MakeLocal) -> None:
     platform = make_local(pool_memory_mb=512, memory_max_mb=512)
     platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP, memory_mb=256))

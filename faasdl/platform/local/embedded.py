@@ -403,6 +403,15 @@ class LocalPlatform(Platform):
             raise ActivationNotFound(activation_id)
         container.kill(KillReason.INJECTED)
 
+    def drop_idle_like(self, activation_id: str) -> None:
+        """Destroy the idle containers of the action ``activation_id`` is running (failure
+        injection: the next attempt then starts cold). Raises ``ActivationNotFound``."""
+        pool = self._running_pool()
+        container = pool.running_container(activation_id)
+        if container is None:
+            raise ActivationNotFound(activation_id)
+        pool.drop(container.action_key)
+
     def signal(self, activation_id: str, signum: int) -> None:
         """Send ``signum`` to the process group of the container running ``activation_id``
         (failure injection: SIGSTOP and SIGCONT make a zombie). Raises ``ActivationNotFound``."""
