@@ -60,7 +60,7 @@ FAILURE_FREE: dict[str, tuple[str, float | None]] = {
 
 
 def run_recovery_bench(*, quick: bool, progress: Console) -> dict[str, Any]:
-    kills, freezes, pairs = (6, 3, 2) if quick else (30, 12, 5)
+    kills, freezes, pairs = (6, 3, 2) if quick else (30, 12, 8)
     with tempfile.TemporaryDirectory(prefix="faasdl-bench-recovery-") as tmp:
         settings = Settings(
             local={"pool_memory_mb": 8192, "memory_max_mb": 2048},
