@@ -11,6 +11,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -56,6 +57,7 @@ class Chaos:
     delay_s: tuple[float, float] = (0.0, 1.0)
     gap_s: float = 0.0  # least time between two injections
     cold: bool = False  # kills leave no idle container of the action behind
+    when: Callable[[], bool] | None = None  # inject only while this holds
     done: list[Injection] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -73,7 +75,7 @@ class Chaos:
     def _run(self) -> None:
         rng = random.Random(self.seed)
         while len(self.done) < self.count and not self._stop.is_set():
-            target = self._target(rng)
+            target = self._target(rng) if self.when is None or self.when() else None
             if target is None:
                 self._stop.wait(0.02)
                 continue
