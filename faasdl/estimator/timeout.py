@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 #: Slack over the slowest run on record: room for a busier platform, under 2× after rounding.
-HISTORY_SLACK = 1.4
+HISTORY_SLACK = 1.3
 #: Time classes per decade (the 1-2-5 series, refined): a history-based timeout is rounded up to
 #: one, so that the drift of a few percent between jobs keeps the same action variant and its
 #: warm containers (a new variant starts cold). Neighbours are at most 1.33× apart.
@@ -39,7 +39,7 @@ def estimate_timeout(
     """The action timeout in ms, within ``[min_ms, max_ms]``.
 
     With history: a cold start (``init_ms``: OpenWhisk's limit covers ``/init`` too) plus the
-    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.4, above any
+    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.3, above any
     timeout a run failed under, rounded up to a time class (:func:`time_class_ms`); or
     ``previous_ms``, the limit the latest run had, while it is enough and less than twice that
     (hysteresis: an estimate that wavers around a class boundary keeps one variant).

@@ -70,7 +70,7 @@ def test_history_of_the_signature_replaces_the_formula() -> None:
     result = plan(request(), {first.signature: past})
 
     assert (result.memory_source, result.memory_mb) == ("history", 896)  # 800 × 1.1 → 896
-    assert (result.timeout_source, result.timeout_ms) == ("history", 8000)  # 5.5 s × 1.4
+    assert (result.timeout_source, result.timeout_ms) == ("history", 8000)  # 5.5 s × 1.3
 
 
 def test_a_memory_limit_a_run_failed_under_is_exceeded() -> None:
