@@ -23,6 +23,7 @@ from faasdl.errors import FaasdlError, ValidationError
 
 if TYPE_CHECKING:
     from faasdl.controller.client import ControllerClient
+    from faasdl.store import StateStore
 
 app = typer.Typer(
     name="faasdl",
@@ -34,8 +35,13 @@ platform_app = typer.Typer(help="The embedded OpenWhisk-compatible platform.", n
 bench_app = typer.Typer(
     help="Benchmarks; each prints its figures as JSON on its last line.", no_args_is_help=True
 )
+keys_app = typer.Typer(
+    help="API keys of the controller, made and revoked in its state store (FAASDL_STORE__URL).",
+    no_args_is_help=True,
+)
 app.add_typer(platform_app, name="platform")
 app.add_typer(bench_app, name="bench")
+app.add_typer(keys_app, name="keys")
 
 console = Console(stderr=True)
 
@@ -154,6 +160,63 @@ def bench_store(
     except FaasdlError as exc:
         fail(str(exc))
     typer.echo(json.dumps(result))
+
+
+@contextlib.contextmanager
+def _store() -> Iterator[StateStore]:
+    """The configured state store, open; its errors end the command with one line."""
+    from faasdl.store import make_store
+
+    store = make_store(load_settings().store)
+    try:
+        store.open()
+        yield store
+    except FaasdlError as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant whose jobs the key submits and sees.")],
+    admin: Annotated[bool, typer.Option(help="May see every tenant's jobs and /metrics.")] = False,
+    name: Annotated[str, typer.Option(help="A note on what the key is for.")] = "",
+) -> None:
+    """Make a key; it is printed once (JSON) and kept only as a hash."""
+    from faasdl.controller.auth import create_key
+
+    with _store() as store:
+        record, key = create_key(store, tenant=tenant, admin=admin, name=name)
+    console.print("[bold]keep the key now[/]: it is not stored and cannot be shown again")
+    typer.echo(json.dumps({"key_id": record.key_id, "tenant": tenant, "admin": admin, "key": key}))
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Every key (never a secret); JSON last."""
+    from faasdl.controller.auth import list_keys
+
+    with _store() as store:
+        found = list_keys(store)
+    lines = [k.model_dump(exclude={"secret_sha256"}) for k in found]
+    table = Table(title="API keys")
+    for column in ("key_id", "tenant", "admin", "name", "revoked"):
+        table.add_column(column)
+    for k in found:
+        table.add_row(k.key_id, k.tenant, str(k.admin), k.name, "yes" if k.revoked_ms else "")
+    console.print(table)
+    typer.echo(json.dumps(lines))
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (keys list).")]) -> None:
+    """Revoke a key: every request with it is refused from now on."""
+    from faasdl.controller.auth import revoke_key
+
+    with _store() as store:
+        record = revoke_key(store, key_id)
+    typer.echo(json.dumps({"key_id": record.key_id, "revoked_ms": record.revoked_ms}))
 
 
 @app.command()
@@ -283,6 +346,26 @@ def bench_recovery(
     typer.echo(json.dumps(result))
 
 
+@bench_app.command("api")
+def bench_api(
+    quick: Annotated[bool, typer.Option(help="20 s of load instead of 60 s.")] = False,
+    store: Annotated[
+        str, typer.Option(help="The controller's store: sqlite, or redis (a private server).")
+    ] = "sqlite",
+) -> None:
+    """50 clients (status polls, event streams, submissions) against a controller while a job
+    trains; requests, errors and latency as JSON last."""
+    from faasdl.bench.api import run_api_bench
+
+    try:
+        if store not in ("sqlite", "redis"):
+            fail(f"--store: unknown store '{store}'; use sqlite or redis")
+        result = run_api_bench(quick=quick, store=store, progress=console)
+    except FaasdlError as exc:
+        fail(str(exc))
+    typer.echo(json.dumps(result))
+
+
 @app.command()
 def demo(
     workers: Annotated[int, typer.Option(help="Concurrent training actions.", min=1, max=16)] = 4,
@@ -306,10 +389,11 @@ def _controller(url: str | None) -> Iterator[ControllerClient]:
     """A client of the controller at ``url``; its errors end the command with one line."""
     from faasdl.controller.client import ControllerClient
 
+    settings = load_settings()
     if url is None:
-        c = load_settings().controller
-        url = f"http://{c.host}:{c.port}"
-    client = ControllerClient(url=url)
+        url = f"http://{settings.controller.host}:{settings.controller.port}"
+    key = settings.client.api_key
+    client = ControllerClient(url=url, api_key=key.get_secret_value() if key else None)
     try:
         yield client
     except FaasdlError as exc:
@@ -321,7 +405,10 @@ def _controller(url: str | None) -> Iterator[ControllerClient]:
 JobIdArgument = Annotated[str, typer.Argument(help="The job's id.")]
 UrlOption = Annotated[
     str | None,
-    typer.Option(help="The controller's URL (default: FAASDL_CONTROLLER__HOST and __PORT)."),
+    typer.Option(
+        help="The controller's URL (default: FAASDL_CONTROLLER__HOST and __PORT). The API key "
+        "is FAASDL_CLIENT__API_KEY or the file FAASDL_CLIENT__API_KEY_FILE names."
+    ),
 ]
 
 

@@ -8,7 +8,9 @@ The defaults run everything on one machine with no configuration at all.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,6 +23,18 @@ GUEST_API_KEY = (
     "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
     "123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 )
+
+
+def read_secret_file(path: Path, field: str) -> SecretStr:
+    """A secret kept in a file (a mounted Kubernetes secret, a Docker secret): its content without
+    the trailing newline editors add."""
+    try:
+        value = path.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{field}: cannot read {path}: {exc}") from exc
+    if not value:
+        raise ValueError(f"{field}: {path} is empty")
+    return SecretStr(value)
 
 
 class LocalPlatformSettings(BaseModel):
@@ -58,6 +72,14 @@ class LocalPlatformSettings(BaseModel):
         "watchdog, or 'auto' (cgroup where writable, else the watchdog).",
     )
     watchdog_interval_ms: int = Field(25, ge=5, description="RSS watchdog sampling period.")
+    container_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="How much lower the CPU priority of action containers is than the "
+        "platform's own process: on a cluster actions run on invoker nodes, here they share the "
+        "cores with the controller, which must stay responsive.",
+    )
     container_start_timeout_s: float = Field(
         30.0, gt=0, description="A container that has not started by then is a provisioning error."
     )
@@ -88,6 +110,9 @@ class OpenWhiskSettings(BaseModel):
 
     api_host: str = Field("http://127.0.0.1:3233", description="Base URL of the OpenWhisk API.")
     auth: SecretStr = Field(SecretStr(GUEST_API_KEY), description="API key 'uuid:key'.")
+    auth_file: Path | None = Field(
+        None, description="A file holding the API key (a mounted secret); replaces `auth`."
+    )
     namespace: str = Field("_", description="Namespace; '_' is the key's default namespace.")
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
     request_timeout_s: float = Field(70.0, gt=0, description="Socket timeout of one HTTP request.")
@@ -109,6 +134,8 @@ class OpenWhiskSettings(BaseModel):
 
     @model_validator(mode="after")
     def _auth_shape(self) -> OpenWhiskSettings:
+        if self.auth_file is not None:
+            self.auth = read_secret_file(self.auth_file, "auth_file")
         uuid, sep, key = self.auth.get_secret_value().partition(":")
         if not sep or not uuid or not key:
             raise ValueError("auth must be an OpenWhisk API key of the form 'uuid:key'")
@@ -121,9 +148,18 @@ class ServerSettings(BaseModel):
     host: str = Field("127.0.0.1", description="Interface to listen on.")
     port: int = Field(3233, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
     auth: SecretStr = Field(SecretStr(GUEST_API_KEY), description="The API key clients must send.")
+    auth_file: Path | None = Field(
+        None, description="A file holding the API key (a mounted secret); replaces `auth`."
+    )
     blocking_wait_max_ms: int = Field(
         60_000, ge=1, description="Longest wait of a blocking invoke before it answers 202."
     )
+
+    @model_validator(mode="after")
+    def _auth_from_file(self) -> ServerSettings:
+        if self.auth_file is not None:
+            self.auth = read_secret_file(self.auth_file, "auth_file")
+        return self
 
 
 class StoreSettings(BaseModel):
@@ -145,11 +181,20 @@ class StoreSettings(BaseModel):
     )
     username: str | None = Field(None, description="Ignite user name.")
     password: SecretStr | None = Field(None, description="Redis AUTH or Ignite password.")
+    password_file: Path | None = Field(
+        None, description="A file holding the password (a mounted secret); replaces `password`."
+    )
     tls_ca_file: str | None = Field(None, description="CA bundle to verify a rediss:// server.")
     ignite_replicated: bool = Field(
         True, description="Ignite caches REPLICATED (else PARTITIONED with ignite_backups)."
     )
     ignite_backups: int = Field(1, ge=0, description="Backups of a PARTITIONED Ignite cache.")
+
+    @model_validator(mode="after")
+    def _password_from_file(self) -> StoreSettings:
+        if self.password_file is not None:
+            self.password = read_secret_file(self.password_file, "password_file")
+        return self
 
 
 class EstimatorSettings(BaseModel):
@@ -177,6 +222,82 @@ class ControllerSettings(BaseModel):
     events_kept: int = Field(500, ge=10, description="Log lines kept in a job's record.")
 
 
+class ApiSettings(BaseModel):
+    """Who may use the controller's REST API, and how much of it (``faasdl.controller.auth``)."""
+
+    auth: Literal["keys", "none"] = Field(
+        "keys",
+        description="keys: every request but /healthz and /readyz needs `Authorization: Bearer "
+        "<key>` of a key made by `faasdl keys create`; none: no authentication, every caller is "
+        "an administrator (only for a controller on loopback, as `faasdl demo` runs it).",
+    )
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest request body (uploads excepted); 413 beyond."
+    )
+    submissions_per_minute: int = Field(
+        60, ge=0, description="Job submissions one key may make per minute (429 beyond); 0: any."
+    )
+    tenant_max_running_jobs: int = Field(
+        4, ge=0, description="Jobs of one tenant running at once (more wait queued); 0: any."
+    )
+    tenant_max_queued_jobs: int = Field(
+        100, ge=0, description="Jobs of one tenant waiting in the queue (429 beyond); 0: any."
+    )
+    tenant_max_memory_mb: int = Field(
+        0,
+        ge=0,
+        description="Action memory one tenant's running jobs hold at once (more wait queued; a "
+        "job larger than this is refused); 0: any.",
+    )
+    dataset_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories whose .npz files jobs may name (after resolving symbolic links); "
+        "empty: only uploaded data sets and the built-in ones.",
+    )
+    upload_dir: Path = Field(
+        Path(".faasdl/datasets"),
+        description="Where uploaded data sets are kept, one directory per tenant.",
+    )
+    max_upload_bytes: int = Field(
+        1 << 30, ge=1024, description="Largest data set upload (413 beyond, nothing kept)."
+    )
+    stream_max_s: float = Field(
+        3600.0, gt=0, description="An event stream is closed after this long (clients reconnect)."
+    )
+    stream_keepalive_s: float = Field(
+        15.0,
+        gt=0,
+        description="A quiet event stream sends a comment this often (to find dead peers).",
+    )
+    worker_threads: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Requests served at once by blocking handlers (more wait their turn): a few "
+        "threads answer a burst sooner than many that take turns at Python's interpreter lock.",
+    )
+    max_streams_per_key: int = Field(
+        8, ge=1, description="Event streams one key may hold open at once (429 beyond)."
+    )
+
+
+class ClientSettings(BaseModel):
+    """The CLI as a client of a controller (``faasdl submit``, ``jobs``, ``status``, …)."""
+
+    api_key: SecretStr | None = Field(
+        None, description="The API key sent as a bearer token (from `faasdl keys create`)."
+    )
+    api_key_file: Path | None = Field(
+        None, description="A file holding the API key; replaces `api_key`."
+    )
+
+    @model_validator(mode="after")
+    def _key_from_file(self) -> ClientSettings:
+        if self.api_key_file is not None:
+            self.api_key = read_secret_file(self.api_key_file, "api_key_file")
+        return self
+
+
 class Settings(BaseSettings):
     """All of faasdl's configuration."""
 
@@ -193,9 +314,18 @@ class Settings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     estimator: EstimatorSettings = Field(default_factory=EstimatorSettings)
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    client: ClientSettings = Field(default_factory=ClientSettings)
     price_per_gb_s: float = Field(
         0.000017, ge=0, description="Price of one GB-second of action memory, in USD."
     )
+
+    def secrets(self) -> list[str]:
+        """Every secret value configured: what logs and answers must never show."""
+        found = [self.openwhisk.auth, self.server.auth, self.store.password, self.client.api_key]
+        values = [s.get_secret_value() for s in found if s is not None]
+        url_password = urlsplit(self.store.url).password
+        return [*values, *([url_password] if url_password else [])]
 
     @model_validator(mode="after")
     def _no_unknown_variables(self) -> Settings:

@@ -35,6 +35,7 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
     settings = Settings(
         local={"pool_memory_mb": 4096, "memory_max_mb": 2048},
         store={"url": f"sqlite:///{(ROOT / 'state.db').resolve()}", "spill_dir": str(ROOT)},
+        api={"auth": "none"},  # on loopback, for this process only
     )
     spec: dict[str, Any] = {
         "model": "small_cnn",

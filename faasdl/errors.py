@@ -9,6 +9,7 @@ Each class carries the HTTP status the controller's single exception handler ans
     FaasdlError (500)
     ├── ConfigError (500)                  settings that cannot work
     ├── ValidationError (422)              a request or spec that cannot run; names the field
+    │   └── DatasetNotFound (404)          an uploaded data set that is not there
     ├── PlatformError (502)                anything the FaaS platform refused or failed at
     │   ├── AuthenticationFailed (401)
     │   ├── ActionNotFound (404)
@@ -27,6 +28,9 @@ Each class carries the HTTP status the controller's single exception handler ans
     │   └── Superseded (409)               a fenced write from an attempt that lost ownership
     ├── EstimationError (422)
     ├── AggregationError (500)
+    ├── AccessError (403)                  the controller's API refused the caller
+    │   ├── Unauthenticated (401)          no API key, or one unknown or revoked
+    │   └── LimitExceeded (429)            a rate limit or a tenant's quota; retry after a while
     └── JobError (409)                     a job that cannot do what was asked in its state
         ├── JobNotFound (404)
         └── JobFailed (500)                a job stopped by a failure it could not recover from
@@ -68,6 +72,13 @@ class ValidationError(FaasdlError):
         problems = [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
         rest = "".join(f"; {field}: {msg}" for field, msg in problems[1:])
         return cls(problems[0][1] + rest, field=problems[0][0] or None)
+
+
+class DatasetNotFound(ValidationError):
+    status_code = 404
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no uploaded data set {name!r}", field="name")
 
 
 class PlatformError(FaasdlError):
@@ -163,6 +174,28 @@ class EstimationError(FaasdlError):
 
 class AggregationError(FaasdlError):
     """Models that cannot be merged (shapes differ, no examples, missing results)."""
+
+
+class AccessError(FaasdlError):
+    """The caller is known but may not do this (another tenant's name, an administrator's view)."""
+
+    status_code = 403
+
+
+class Unauthenticated(AccessError):
+    """No API key, or one the controller does not know or has revoked."""
+
+    status_code = 401
+
+
+class LimitExceeded(AccessError):
+    """A rate limit or a tenant's quota; ``retry_after_s`` says when to try again."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class JobError(FaasdlError):

@@ -5,7 +5,9 @@ limit) against what each running job holds: its trainers, each with its memory l
 A full platform delays a job, it never fails it; a job larger than the whole platform runs alone
 (the pool queues its activations). Queued jobs are ordered round robin by tenant, so that one
 tenant's burst does not starve another's, and the head of that order is never overtaken, so that
-a large job is not starved by small ones either. Pure: demands in, decisions out.
+a large job is not starved by small ones either. A tenant at its quota (jobs running, memory
+held) waits without holding anyone else up: its queued jobs step out of the order until one of
+its running jobs ends. Pure: demands in, decisions out.
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ class Capacity:
     actions: int | None
 
 
+@dataclass(frozen=True)
+class TenantQuota:
+    """What one tenant's running jobs may hold at once; ``None`` where there is no quota."""
+
+    jobs: int | None = None
+    memory_mb: int | None = None
+
+
 def fair_order(queued: list[Demand]) -> list[Demand]:
     """Tenants take turns, oldest waiting tenant first; each tenant's jobs in submission order."""
     by_tenant: dict[str, list[Demand]] = defaultdict(list)
@@ -43,12 +53,27 @@ def fair_order(queued: list[Demand]) -> list[Demand]:
     return [demand for turn in turns for demand in turn if demand is not None]
 
 
-def admit(queued: list[Demand], running: list[Demand], capacity: Capacity) -> list[str]:
+def admit(
+    queued: list[Demand],
+    running: list[Demand],
+    capacity: Capacity,
+    quota: TenantQuota | None = None,
+) -> list[str]:
     """The queued jobs to start now, in the order they were admitted."""
+    quota = quota or TenantQuota()
     memory = sum(_clip(d.memory_mb, capacity.memory_mb) for d in running)
     actions = sum(_clip(d.actions, capacity.actions) for d in running)
+    held: dict[str, tuple[int, int]] = defaultdict(lambda: (0, 0))  # tenant -> (jobs, memory)
+    for d in running:
+        jobs_, memory_ = held[d.tenant]
+        held[d.tenant] = (jobs_ + 1, memory_ + d.memory_mb)
     started: list[str] = []
     for demand in fair_order(queued):
+        jobs_, memory_ = held[demand.tenant]
+        if not (
+            _fits(jobs_ + 1, quota.jobs) and _fits(memory_ + demand.memory_mb, quota.memory_mb)
+        ):
+            continue  # the tenant is at its quota: it waits, others go on
         need_memory = _clip(demand.memory_mb, capacity.memory_mb)
         need_actions = _clip(demand.actions, capacity.actions)
         idle = not running and not started
@@ -58,6 +83,7 @@ def admit(queued: list[Demand], running: list[Demand], capacity: Capacity) -> li
         ):
             break
         started.append(demand.job_id)
+        held[demand.tenant] = (jobs_ + 1, memory_ + demand.memory_mb)
         memory += need_memory
         actions += need_actions
     return started

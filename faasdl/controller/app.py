@@ -1,25 +1,31 @@
 """The controller's FastAPI application: ``faasdl serve``.
 
 Errors are answered by one handler: a faasdl error with its class's HTTP status and
-``{"detail": message, "field": the bad input or null}``; a malformed request with FastAPI's 422,
-whose ``loc`` names the field.
+``{"detail": message, "field": the bad input or null}`` (secrets redacted; ``WWW-Authenticate``
+on a 401, ``Retry-After`` on a 429); a malformed request with FastAPI's 422, whose ``loc`` names
+the field; a body over ``FAASDL_API__MAX_BODY_BYTES`` with 413 before it is read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from faasdl import __version__
 from faasdl.config import Settings
+from faasdl.controller.auth import RateLimiter, StreamSlots
+from faasdl.controller.deps import ApiLimits
 from faasdl.controller.jobs import Controller
-from faasdl.controller.routes import jobs, ops
-from faasdl.errors import FaasdlError, ValidationError
+from faasdl.controller.routes import datasets, jobs, ops
+from faasdl.errors import FaasdlError, LimitExceeded, Unauthenticated, ValidationError
 from faasdl.platform import make_platform
+from faasdl.redact import Redactor, redact_logs
 from faasdl.store import make_store
 
 
@@ -40,6 +46,7 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = api.worker_threads
         if not owns:
             yield
             return
@@ -53,20 +60,38 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
             await asyncio.to_thread(controller.platform.close)
             await asyncio.to_thread(controller.store.close)
 
+    api = controller.settings.api
+    redactor = Redactor(controller.settings.secrets())
+    redact_logs(redactor)
     app = FastAPI(
         title="faasdl controller",
         version=__version__,
         description="Submit deep-learning training jobs to run on a FaaS platform, sized, "
         "sharded, trained in rounds and merged by a tree of aggregation actions.",
         lifespan=lifespan,
+        max_body_size=api.max_body_bytes,
     )
     app.state.controller = controller
+    app.state.limits = ApiLimits(
+        submissions=RateLimiter(per_minute=api.submissions_per_minute),
+        streams=StreamSlots(per_caller=api.max_streams_per_key),
+    )
 
     @app.exception_handler(FaasdlError)
     async def _faasdl_error(_: Request, exc: FaasdlError) -> JSONResponse:
         field = exc.field if isinstance(exc, ValidationError) else None
-        return JSONResponse({"detail": str(exc), "field": field}, status_code=exc.status_code)
+        headers = {}
+        if isinstance(exc, Unauthenticated):
+            headers["WWW-Authenticate"] = "Bearer"
+        if isinstance(exc, LimitExceeded):
+            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        return JSONResponse(
+            {"detail": redactor(str(exc)), "field": field},
+            status_code=exc.status_code,
+            headers=headers,
+        )
 
     app.include_router(jobs.router)
+    app.include_router(datasets.router(max_upload_bytes=api.max_upload_bytes))
     app.include_router(ops.router)
     return app

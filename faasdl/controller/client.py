@@ -7,19 +7,24 @@ from typing import Any
 import requests
 
 from faasdl.errors import (
+    AccessError,
     FaasdlError,
     JobError,
     JobNotFound,
+    LimitExceeded,
     PlatformUnavailable,
+    Unauthenticated,
     ValidationError,
 )
 
 
 class ControllerClient:
-    def __init__(self, *, url: str, timeout_s: float = 600.0) -> None:
+    def __init__(self, *, url: str, api_key: str | None = None, timeout_s: float = 600.0) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._session = requests.Session()
+        if api_key:
+            self._session.headers["Authorization"] = f"Bearer {api_key}"
 
     def close(self) -> None:
         self._session.close()
@@ -73,6 +78,13 @@ def _error(response: requests.Response, path: str) -> FaasdlError:
         return JobNotFound(path.split("/")[3])
     if response.status_code == 422:
         return ValidationError(message)
+    if response.status_code == 401:
+        return Unauthenticated(message)
+    if response.status_code == 403:
+        return AccessError(message)
+    if response.status_code == 429:
+        retry = response.headers.get("Retry-After", "")
+        return LimitExceeded(message, retry_after_s=float(retry) if retry.isdigit() else 1.0)
     if response.status_code == 409:
         return JobError(message)
     error = FaasdlError(f"HTTP {response.status_code}: {message}")

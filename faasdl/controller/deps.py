@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from faasdl.controller.auth import LOCAL, Principal, RateLimiter, StreamSlots, authenticate
 from faasdl.controller.jobs import Controller
+from faasdl.errors import AccessError
+
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="An API key made by `faasdl keys create --tenant T`.",
+)
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    """The per-key limits of one controller process."""
+
+    submissions: RateLimiter
+    streams: StreamSlots
 
 
 def get_controller(request: Request) -> Controller:
@@ -15,3 +33,32 @@ def get_controller(request: Request) -> Controller:
 
 
 ControllerDep = Annotated[Controller, Depends(get_controller)]
+
+
+def get_limits(request: Request) -> ApiLimits:
+    limits: ApiLimits = request.app.state.limits
+    return limits
+
+
+LimitsDep = Annotated[ApiLimits, Depends(get_limits)]
+
+
+def get_principal(
+    controller: ControllerDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
+    if controller.settings.api.auth == "none":
+        return LOCAL
+    return authenticate(controller.store, credentials.credentials if credentials else None)
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def get_admin(principal: PrincipalDep) -> Principal:
+    if not principal.admin:
+        raise AccessError("this needs an administrator's key (faasdl keys create --admin)")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(get_admin)]

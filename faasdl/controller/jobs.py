@@ -13,23 +13,34 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 
 from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
-from faasdl.controller.admission import Capacity, Demand, admit, queue_positions
+from faasdl.controller.admission import Capacity, Demand, TenantQuota, admit, queue_positions
+from faasdl.controller.datasets import confine
 from faasdl.controller.events import JobRunner, Runtime, now_ms
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan, plan_job
 from faasdl.controller.validator import JobSpec
-from faasdl.errors import JobError, JobNotFound, StoreUnavailable, ValidationError
+from faasdl.errors import (
+    AccessError,
+    JobError,
+    JobNotFound,
+    LimitExceeded,
+    StoreError,
+    StoreUnavailable,
+    ValidationError,
+)
 from faasdl.estimator.sizer import Sizer, load_checked
 from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import absolute_url, make_store
-from faasdl.store.base import StateStore
+from faasdl.store.base import StateStore, Versioned
 from faasdl.store.records import (
     FunctionInfo,
     IdempotencyRecord,
@@ -47,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: Longest ``Idempotency-Key`` accepted (the IETF draft sets none; Stripe's is 255).
 IDEMPOTENCY_KEY_MAX = 255
+#: Parsed job records kept, by job and version: status reads, event streams and admission passes
+#: parse a record again only when it has changed.
+PARSED_JOBS_KEPT = 1024
 
 
 class Submitted(BaseModel):
@@ -106,6 +120,8 @@ class Controller:
         )
         self._runners: dict[str, tuple[JobRunner, threading.Thread]] = {}
         self._lock = threading.Lock()
+        self._parsed_jobs: OrderedDict[str, tuple[int, JobInfo]] = OrderedDict()
+        self._parsed_lock = threading.Lock()
         self._wake = threading.Event()
         self._scheduler: threading.Thread | None = None
 
@@ -144,14 +160,24 @@ class Controller:
     # ---- requests ---------------------------------------------------------------------------
 
     def estimate(self, spec: JobSpec) -> JobPlan:
-        """The plan the job would run with; nothing stored but what sizing measures once."""
+        """The plan the job would run with; nothing stored but what sizing measures once. A
+        ``.npz`` path outside what the spec's tenant may read is refused before it is opened."""
+        spec = confine(spec, self.settings.api)
         dataset = load_checked(spec)
-        return plan_job(self.sizer, spec, dataset, max_fan_in=self.settings.controller.max_fan_in)
+        plan = plan_job(self.sizer, spec, dataset, max_fan_in=self.settings.controller.max_fan_in)
+        quota = self.settings.api.tenant_max_memory_mb
+        if quota and plan.demand_mb > quota:
+            raise AccessError(
+                f"workers: the job holds {plan.demand_mb} MB of action memory at once, more than "
+                f"tenant {spec.tenant!r} may ({quota} MB); ask for fewer workers"
+            )
+        return plan
 
     def submit(self, spec: JobSpec, *, idempotency: str | None = None) -> Submitted:
         """Validate, plan and queue a job. With an ``Idempotency-Key``, a replay of the same
         request returns the job the first one created; the key with another request is refused.
         A refused job leaves nothing behind."""
+        spec = confine(spec, self.settings.api)  # the job keeps the path that was checked
         digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
         job_id = uuid.uuid4().hex[:16]
         if idempotency is not None:
@@ -162,6 +188,7 @@ class Controller:
                 if replay is not None:
                     return replay
                 job_id = known[0].job_id  # the first request died between the two writes
+        self._check_queue_quota(spec.tenant)
         plan = self.estimate(spec)
         if idempotency is not None:
             record = IdempotencyRecord(
@@ -202,6 +229,19 @@ class Controller:
         self._wake.set()
         return Submitted(job=job, created=True)
 
+    def _check_queue_quota(self, tenant: str) -> None:
+        most = self.settings.api.tenant_max_queued_jobs
+        if (
+            most
+            and sum(j.tenant == tenant and j.state is JobState.QUEUED for j in self._all_jobs())
+            >= most
+        ):
+            raise LimitExceeded(
+                f"tenant {tenant!r} has {most} jobs queued already, its quota; submit when one "
+                "has started",
+                retry_after_s=30.0,
+            )
+
     def _replay(self, known: IdempotencyRecord, digest: str) -> Submitted | None:
         if known.request_sha256 != digest:
             raise JobError(
@@ -220,8 +260,9 @@ class Controller:
         ]
         return sorted(found, key=lambda j: (j.created_ms, j.job_id), reverse=True)
 
-    def view(self, job_id: str) -> JobView:
-        job = self.job(job_id)
+    def view(self, job_id: str, job: JobInfo | None = None) -> JobView:
+        """The job as the API shows it (``job``: its record, if just read)."""
+        job = job or self.job(job_id)
         position = None
         if job.state is JobState.QUEUED:
             queued = [_demand(j) for j in self._all_jobs() if j.state is JobState.QUEUED]
@@ -324,11 +365,18 @@ class Controller:
             [_demand(j) for j in jobs if j.state is JobState.QUEUED],
             [_demand(j) for j in jobs if j.state is JobState.RUNNING],
             capacity,
+            self._quota(),
         )
         started = [job_id for job_id in chosen if self._mark_running(job_id)]
         for job_id in started:
             self._start_runner(job_id)
         return started
+
+    def _quota(self) -> TenantQuota:
+        api = self.settings.api
+        return TenantQuota(
+            jobs=api.tenant_max_running_jobs or None, memory_mb=api.tenant_max_memory_mb or None
+        )
 
     def _mark_running(self, job_id: str) -> bool:
         def change(job: JobInfo | None) -> JobInfo:
@@ -364,14 +412,31 @@ class Controller:
             self.metrics.jobs.labels(state=str(state)).set(sum(j.state is state for j in jobs))
 
     def _all_jobs(self) -> list[JobInfo]:
-        return [JobInfo.model_validate(v.value) for _, v in self.store.scan("job/")]
+        return [self._parsed(key, found) for key, found in self.store.scan("job/")]
 
     def job(self, job_id: str) -> JobInfo:
-        """The job's record. Raises ``JobNotFound``."""
-        found = load(self.store, job_key(job_id), JobInfo)
+        """The job's record (shared: never change it in place). Raises ``JobNotFound``."""
+        key = job_key(job_id)
+        found = self.store.get(key)
         if found is None:
             raise JobNotFound(job_id)
-        return found[0]
+        return self._parsed(key, found)
+
+    def _parsed(self, key: str, found: Versioned) -> JobInfo:
+        with self._parsed_lock:
+            hit = self._parsed_jobs.get(key)
+            if hit is not None and hit[0] == found.version:
+                self._parsed_jobs.move_to_end(key)
+                return hit[1]
+        try:
+            job = JobInfo.model_validate(found.value)
+        except PydanticValidationError as exc:
+            raise StoreError(f"record {key!r} is not a valid JobInfo: {exc}") from exc
+        with self._parsed_lock:
+            self._parsed_jobs[key] = (found.version, job)
+            while len(self._parsed_jobs) > PARSED_JOBS_KEPT:
+                self._parsed_jobs.popitem(last=False)
+        return job
 
 
 def _demand(job: JobInfo) -> Demand:

@@ -1,6 +1,7 @@
 """Typed records for Canary's five tables and the execution history, under DESIGN.md's prefixes:
 ``worker/`` (worker_info), ``job/`` (job_info), ``fn/`` (function_info, with its
-checkpoint_info heads inside), ``replica/`` (replication_info), ``history/`` (execution history)."""
+checkpoint_info heads inside), ``replica/`` (replication_info), ``history/`` (execution history);
+and the controller's own: ``idem/`` (Idempotency-Keys), ``apikey/`` (API keys, hashed)."""
 
 from __future__ import annotations
 
@@ -156,6 +157,22 @@ class IdempotencyRecord(Record):
         return idempotency_key(self.tenant, self.idempotency_key)
 
 
+class ApiKeyInfo(Record):
+    """An API key of the controller: whose it is, what it may do, and the SHA-256 of its secret
+    (never the secret itself)."""
+
+    key_id: str
+    tenant: str
+    admin: bool = False
+    name: str = ""
+    secret_sha256: str
+    created_ms: int
+    revoked_ms: int | None = None
+
+    def key(self) -> str:
+        return apikey_key(self.key_id)
+
+
 class UnitState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
@@ -273,6 +290,10 @@ def job_key(job_id: str) -> str:
 
 def idempotency_key(tenant: str, key: str) -> str:
     return f"idem/{tenant}/{key}"
+
+
+def apikey_key(key_id: str) -> str:
+    return f"apikey/{key_id}"
 
 
 def fn_key(job_id: str, round_: int, shard: int) -> str:

@@ -18,6 +18,7 @@ import requests
 
 from faasdl.canary.inject import Chaos, Injection, Mode
 from faasdl.config import LocalPlatformSettings, Settings, StoreSettings
+from faasdl.controller.auth import create_key
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
@@ -175,11 +176,17 @@ def running_with_checkpoints(store: StateStore, job_id: str) -> list[FunctionInf
 
 
 class ControllerProcess:
-    """``faasdl serve`` in a process of its own, on the REST platform and a SQLite file."""
+    """``faasdl serve`` in a process of its own, on the REST platform and a SQLite file, with a
+    tenant's API key made beforehand with the store as ``faasdl keys create`` does."""
 
     def __init__(self, served: Served, root: Path) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = root / "controller.log"
+        settings = StoreSettings(
+            url=f"sqlite:///{root / 'state.db'}", spill_dir=str(root / "spill")
+        )
+        with make_store(settings) as store:
+            key = create_key(store, tenant="default")[1]
         self.env = os.environ | {
             "FAASDL_PLATFORM": "openwhisk",
             "FAASDL_OPENWHISK__API_HOST": served.url,
@@ -190,7 +197,7 @@ class ControllerProcess:
             "FAASDL_CONTROLLER__SCHEDULER_TICK_S": "0.1",
         }
         self.process: subprocess.Popen[bytes] | None = None
-        self.client = ControllerClient(url=self.url, timeout_s=30)
+        self.client = ControllerClient(url=self.url, api_key=key, timeout_s=30)
 
     def start(self) -> None:
         faasdl = Path(sys.executable).with_name("faasdl")

@@ -7,6 +7,7 @@ import pytest
 
 from faasdl.config import Settings
 from faasdl.controller.app import create_app
+from faasdl.controller.auth import create_key
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
@@ -34,6 +35,14 @@ def api_url(controller: Controller) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def client(api_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=api_url, timeout=300) as http:
+def admin_key(controller: Controller) -> str:
+    """An administrator's API key of tenant ``default``."""
+    return create_key(controller.store, tenant="default", admin=True, name="tests")[1]
+
+
+@pytest.fixture(scope="module")
+def client(api_url: str, admin_key: str) -> Iterator[httpx.Client]:
+    """A client of the API with an administrator's key."""
+    auth = {"Authorization": f"Bearer {admin_key}"}
+    with httpx.Client(base_url=api_url, timeout=300, headers=auth) as http:
         yield http

@@ -1,4 +1,11 @@
-from faasdl.controller.admission import Capacity, Demand, admit, fair_order, queue_positions
+from faasdl.controller.admission import (
+    Capacity,
+    Demand,
+    TenantQuota,
+    admit,
+    fair_order,
+    queue_positions,
+)
 
 POOL = Capacity(memory_mb=4096, actions=8)
 
@@ -37,3 +44,22 @@ def test_tenants_take_turns() -> None:
 
     assert order == ["a0", "b0", "a1", "b1", "a2"]
     assert queue_positions(burst + other) == {"a0": 1, "b0": 2, "a1": 3, "b1": 4, "a2": 5}
+
+
+def test_a_tenant_at_its_job_quota_waits_and_does_not_hold_up_the_others() -> None:
+    big = Capacity(memory_mb=None, actions=None)
+    running = [job("a0", tenant="a")]
+    queued = [job("a1", tenant="a", t=1), job("a2", tenant="a", t=2), job("b0", tenant="b", t=3)]
+
+    assert admit(queued, running, big, TenantQuota(jobs=2)) == ["a1", "b0"]
+    assert admit(queued, running, big, TenantQuota(jobs=1)) == ["b0"]
+    assert admit(queued, running, big) == ["a1", "b0", "a2"]
+
+
+def test_a_tenants_memory_quota_counts_what_its_running_jobs_hold() -> None:
+    big = Capacity(memory_mb=None, actions=None)
+    quota = TenantQuota(memory_mb=3000)
+    queued = [job("a1", tenant="a", t=1, memory=1000), job("b0", tenant="b", t=2, memory=2500)]
+
+    assert admit(queued, [job("a0", tenant="a", memory=2048)], big, quota) == ["b0"]
+    assert admit(queued, [job("a0", tenant="a", memory=1024)], big, quota) == ["a1", "b0"]

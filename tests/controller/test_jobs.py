@@ -216,20 +216,30 @@ def test_an_idempotency_key_replay_returns_the_same_job(client: httpx.Client) ->
     assert sum(j["job_id"] == first.json()["job"]["job_id"] for j in jobs) == 1
 
 
-def test_the_cli_submits_watches_lists_and_downloads(api_url: str, tmp_path: Path) -> None:
+def test_the_cli_submits_watches_lists_and_downloads(
+    api_url: str, admin_key: str, tmp_path: Path
+) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({**DIGITS_JOB, "epochs": 1, "seed": 3}))
     out = tmp_path / "model.safetensors"
+    key_file = tmp_path / "key"
+    key_file.write_text(admin_key + "\n")
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
 
-    submitted = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url])
+    keyless = runner.invoke(app, ["jobs", "--url", api_url])
+    submitted = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url], env=env)
     job_id = submitted.stdout.splitlines()[0]
-    listed = runner.invoke(app, ["jobs", "--url", api_url])
-    status = runner.invoke(app, ["status", job_id, "--url", api_url])
-    downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url])
+    listed = runner.invoke(
+        app, ["jobs", "--url", api_url], env={"FAASDL_CLIENT__API_KEY_FILE": str(key_file)}
+    )
+    status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
+    downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url], env=env)
     missing = runner.invoke(
-        app, ["model", "0123456789abcdef", "-o", str(tmp_path / "none"), "--url", api_url]
+        app, ["model", "0123456789abcdef", "-o", str(tmp_path / "none"), "--url", api_url], env=env
     )
 
+    assert keyless.exit_code == 2
+    assert "an API key is required" in keyless.output
     assert submitted.exit_code == 0, submitted.output
     assert "round_finished" in submitted.output
     assert job_id in [j["job_id"] for j in json.loads(listed.stdout.splitlines()[-1])]

@@ -1,20 +1,32 @@
-"""``/v1/jobs``: submit, list, inspect, follow, download and cancel training jobs."""
+"""``/v1/jobs``: submit, list, inspect, follow, download and cancel training jobs.
+
+A caller sees only its tenant's jobs (an administrator sees every tenant's): another tenant's job
+is a 404, exactly as one that does not exist, so that ids cannot be probed.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+import weakref
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
 
-from faasdl.controller.deps import ControllerDep
-from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, JobLine, JobView, job_line
+from faasdl.controller.auth import Principal, caller_id, spec_for
+from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep
+from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, Controller, JobLine, JobView, job_line
+from faasdl.controller.routes import AUTHENTICATED, problems
 from faasdl.controller.validator import TENANT_PATTERN, JobSpec
-from faasdl.store.records import JobEvent, JobState
+from faasdl.errors import JobNotFound
+from faasdl.store.records import JobEvent, JobInfo, JobState
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(
+    prefix="/v1/jobs", tags=["jobs"], responses={**AUTHENTICATED, **problems(404, 409)}
+)
 
 JOB_ID_PATTERN = r"^[0-9a-f]{16}$"
 JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]
@@ -32,6 +44,8 @@ EVENTS_POLL_S = 0.25
 def submit(
     spec: JobSpec,
     controller: ControllerDep,
+    principal: PrincipalDep,
+    limits: LimitsDep,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -42,6 +56,8 @@ def submit(
         ),
     ] = None,
 ) -> JobView:
+    spec = spec_for(spec, principal)
+    limits.submissions.take(caller_id(principal), "job submissions")
     submitted = controller.submit(spec, idempotency=idempotency_key)
     if not submitted.created:
         response.status_code = status.HTTP_200_OK
@@ -52,15 +68,36 @@ def submit(
 @router.get("", summary="List jobs, newest first")
 def list_jobs(
     controller: ControllerDep,
-    tenant: Annotated[str | None, Query(pattern=TENANT_PATTERN)] = None,
+    principal: PrincipalDep,
+    tenant: Annotated[
+        str | None,
+        Query(
+            pattern=TENANT_PATTERN, description="Only this tenant's (an administrator's filter)."
+        ),
+    ] = None,
     state: JobState | None = None,
 ) -> list[JobLine]:
+    if not principal.admin:
+        if tenant not in (None, principal.tenant):
+            return []
+        tenant = principal.tenant
     return [job_line(j) for j in controller.jobs(tenant=tenant, state=state)]
 
 
+def owned(controller: Controller, principal: Principal, job_id: str) -> JobInfo:
+    """The job, if the caller may see it; ``JobNotFound`` otherwise (no hint that it exists)."""
+    job = controller.job(job_id)
+    if not principal.owns(job.tenant):
+        raise JobNotFound(job_id)
+    return job
+
+
 @router.get("/{job_id}", response_model=JobView, summary="A job's state, rounds and ledger")
-def get_job(job_id: JobId, controller: ControllerDep) -> JobView:
-    return controller.view(job_id)
+def get_job(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> Response:
+    view = controller.view(job_id, owned(controller, principal, job_id))
+    # Serialised once by pydantic-core: the most frequent call skips FastAPI's second
+    # validation of a record it has just read (the schema still says JobView).
+    return Response(view.model_dump_json(), media_type="application/json")
 
 
 @router.get(
@@ -69,28 +106,46 @@ def get_job(job_id: JobId, controller: ControllerDep) -> JobView:
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}}},
 )
-def events(job_id: JobId, controller: ControllerDep) -> StreamingResponse:
+def events(
+    job_id: JobId, controller: ControllerDep, principal: PrincipalDep, limits: LimitsDep
+) -> StreamingResponse:
     """One event per line of the job's log (``event:`` its kind, ``data:`` the line as JSON), then
-    ``event: end`` with the job's final state once it has ended."""
-    controller.job(job_id)  # a 404 now, not inside the stream
+    ``event: end`` with the job's final state once it has ended. A quiet stream sends a comment
+    every ``FAASDL_API__STREAM_KEEPALIVE_S`` (a client gone away is noticed), and ends after
+    ``FAASDL_API__STREAM_MAX_S`` without ``end`` (the client reconnects)."""
+    owned(controller, principal, job_id)  # a 404 now, not inside the stream
+    api = controller.settings.api
+    caller = caller_id(principal)
+    limits.streams.reserve(caller)
 
-    def stream() -> Iterator[str]:
+    async def stream() -> AsyncIterator[str]:
+        # Async, so that a stream holds no worker thread between looks at the job: a thousand
+        # idle followers cost the thread pool nothing.
         last: JobEvent | None = None
-        while True:
-            job = controller.job(job_id)
+        started = quiet = time.monotonic()
+        while time.monotonic() - started < api.stream_max_s:
+            job = await anyio.to_thread.run_sync(controller.job, job_id)
             # The log is capped: resume after the last line sent, or from its start if trimmed.
             start = job.events.index(last) + 1 if last in job.events else 0
             for event in job.events[start:]:
                 yield f"event: {event.kind}\ndata: {event.model_dump_json()}\n\n"
-                last = event
+                last, quiet = event, time.monotonic()
             if job.finished:
                 end = {"state": job.state, "error": job.error, "round": job.round}
                 yield f"event: end\ndata: {json.dumps(end)}\n\n"
                 return
-            if controller.runtime.shutdown.wait(EVENTS_POLL_S):
+            if time.monotonic() - quiet >= api.stream_keepalive_s:
+                yield ": keep-alive\n\n"
+                quiet = time.monotonic()
+            if controller.runtime.shutdown.is_set():
                 return
+            await anyio.sleep(EVENTS_POLL_S)
 
-    return StreamingResponse(stream(), media_type="text/event-stream")
+    body = stream()
+    # The slot is freed when the stream is dropped, however it ends: even one whose client left
+    # before its first line never runs a ``finally``.
+    weakref.finalize(body, limits.streams.release, caller)
+    return StreamingResponse(body, media_type="text/event-stream")
 
 
 @router.get(
@@ -99,7 +154,8 @@ def events(job_id: JobId, controller: ControllerDep) -> StreamingResponse:
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}}},
 )
-def model(job_id: JobId, controller: ControllerDep) -> Response:
+def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> Response:
+    owned(controller, principal, job_id)
     return Response(
         controller.model(job_id),
         media_type="application/octet-stream",
@@ -108,6 +164,7 @@ def model(job_id: JobId, controller: ControllerDep) -> Response:
 
 
 @router.delete("/{job_id}", response_model=JobView, summary="Cancel a job (its record stays)")
-def cancel(job_id: JobId, controller: ControllerDep) -> JobView:
+def cancel(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> JobView:
+    owned(controller, principal, job_id)
     controller.cancel(job_id)
     return controller.view(job_id)

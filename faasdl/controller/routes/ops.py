@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from faasdl.controller.deps import ControllerDep
+from faasdl.controller.auth import spec_for
+from faasdl.controller.deps import AdminDep, ControllerDep, PrincipalDep
 from faasdl.controller.plan import JobPlan
+from faasdl.controller.routes import AUTHENTICATED
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import FaasdlError
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
-@router.post("/v1/estimate", response_model=JobPlan, tags=["jobs"], summary="Plan, run nothing")
-def estimate(spec: JobSpec, controller: ControllerDep) -> JobPlan:
-    return controller.estimate(spec)
+@router.post(
+    "/v1/estimate",
+    response_model=JobPlan,
+    tags=["jobs"],
+    summary="Plan, run nothing",
+    responses=AUTHENTICATED,
+)
+def estimate(spec: JobSpec, controller: ControllerDep, principal: PrincipalDep) -> JobPlan:
+    return controller.estimate(spec_for(spec, principal))
 
 
 @router.get("/healthz", tags=["ops"], summary="The process answers")
@@ -24,8 +35,14 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", tags=["ops"], summary="The platform and the store answer")
+@router.get(
+    "/readyz",
+    tags=["ops"],
+    summary="The platform and the store answer",
+    responses={503: {"description": "Not ready: the store or the platform is unavailable"}},
+)
 def readyz(controller: ControllerDep) -> JSONResponse:
+    """Unauthenticated (a probe), so it says only ``ok`` or ``unavailable``; why is logged."""
     checks: dict[str, str] = {}
     for name, probe in (
         ("store", lambda: controller.store.get("job/")),
@@ -35,11 +52,18 @@ def readyz(controller: ControllerDep) -> JSONResponse:
             probe()
             checks[name] = "ok"
         except FaasdlError as exc:
-            checks[name] = str(exc)
+            log.warning("readiness: the %s is unavailable: %s", name, exc)
+            checks[name] = "unavailable"
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=Response)
-def metrics(controller: ControllerDep) -> Response:
+@router.get(
+    "/metrics",
+    tags=["ops"],
+    summary="Prometheus metrics (an administrator's key)",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **AUTHENTICATED},
+)
+def metrics(controller: ControllerDep, _: AdminDep) -> Response:
     return Response(controller.metrics.render(), media_type=CONTENT_TYPE_LATEST)

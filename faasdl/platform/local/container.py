@@ -86,6 +86,7 @@ class Container:
         memory_mb: int,
         guard: MemoryGuard,
         start_timeout_s: float,
+        nice: int = 0,
     ) -> None:
         self.container_id = container_id
         self.action_key = action_key
@@ -96,6 +97,7 @@ class Container:
         self.kill_reason: KillReason | None = None
         self._guard = guard
         self._start_timeout_s = start_timeout_s
+        self._nice = nice
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._workdir: str | None = None
@@ -135,6 +137,14 @@ class Container:
             raise ContainerStartError(f"cannot start a container process: {exc}") from exc
         os.close(write_fd)
         try:
+            if self._nice:
+                # Set while the interpreter is still starting, before the runtime has made a
+                # thread: every thread it makes inherits the priority.
+                os.setpriority(
+                    os.PRIO_PROCESS,
+                    self._process.pid,
+                    os.getpriority(os.PRIO_PROCESS, 0) + self._nice,
+                )
             self._guard.attach(self.container_id, self._process.pid, self.memory_mb)
             port = self._read_port(read_fd)
         except (OSError, ContainerStartError) as exc:

@@ -143,6 +143,7 @@ class LocalPlatform(Platform):
             memory_mb=memory_mb,
             guard=self._guard,
             start_timeout_s=self.settings.container_start_timeout_s,
+            nice=self.settings.container_nice,
         )
 
     def _running_pool(self) -> ContainerPool:

@@ -1,0 +1,403 @@
+"""The API's security: keys on every endpoint, tenants that cannot see each other, data sets
+confined to their directories, bodies capped before they are read, secrets kept out of logs and
+answers, and limits per key.
+
+Controllers here are not started (jobs stay queued); sizing is real, on the embedded platform.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from faasdl.cli import app as cli
+from faasdl.config import Settings
+from faasdl.controller.app import create_app
+from faasdl.controller.auth import create_key, revoke_key
+from faasdl.controller.jobs import Controller
+from faasdl.platform.local import LocalPlatform
+from faasdl.serving import AppThread
+from faasdl.store import StateStore
+
+pytestmark = pytest.mark.tensorflow
+
+MLP: dict[str, Any] = {"model": "mlp", "dataset": {"name": "digits"}, "epochs": 1}
+OPENWHISK_KEY = "2b6a5f0e-aaaa-bbbb-cccc-1234567890ab:s3cr3t-openwhisk-key-that-must-not-leak"
+STORE_PASSWORD = "s3cr3t-store-password-that-must-not-leak"
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("data")
+    found = {name: base / name for name in ("allowed", "uploads", "outside")}
+    for path in found.values():
+        path.mkdir()
+    return found
+
+
+@contextmanager
+def serve(
+    platform: LocalPlatform, store: tuple[StateStore, str], **api: Any
+) -> Iterator[tuple[str, Controller]]:
+    """An API on loopback over a controller that is not started, with ``api`` settings."""
+    settings = Settings(
+        openwhisk={"auth": OPENWHISK_KEY}, store={"password": STORE_PASSWORD}, api=api
+    )
+    controller = Controller(
+        settings=settings, platform=platform, store=store[0], store_url=store[1]
+    )
+    server = AppThread(create_app(controller, owns=False), host="127.0.0.1", port=0, name="api")
+    try:
+        yield server.start(), controller
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def api(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str], roots: dict[str, Path]
+) -> Iterator[tuple[str, Controller]]:
+    with serve(
+        tf_platform,
+        tf_store,
+        dataset_roots=[str(roots["allowed"])],
+        upload_dir=str(roots["uploads"]),
+        max_upload_bytes=64 * 1024,
+        max_streams_per_key=1,
+        submissions_per_minute=1000,
+    ) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def keys(api: tuple[str, Controller]) -> dict[str, str]:
+    store = api[1].store
+    return {
+        "a": create_key(store, tenant="alice")[1],
+        "b": create_key(store, tenant="bob")[1],
+        "admin": create_key(store, tenant="ops", admin=True)[1],
+    }
+
+
+def client(api: tuple[str, Controller], key: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=api[0], headers=headers, timeout=120)
+
+
+def operations(url: str) -> list[tuple[str, str]]:
+    """Every operation of the schema that declares authentication, with its ids filled in."""
+    schema = httpx.get(f"{url}/openapi.json").json()
+    found = []
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            if operation.get("security"):
+                concrete = path.replace("{job_id}", "0123456789abcdef").replace("{name}", "x")
+                found.append((method.upper(), concrete))
+    return found
+
+
+def save_npz(path: Path, rows: int = 400) -> Path:
+    rng = np.random.default_rng(0)
+    x = rng.random((rows, 8), dtype=np.float32)
+    y = (np.arange(rows) % 3).astype(np.int32)
+    np.savez(path, x_train=x, y_train=y, x_test=x[:10], y_test=y[:10])
+    return path
+
+
+def test_every_endpoint_refuses_a_missing_invalid_or_revoked_key(
+    api: tuple[str, Controller],
+) -> None:
+    store = api[1].store
+    record, revoked = create_key(store, tenant="carol")
+    revoke_key(store, record.key_id)
+    operations_ = operations(api[0])
+    well_formed_but_unknown = "fdl_0123456789abcdef." + "A" * 43
+
+    for key in (None, "not-a-key", well_formed_but_unknown, revoked):
+        with client(api, key) as http:
+            for method, path in operations_:
+                response = http.request(method, path)
+                assert response.status_code == 401, (key, method, path, response.text)
+                assert response.headers["www-authenticate"] == "Bearer"
+    assert len(operations_) >= 9
+    with client(api, None) as http:
+        assert http.get("/healthz").status_code == 200  # probes need no key
+        assert http.get("/readyz").status_code == 200
+
+
+def test_a_tenant_cannot_see_or_touch_another_tenants_job(
+    api: tuple[str, Controller], keys: dict[str, str]
+) -> None:
+    with client(api, keys["b"]) as bob, client(api, keys["a"]) as alice:
+        job_id = bob.post("/v1/jobs", json=MLP).json()["job"]["job_id"]
+        never = "fedcba9876543210"
+
+        answers = {
+            (method, path.format(job_id)): alice.request(method, path.format(job_id))
+            for method, path in [
+                ("GET", "/v1/jobs/{}"),
+                ("GET", "/v1/jobs/{}/events"),
+                ("GET", "/v1/jobs/{}/model"),
+                ("DELETE", "/v1/jobs/{}"),
+            ]
+        }
+        unknown = alice.get(f"/v1/jobs/{never}")
+        listed = alice.get("/v1/jobs").json()
+        filtered = alice.get("/v1/jobs", params={"tenant": "bob"}).json()
+        as_bob = alice.post("/v1/jobs", json={**MLP, "tenant": "bob"})
+        bobs_view = bob.get(f"/v1/jobs/{job_id}")
+
+    for (_, path), response in answers.items():
+        assert response.status_code == 404, path
+        assert response.json()["detail"] == f"job_id: no job {job_id!r}"
+    assert unknown.json()["detail"] == f"job_id: no job {never!r}"  # same answer: no oracle
+    assert job_id not in {j["job_id"] for j in listed}
+    assert filtered == []
+    assert as_bob.status_code == 403
+    assert "tenant" in as_bob.json()["detail"]
+    assert bobs_view.json()["job"]["state"] == "queued"  # alice's DELETE did nothing
+    assert bobs_view.json()["job"]["tenant"] == "bob"
+    with client(api, keys["admin"]) as admin:
+        assert job_id in {j["job_id"] for j in admin.get("/v1/jobs").json()}
+        assert admin.get(f"/v1/jobs/{job_id}").status_code == 200
+        assert admin.get("/metrics").status_code == 200
+    with client(api, keys["a"]) as alice:
+        assert alice.get("/metrics").status_code == 403
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../bob/x.npz",
+        "../../outside/data.npz",
+        "{outside}/data.npz",
+        "{allowed}/../outside/data.npz",
+        "{allowed}/escape.npz",  # a symbolic link out of the allowed root
+        "{uploads}/alice/link.npz",  # a symbolic link out of alice's uploads
+        "/etc/passwd",
+    ],
+)
+def test_a_data_set_path_outside_the_allowed_directories_is_refused(
+    api: tuple[str, Controller], keys: dict[str, str], roots: dict[str, Path], path: str
+) -> None:
+    save_npz(roots["outside"] / "data.npz")
+    for link, parent in (
+        ("escape.npz", roots["allowed"]),
+        ("link.npz", roots["uploads"] / "alice"),
+    ):
+        parent.mkdir(exist_ok=True)
+        if not (parent / link).is_symlink():
+            (parent / link).symlink_to(roots["outside"] / "data.npz")
+    spec = {**MLP, "dataset": {"name": "npz", "path": path.format(**roots)}}
+
+    with client(api, keys["a"]) as alice:
+        estimate = alice.post("/v1/estimate", json=spec)
+        submit = alice.post("/v1/jobs", json=spec)
+
+    for response in (estimate, submit):
+        assert response.status_code == 422, response.text
+        assert response.json()["field"] == "dataset.path"
+        assert "outside" in response.json()["detail"]
+
+
+def test_a_data_set_in_an_allowed_root_is_used_by_its_resolved_path(
+    api: tuple[str, Controller], keys: dict[str, str], roots: dict[str, Path]
+) -> None:
+    save_npz(roots["allowed"] / "ok.npz")
+    spec = {**MLP, "dataset": {"name": "npz", "path": f"{roots['allowed']}/./ok.npz"}}
+
+    with client(api, keys["a"]) as alice:
+        response = alice.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job = response.json()["job"]
+
+    assert job["spec"]["dataset"]["path"] == str((roots["allowed"] / "ok.npz").resolve())
+
+
+def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
+    api: tuple[str, Controller], keys: dict[str, str], roots: dict[str, Path], tmp_path: Path
+) -> None:
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    alice_dir = roots["uploads"] / "alice"
+
+    with client(api, keys["a"]) as alice, client(api, keys["b"]) as bob:
+        created = alice.put("/v1/datasets/mine", content=data)
+        not_npz = alice.put("/v1/datasets/junk", content=b"PK\x03\x04 not really a zip")
+        too_big = alice.put("/v1/datasets/big", content=os.urandom(65 * 1024))
+        listed = alice.get("/v1/datasets").json()
+        estimate = alice.post(
+            "/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": "mine.npz"}}
+        )
+        bobs_try = bob.post(
+            "/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": "../alice/mine.npz"}}
+        )
+        bobs_list = bob.get("/v1/datasets").json()
+        deleted = alice.delete("/v1/datasets/mine")
+        gone = alice.delete("/v1/datasets/mine")
+
+    assert created.status_code == 201, created.text
+    assert created.json()["bytes"] == len(data)
+    assert not_npz.status_code == 422
+    assert not_npz.json()["field"] == "body"
+    assert too_big.status_code == 413
+    assert [d["name"] for d in listed] == ["mine"]
+    assert estimate.status_code == 200, estimate.text
+    assert bobs_try.status_code == 422
+    assert bobs_list == []
+    assert deleted.status_code == 204
+    assert gone.status_code == 404
+    left = sorted(p.name for p in alice_dir.iterdir() if not p.is_symlink())
+    assert left == []  # no partial file of the refused uploads, and the deleted one gone
+
+
+def raw_request(url: str, head: str, body: bytes) -> bytes:
+    """Send ``head`` and ``body`` on a socket, then read the answer without sending more."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(head.encode() + body)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_an_oversized_body_is_refused_before_it_is_read_whole(
+    api: tuple[str, Controller], keys: dict[str, str]
+) -> None:
+    declared = (
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {keys['a']}\r\nContent-Length: {100 * 2**20}\r\n\r\n"
+    )
+    chunked = (
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {keys['a']}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b" " * 65536
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(20))
+
+    # 100 MiB announced, 1 KiB sent: the answer comes without the rest.
+    announced = raw_request(api[0], declared, b"{" + b" " * 1023)
+    streamed = raw_request(api[0], chunked, body)  # 1.25 MiB with no length, over the 1 MiB cap
+
+    assert announced.startswith(b"HTTP/1.1 413"), announced[:200]
+    assert streamed.startswith(b"HTTP/1.1 413"), streamed[:200]
+
+
+def test_secrets_appear_in_no_log_and_no_answer(
+    api: tuple[str, Controller], keys: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    secrets = [OPENWHISK_KEY, OPENWHISK_KEY.split(":")[1], STORE_PASSWORD, keys["a"]]
+    caplog.set_level(logging.DEBUG)
+    answers: list[str] = []
+
+    with client(api, keys["a"]) as alice, client(api, keys["admin"]) as admin:
+        for http in (alice, admin):
+            for method, path in operations(api[0]):
+                answers.append(http.request(method, path).text)
+        answers.append(alice.post("/v1/jobs", json={**MLP, "tenant": "x y"}).text)
+        answers.append(admin.get("/openapi.json").text)
+        answers.append(admin.get("/readyz").text)
+    with client(api, keys["a"].replace("fdl_", "fdl_x")) as wrong:
+        answers.append(wrong.get("/v1/jobs").text)
+    # A faasdl module that logs a secret by mistake, and a library that does.
+    logging.getLogger("faasdl.controller.jobs").warning("connecting with %s", STORE_PASSWORD)
+    logging.getLogger("urllib3").error("auth %s failed for %s", OPENWHISK_KEY, keys["a"])
+
+    logged = caplog.text
+    assert "connecting with ***" in logged
+    for secret in secrets:
+        assert secret not in logged
+        assert not any(secret in answer for answer in answers)
+
+
+def test_submissions_are_rate_limited_per_key_and_queues_per_tenant(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
+) -> None:
+    with serve(tf_platform, tf_store, submissions_per_minute=2, tenant_max_queued_jobs=3) as (
+        url,
+        controller,
+    ):
+        store = controller.store
+        first, second = create_key(store, tenant="dave")[1], create_key(store, tenant="dave")[1]
+        with client((url, controller), first) as one, client((url, controller), second) as two:
+            answers = [one.post("/v1/jobs", json=MLP) for _ in range(3)]
+            other_key = two.post("/v1/jobs", json=MLP)
+            queue_full = two.post("/v1/jobs", json=MLP)
+
+    assert [a.status_code for a in answers] == [201, 201, 429]
+    assert 1 <= int(answers[2].headers["retry-after"]) <= 30
+    assert "2 a minute" in answers[2].json()["detail"]
+    assert other_key.status_code == 201  # a limit per key
+    assert queue_full.status_code == 429  # 3 jobs of tenant dave queued: the tenant's quota
+    assert "queued" in queue_full.json()["detail"]
+
+
+def test_a_job_larger_than_its_tenants_memory_quota_is_refused(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
+) -> None:
+    with serve(tf_platform, tf_store, tenant_max_memory_mb=200) as (url, controller):
+        key = create_key(controller.store, tenant="erin")[1]
+        with client((url, controller), key) as erin:
+            response = erin.post("/v1/jobs", json={**MLP, "workers": 2})
+
+    assert response.status_code == 403
+    assert response.json()["detail"].startswith("workers: ")
+    assert "(200 MB)" in response.json()["detail"]
+
+
+def test_event_streams_are_limited_per_key_and_end_after_their_longest_time(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
+) -> None:
+    with serve(
+        tf_platform, tf_store, max_streams_per_key=1, stream_max_s=1.0, stream_keepalive_s=0.2
+    ) as (url, controller):
+        key = create_key(controller.store, tenant="frank")[1]
+        with client((url, controller), key) as frank:
+            job_id = frank.post("/v1/jobs", json=MLP).json()["job"]["job_id"]
+            with frank.stream("GET", f"/v1/jobs/{job_id}/events") as stream:
+                second = frank.get(f"/v1/jobs/{job_id}/events")
+                lines = list(stream.iter_lines())  # ends by itself: the job stays queued
+            again = frank.get(f"/v1/jobs/{job_id}/events")  # the slot is free again
+
+    assert second.status_code == 429
+    assert any(line.startswith("event: submitted") for line in lines)
+    assert ": keep-alive" in lines
+    assert not any(line.startswith("event: end") for line in lines)
+    assert again.status_code == 200
+
+
+def test_keys_are_made_listed_and_revoked_from_the_command_line(tmp_path: Path) -> None:
+    env = {"FAASDL_STORE__URL": f"sqlite:///{tmp_path / 'state.db'}"}
+    runner = CliRunner()
+
+    made = runner.invoke(cli, ["keys", "create", "--tenant", "gina", "--admin"], env=env)
+    bad = runner.invoke(cli, ["keys", "create", "--tenant", "no spaces"], env=env)
+    key = json.loads(made.stdout.splitlines()[-1])
+    listed = runner.invoke(cli, ["keys", "list"], env=env)
+    revoked = runner.invoke(cli, ["keys", "revoke", key["key_id"]], env=env)
+    unknown = runner.invoke(cli, ["keys", "revoke", "0000000000000000"], env=env)
+    after = runner.invoke(cli, ["keys", "list"], env=env)
+
+    assert made.exit_code == 0, made.output
+    assert key["key"].startswith(f"fdl_{key['key_id']}.")
+    assert bad.exit_code == 2
+    assert "tenant" in bad.output
+    assert key["key"] not in listed.stdout
+    assert "secret_sha256" not in listed.stdout
+    assert revoked.exit_code == 0
+    assert unknown.exit_code == 2
+    assert "no API key" in unknown.output
+    assert json.loads(after.stdout.splitlines()[-1])[0]["revoked_ms"] is not None
