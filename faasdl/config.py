@@ -252,7 +252,8 @@ class ApiSettings(BaseModel):
     dataset_roots: list[Path] = Field(
         default_factory=list,
         description="Directories whose .npz files jobs may name (after resolving symbolic links); "
-        "empty: only uploaded data sets and the built-in ones.",
+        "empty: only uploaded data sets and the built-in ones. In the environment a JSON list: "
+        "'[\"/data\"]'.",
     )
     upload_dir: Path = Field(
         Path(".faasdl/datasets"),
