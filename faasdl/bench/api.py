@@ -23,7 +23,6 @@ import os
 import random
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import httpx
 import psutil
 from rich.console import Console
 
+from faasdl.bench import percentile
 from faasdl.config import StoreSettings
 from faasdl.controller.auth import create_key
 from faasdl.errors import FaasdlError
@@ -251,13 +251,12 @@ def _figures(
     after: dict[str, float],
 ) -> dict[str, Any]:
     def quantiles(values: list[float]) -> dict[str, float | int]:
-        if len(values) < 2:
-            return {"requests": len(values)}
-        cuts = statistics.quantiles(values, n=100, method="inclusive")
+        if not values:
+            return {"requests": 0}
         return {
             "requests": len(values),
-            "p50_ms": round(cuts[49], 1),
-            "p99_ms": round(cuts[98], 1),
+            "p50_ms": percentile(values, 50),
+            "p99_ms": percentile(values, 99),
             "max_ms": round(max(values), 1),
         }
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
+from faasdl.bench import percentile
 from faasdl.canary.inject import Chaos, Injection, Mode
 from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
@@ -104,20 +105,21 @@ def run_recovery_bench(*, quick: bool, progress: Console) -> dict[str, Any]:
     stalls = [
         a for job in warm for a in _results(platform, job) if a.get("checkpoint_stall_ms_p50")
     ]
+    hung_p50 = percentile(hung, 50)
     result = {
         "jobs": 4 + len(FAILURE_FREE) * pairs + len(warm) + len(cold) + len(frozen),
         "kills": len(warm_kills) + len(cold_kills),
         "freezes": len(frozen_at),
-        "takeover_ms_p50": _pct(takeover, 50),
-        "takeover_ms_p99": _pct(takeover, 99),
+        "takeover_ms_p50": percentile(takeover, 50),
+        "takeover_ms_p99": percentile(takeover, 99),
         "takeovers": len(takeover),
         "takeovers_on_replica": sum(warm for _, warm, _ in warm_takeovers),
         "takeovers_on_primed_trainer": sum(primed for _, _, primed in warm_takeovers),
-        "cold_restart_ms_p50": _pct(cold_takeover, 50),
-        "detection_ms_p50": {"platform_reported": _pct(reported, 50), "lease": _pct(hung, 50)},
-        "detection_heartbeats_p50": {"lease": round(_pct(hung, 50) / (1000 * HEARTBEAT_S), 2)},
+        "cold_restart_ms_p50": percentile(cold_takeover, 50),
+        "detection_ms_p50": {"platform_reported": percentile(reported, 50), "lease": hung_p50},
+        "detection_heartbeats_p50": {"lease": round(hung_p50 / (1000 * HEARTBEAT_S), 2)},
         "heartbeat_s": HEARTBEAT_S,
-        "checkpoint_stall_ms_p50": _pct([s["checkpoint_stall_ms_p50"] for s in stalls], 50),
+        "checkpoint_stall_ms_p50": percentile([s["checkpoint_stall_ms_p50"] for s in stalls], 50),
         "makespan_s": {k: [round(v, 2) for v in vs] for k, vs in makespans.items()},
         "failure_free_overhead": _overhead(makespans, "canary"),
         "failure_free_overhead_checkpointing": _overhead(makespans, "canary_checkpointing"),
@@ -243,13 +245,6 @@ def _results(platform: LocalPlatform, job: JobInfo) -> list[dict[str, Any]]:
 
 def _makespan_s(job: JobInfo) -> float:
     return ((job.finished_ms or 0) - (job.started_ms or 0)) / 1000
-
-
-def _pct(values: list[float], q: int) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))], 1)
 
 
 def _print(result: dict[str, Any], console: Console) -> None:
