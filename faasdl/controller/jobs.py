@@ -162,7 +162,10 @@ class Controller:
     def estimate(self, spec: JobSpec) -> JobPlan:
         """The plan the job would run with; nothing stored but what sizing measures once. A
         ``.npz`` path outside what the spec's tenant may read is refused before it is opened."""
-        spec = confine(spec, self.settings.api)
+        return self._plan(confine(spec, self.settings.api))
+
+    def _plan(self, spec: JobSpec) -> JobPlan:
+        """The plan of a spec whose data set is confined already."""
         dataset = load_checked(spec)
         plan = plan_job(self.sizer, spec, dataset, max_fan_in=self.settings.controller.max_fan_in)
         quota = self.settings.api.tenant_max_memory_mb
@@ -189,7 +192,7 @@ class Controller:
                     return replay
                 job_id = known[0].job_id  # the first request died between the two writes
         self._check_queue_quota(spec.tenant)
-        plan = self.estimate(spec)
+        plan = self._plan(spec)
         if idempotency is not None:
             record = IdempotencyRecord(
                 tenant=spec.tenant,

@@ -26,7 +26,7 @@ import dataclasses
 import os
 import time
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,7 +111,9 @@ def warm_up(args: dict[str, Any]) -> None:
         optimizer=prime.optimizer,
         learning_rate=prime.learning_rate,
     )
-    key = (prime.model, prime.input_shape, prime.classes, prime.optimizer, prime.learning_rate)
+    key = TrainerKey(
+        prime.model, prime.input_shape, prime.classes, prime.optimizer, prime.learning_rate
+    )
     trainer, _ = _trainer(key, config)
     x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
     y = np.zeros(prime.batch_size, np.int32)
@@ -153,8 +155,16 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
     return {**trainer.evaluate(data.x, data.y), "examples": data.count}
 
 
-#: What makes two trainers interchangeable: model, input shape, classes, optimizer, learning rate.
-TrainerKey = tuple[str, tuple[int, ...], int, str, float]
+class TrainerKey(NamedTuple):
+    """What makes two trainers interchangeable."""
+
+    model: str
+    input_shape: tuple[int, ...]
+    classes: int
+    optimizer: str
+    learning_rate: float
+
+
 #: The warm container's trainer: built and traced once (by a warm-up call, or by the first unit),
 #: reused by the next activations that train the same model the same way.
 _trainers: dict[TrainerKey, tuple[Trainer, list[np.ndarray]]] = {}
@@ -166,8 +176,8 @@ def _trainer(key: TrainerKey, config: TrainConfig) -> tuple[Trainer, list[np.nda
     so reuse changes no result."""
     if key not in _trainers:
         _trainers.clear()  # one model at a time: a container serves one action variant
-        model, input_shape, classes, _, _ = key
-        trainer = Trainer(build_model(model, input_shape, classes, seed=0), config)
+        model = build_model(key.model, key.input_shape, key.classes, seed=0)
+        trainer = Trainer(model, config)
         _trainers[key] = (trainer, [v.numpy() for v in trainer.optimizer.variables])
     trainer, fresh = _trainers[key]
     trainer.config = config
@@ -182,8 +192,7 @@ _initial: dict[tuple[TrainerKey, int], list[np.ndarray]] = {}
 def _initial_weights(key: TrainerKey, seed: int) -> list[np.ndarray]:
     if (key, seed) not in _initial:
         _initial.clear()
-        model, input_shape, classes, _, _ = key
-        built = build_model(model, input_shape, classes, seed=seed)
+        built = build_model(key.model, key.input_shape, key.classes, seed=seed)
         _initial[(key, seed)] = [w.numpy() for w in built.weights]
     return _initial[(key, seed)]
 
@@ -209,7 +218,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
             state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
     with phases("build"):
         input_shape = tuple(shard.x.shape[1:])
-        key = (args.model, input_shape, args.classes, args.optimizer, args.learning_rate)
+        key = TrainerKey(args.model, input_shape, args.classes, args.optimizer, args.learning_rate)
         config = TrainConfig(
             batch_size=args.batch_size,
             epochs=args.epochs,
