@@ -460,7 +460,8 @@ def submit(
         if not watch:
             return
         view = follow(lambda: client.job(job["job_id"]), Console(stderr=True))
-    Console(stderr=True).print(summary(view))
+        ledger = client.ledger(job["job_id"])
+    Console(stderr=True).print(summary(view, ledger))
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
 
@@ -494,15 +495,39 @@ def jobs(
 
 @app.command()
 def status(job_id: JobIdArgument, url: UrlOption = None) -> None:
-    """A job's state, rounds and cost; its full record as JSON last."""
+    """A job's state, rounds and cost; its record as JSON last (its ledger: ``faasdl ledger``)."""
     from faasdl.controller.watch import summary
 
     with _controller(url) as client:
         view = client.job(job_id)
-    console.print(summary(view), width=140)
+        ledger = client.ledger(job_id)
+    console.print(summary(view, ledger), width=140)
     if view["queue_position"]:
         console.print(f"queue position {view['queue_position']}")
     typer.echo(json.dumps(view))
+
+
+@app.command()
+def ledger(job_id: JobIdArgument, url: UrlOption = None) -> None:
+    """What each of a job's activations used and cost; JSON last."""
+    with _controller(url) as client:
+        found = client.ledger(job_id)
+    table = Table(title=f"ledger of job {job_id}")
+    for column in ("kind", "round", "unit", "attempt", "MB", "seconds", "outcome", "USD"):
+        table.add_column(column)
+    for a in found:
+        table.add_row(
+            a["kind"],
+            str(a["round"] + 1),
+            str(a["unit"]),
+            str(a["attempt"]),
+            str(a["memory_mb"]),
+            f"{a['duration_ms'] / 1000:.1f}",
+            a["outcome"],
+            f"{a['cost_usd']:.6f}",
+        )
+    console.print(table, width=140)
+    typer.echo(json.dumps(found))
 
 
 @app.command()

@@ -56,10 +56,11 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
             job_id = client.submit(spec)["job"]["job_id"]
             with Chaos(platform, controller.store, job_id, kills, delay_s=KILL_DELAY_S) as chaos:
                 view = watch(lambda: client.job(job_id), console)
+            ledger = client.ledger(job_id)
         finally:
             client.close()
             server.stop()
-    console.print(summary(view))
+    console.print(summary(view, ledger))
     failures = view["job"]["failures"]
     resumed = sum(f["recovery"] == "resume" for f in failures)
     console.print(

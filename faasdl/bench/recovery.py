@@ -39,7 +39,7 @@ from faasdl.config import Settings
 from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
-from faasdl.store.records import JobInfo, JobState
+from faasdl.store.records import ActivationUse, JobInfo, JobState
 
 HEARTBEAT_S = 1.0
 KILL_GAP_S = 4.0
@@ -97,14 +97,14 @@ def run_recovery_bench(*, quick: bool, progress: Console) -> dict[str, Any]:
             )
             progress.print(f"{freezes} frozen attempts caught by their lease")
             frozen, frozen_at = _chaos(controller, platform, _spec("canary"), "freeze", freezes)
-    warm_takeovers = _takeovers(platform, warm, warm_kills)
+            warm_ledger = [a for job in warm for a in controller.ledger(job.job_id)]
+            cold_ledger = [a for job in cold for a in controller.ledger(job.job_id)]
+    warm_takeovers = _takeovers(platform, warm_ledger, warm_kills)
     takeover = [ms for ms, _, _ in warm_takeovers]
-    cold_takeover = [ms for ms, _, _ in _takeovers(platform, cold, cold_kills)]
+    cold_takeover = [ms for ms, _, _ in _takeovers(platform, cold_ledger, cold_kills)]
     reported = _detections(warm, warm_kills)
     hung = _detections(frozen, [i for i in frozen_at if i.fenced])
-    stalls = [
-        a for job in warm for a in _results(platform, job) if a.get("checkpoint_stall_ms_p50")
-    ]
+    stalls = [a for a in _results(platform, warm_ledger) if a.get("checkpoint_stall_ms_p50")]
     hung_p50 = percentile(hung, 50)
     result = {
         "jobs": 4 + len(FAILURE_FREE) * pairs + len(warm) + len(cold) + len(frozen),
@@ -196,30 +196,30 @@ def _has_replica(replicas: RuntimeManager, job_id: str) -> bool:
 
 
 def _takeovers(
-    platform: LocalPlatform, jobs: list[JobInfo], kills: list[Injection]
+    platform: LocalPlatform, used: list[ActivationUse], kills: list[Injection]
 ) -> list[tuple[float, bool, bool]]:
     """Kill → the first training step of the unit's next attempt, in ms; whether that attempt
-    found a warm container (no cold start), and one with its trainer built (no build)."""
+    found a warm container (no cold start), and one with its trainer built (no build).
+    ``used``: the ledgers of the jobs killed in."""
+    by_id = {a.activation_id: a for a in used}
     out: list[tuple[float, bool, bool]] = []
     for kill in kills:
-        for job in jobs:
-            used = {a.activation_id: a for a in job.activations}
-            killed = used.get(kill.activation_id)
-            if killed is None:
-                continue
-            following = [
-                a
-                for a in job.activations
-                if a.kind == "train"
-                and (a.round, a.unit) == (killed.round, killed.unit)
-                and a.attempt == killed.attempt + 1
-            ]
-            for attempt in following:
-                record = platform.get_activation(attempt.activation_id)
-                result = record.response.result if record else {}
-                if result.get("first_step_at"):
-                    ms = 1000 * (result["first_step_at"] - kill.at)
-                    out.append((ms, attempt.init_ms == 0, bool(result.get("trainer_reused"))))
+        killed = by_id.get(kill.activation_id)
+        if killed is None:
+            continue
+        following = [
+            a
+            for a in used
+            if a.kind == "train"
+            and (a.job_id, a.round, a.unit) == (killed.job_id, killed.round, killed.unit)
+            and a.attempt == killed.attempt + 1
+        ]
+        for attempt in following:
+            record = platform.get_activation(attempt.activation_id)
+            result = record.response.result if record else {}
+            if result.get("first_step_at"):
+                ms = 1000 * (result["first_step_at"] - kill.at)
+                out.append((ms, attempt.init_ms == 0, bool(result.get("trainer_reused"))))
     return out
 
 
@@ -234,9 +234,9 @@ def _detections(jobs: list[JobInfo], injections: list[Injection]) -> list[float]
     ]
 
 
-def _results(platform: LocalPlatform, job: JobInfo) -> list[dict[str, Any]]:
+def _results(platform: LocalPlatform, used: list[ActivationUse]) -> list[dict[str, Any]]:
     out = []
-    for a in job.activations:
+    for a in used:
         record = platform.get_activation(a.activation_id) if a.kind == "train" else None
         if record is not None and isinstance(record.response.result, dict):
             out.append(record.response.result)

@@ -33,7 +33,7 @@ from faasdl.actions import PREFIX
 from faasdl.config import Settings
 from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.validator import JobSpec
-from faasdl.store.records import JobInfo, JobState
+from faasdl.store.records import ActivationUse, JobInfo, JobState
 from faasdl.training.datasets import DatasetSpec, DigitsSpec, SyntheticSpec
 
 WORKERS = 4
@@ -156,10 +156,12 @@ def _workload(w: Workload, seeds: int, controller: Controller, progress: Console
                 "peak_mb_per_action": round(single[0]["peak_mb"], 1),
                 "actions": 1,
             },
-            "default_serverless": _environment(serverless),
-            "faasdl": _environment(periodic[0]),
+            "default_serverless": _environment(serverless, controller.ledger(serverless.job_id)),
+            "faasdl": _environment(periodic[0], controller.ledger(periodic[0].job_id)),
         },
-        "controller_overhead_ratio": round(max(_overhead(j) for j in periodic), 4),
+        "controller_overhead_ratio": round(
+            max(_overhead(j, controller.ledger(j.job_id)) for j in periodic), 4
+        ),
     }
 
 
@@ -182,25 +184,23 @@ def _gap(single: list[float], other: list[float]) -> float:
     return round(100 * (statistics.mean(single) - statistics.mean(other)), 2)
 
 
-def _environment(job: JobInfo) -> dict[str, Any]:
-    train = [a for a in job.activations if a.kind == "train"]
+def _environment(job: JobInfo, used: list[ActivationUse]) -> dict[str, Any]:
+    train = [a for a in used if a.kind == "train"]
     return {
         "makespan_s": round(((job.finished_ms or 0) - job.created_ms) / 1000, 2),
         "peak_mb_per_action": max(a.peak_memory_mb or 0.0 for a in train),
         "memory_limit_mb": max(a.memory_mb for a in train),
         "actions": len({a.unit for a in train}),
-        "activations": len(job.activations),
-        "gb_s": round(sum(a.gb_s for a in job.activations), 2),
+        "activations": len(used),
+        "gb_s": round(sum(a.gb_s for a in used), 2),
         "cost_usd": round(job.cost_usd, 6),
     }
 
 
-def _overhead(job: JobInfo) -> float:
+def _overhead(job: JobInfo, used: list[ActivationUse]) -> float:
     """Share of the job's makespan (from admission) with none of its activations on the platform."""
     start, end = job.started_ms or 0, job.finished_ms or 0
-    intervals = sorted(
-        (a.start_ms - a.wait_ms, a.start_ms + a.duration_ms) for a in job.activations
-    )
+    intervals = sorted((a.start_ms - a.wait_ms, a.start_ms + a.duration_ms) for a in used)
     covered, reach = 0, start
     for lo, hi in intervals:
         lo, hi = max(lo, reach), min(hi, end)

@@ -47,6 +47,10 @@ class ControllerClient:
         found: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}").json()
         return found
 
+    def ledger(self, job_id: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{job_id}/ledger").json()
+        return found
+
     def model(self, job_id: str) -> bytes:
         return self._call("GET", f"/v1/jobs/{job_id}/model").content
 

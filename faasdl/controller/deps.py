@@ -27,7 +27,10 @@ class ApiLimits:
     streams: StreamSlots
 
 
-def get_controller(request: Request) -> Controller:
+# The app's own objects are looked up on the event loop: a plain ``def`` dependency would cost a
+# trip through the thread pool on every request, which is most of a cheap request's time on a
+# busy machine (each hop waits for the GIL twice).
+async def get_controller(request: Request) -> Controller:
     controller: Controller = request.app.state.controller
     return controller
 
@@ -35,7 +38,7 @@ def get_controller(request: Request) -> Controller:
 ControllerDep = Annotated[Controller, Depends(get_controller)]
 
 
-def get_limits(request: Request) -> ApiLimits:
+async def get_limits(request: Request) -> ApiLimits:
     limits: ApiLimits = request.app.state.limits
     return limits
 

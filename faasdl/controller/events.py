@@ -55,8 +55,11 @@ from faasdl.store.records import (
     JobState,
     RoundResult,
     UnitState,
+    create,
     fn_key,
     job_key,
+    ledger,
+    ledger_key,
     load,
     update,
 )
@@ -184,7 +187,7 @@ class JobRunner:
         self.spec = JobSpec.model_validate(job.spec)
         self.plan = JobPlan.model_validate(job.plan)
         self.strategy = self.spec.fault_tolerance.strategy()
-        train = [a for a in job.activations if a.kind == "train"]
+        train = [a for a in self._settle_totals() if a.kind == "train"]
         self._train_s = sum(a.duration_ms for a in train) / 1000
         self._train_attempts = len(train)
         self._train_failures = sum(a.outcome != "success" for a in train)
@@ -244,14 +247,13 @@ class JobRunner:
         done: dict[tuple[int, int], tuple[str, int]] = {}  # (level, index) → (weights, examples)
         losses: dict[int, tuple[float, int]] = {}
         queue: deque[_Task] = deque()
-        booked = {a.activation_id for a in self._job().activations}
         for shard in range(plan.workers):
             unit = self._unit(round_, shard)
             task = self._train_task(round_, shard, epochs, unit.attempts + 1, weights_in)
             if unit.state is UnitState.COMMITTED and unit.committed_result and unit.examples:
                 done[(0, shard)] = (unit.committed_result, unit.examples)
                 losses[shard] = (unit.loss or 0.0, unit.examples)
-                if unit.activation_id is not None and unit.activation_id not in booked:
+                if unit.activation_id is not None and not self._booked(unit.activation_id):
                     self._book_unseen(task, unit, unit.activation_id)
                 continue
             if unit.state is UnitState.RUNNING and unit.activation_id is not None:
@@ -633,7 +635,7 @@ class JobRunner:
         limits: str | None,
     ) -> None:
         task = ended.task
-        booked = [a for a in self._job().activations if a.activation_id == ended.activation_id]
+        booked = self._booked(ended.activation_id)
         report = FailureReport(
             t_ms=now_ms(),
             kind=task.kind,
@@ -647,7 +649,7 @@ class JobRunner:
             recovery=str(decision),
             resume_from=resume_from if decision is Recovery.RESUME else None,
             limits=limits,
-            cost_usd=sum(a.cost_usd for a in booked),
+            cost_usd=booked.cost_usd if booked else 0.0,
         )
         how = {
             Recovery.RESUME: "resumes"
@@ -704,8 +706,13 @@ class JobRunner:
         )
         return change
 
+    def _booked(self, activation_id: str) -> ActivationUse | None:
+        found = load(self.rt.store, ledger_key(self.job_id, activation_id), ActivationUse)
+        return found[0] if found else None
+
     def _book(self, task: _Task, record: Activation, failure: Failure | None) -> None:
-        """Add the activation to the job's ledger and the metrics."""
+        """Add the activation to the job's ledger, its cost to the job's, and to the metrics:
+        once, whoever books it again (a controller restarted after booking it)."""
         memory = record.memory_mb or 0
         duration = record.duration or 0
         gb_s = memory / 1024 * duration / 1000
@@ -713,6 +720,7 @@ class JobRunner:
         result = record.response.result if isinstance(record.response.result, dict) else {}
         outcome = "success" if failure is None else str(failure.kind)
         use = ActivationUse(
+            job_id=self.job_id,
             activation_id=record.activationId,
             kind=task.kind,
             round=task.round,
@@ -728,6 +736,8 @@ class JobRunner:
             gb_s=round(gb_s, 6),
             cost_usd=cost,
         )
+        if not create(self.rt.store, use):
+            return
         m = self.rt.metrics
         m.activations.labels(kind=task.kind, outcome=outcome).inc()
         m.activation_seconds.labels(kind=task.kind).observe(duration / 1000)
@@ -746,12 +756,32 @@ class JobRunner:
                 task.round,
                 task.index,
             )
+        # A controller that dies here leaves the line booked and the job's totals short: the
+        # next one settles them from the ledger (_settle_totals) before it goes on.
         self._change(
             lambda j: j.model_copy(
-                update={"activations": [*j.activations, use], "cost_usd": j.cost_usd + cost}
+                update={"activation_count": j.activation_count + 1, "cost_usd": j.cost_usd + cost}
             ),
             event=event,
         )
+
+    def _settle_totals(self) -> list[ActivationUse]:
+        """Set the job's activation count and cost to what its ledger says (they are added to
+        line by line, and a controller may have died between a line and its addition); the
+        ledger."""
+        entries = ledger(self.rt.store, self.job_id)
+        if self._job().activation_count != len(entries):
+            cost = sum(a.cost_usd for a in entries)
+            price = self.rt.settings.price_per_gb_s
+            self._change(
+                lambda j: j.model_copy(
+                    update={
+                        "activation_count": len(entries),
+                        "cost_usd": cost + j.replica_gb_s * price,
+                    }
+                )
+            )
+        return entries
 
     # ---- warm replicas ----------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.store import absolute_url, make_store
 from faasdl.store.base import StateStore, Versioned
 from faasdl.store.records import (
+    ActivationUse,
     FunctionInfo,
     IdempotencyRecord,
     JobEvent,
@@ -50,6 +51,7 @@ from faasdl.store.records import (
     create,
     idempotency_key,
     job_key,
+    ledger,
     load,
     update,
 )
@@ -334,6 +336,12 @@ class Controller:
         if job.state is not JobState.DONE or job.model is None:
             raise JobError(f"job {job_id} has no model: it is {job.state}")
         return self.store.get_blob(job.model)
+
+    def ledger(self, job_id: str) -> list[ActivationUse]:
+        """The job's ledger: each activation it has run, what it used and cost, in the order
+        they started. Raises ``JobNotFound``."""
+        self.job(job_id)
+        return ledger(self.store, job_id)
 
     # ---- scheduling -------------------------------------------------------------------------
 

@@ -74,8 +74,8 @@ def watch(read: Callable[[], dict[str, Any]], console: Console) -> dict[str, Any
             view = read()
 
 
-def summary(view: dict[str, Any]) -> Table:
-    """The finished job: its rounds, and what its activations used."""
+def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
+    """The finished job: its rounds, and what its activations (its ``ledger``) used."""
     job = view["job"]
     table = Table(title=f"job {job['job_id']}: {job['state']}")
     for column in ("round", "epochs", "train loss", "test loss", "test accuracy", "seconds"):
@@ -89,11 +89,10 @@ def summary(view: dict[str, Any]) -> Table:
             f"{r['accuracy']:.4f}",
             f"{(r['finished_ms'] - r['started_ms']) / 1000:.1f}",
         )
-    uses = job["activations"]
-    failed = sum(a["outcome"] != "success" for a in uses)
+    failed = sum(a["outcome"] != "success" for a in ledger)
     table.caption = (
-        f"{len(uses)} activations ({failed} failed and recovered), "
-        f"{sum(a['gb_s'] for a in uses):.1f} GB·s, ${job['cost_usd']:.6f}"
+        f"{len(ledger)} activations ({failed} failed and recovered), "
+        f"{sum(a['gb_s'] for a in ledger):.1f} GB·s, ${job['cost_usd']:.6f}"
         + (f"; error: {job['error']}" if job["error"] else "")
     )
     return table

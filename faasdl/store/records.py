@@ -1,7 +1,8 @@
 """Typed records for Canary's five tables and the execution history, under DESIGN.md's prefixes:
 ``worker/`` (worker_info), ``job/`` (job_info), ``fn/`` (function_info, with its
 checkpoint_info heads inside), ``replica/`` (replication_info), ``history/`` (execution history);
-and the controller's own: ``idem/`` (Idempotency-Keys), ``apikey/`` (API keys, hashed)."""
+and the controller's own: ``ledger/`` (each activation's use and cost), ``idem/``
+(Idempotency-Keys), ``apikey/`` (API keys, hashed)."""
 
 from __future__ import annotations
 
@@ -52,9 +53,14 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
-class ActivationUse(BaseModel):
-    """What one activation of a job used and cost: the job report's ledger."""
+class ActivationUse(Record):
+    """What one activation of a job used and cost: a line of the job's ledger.
 
+    Each is a record of its own (``ledger/{job}/{activation}``): booking an activation is one
+    put-if-absent, done at most once however often a controller restarts, and the job record,
+    rewritten at every step of the job, does not grow with every activation."""
+
+    job_id: str
     activation_id: str
     kind: Literal["train", "aggregate", "evaluate"]
     round: int
@@ -69,6 +75,9 @@ class ActivationUse(BaseModel):
     outcome: str  # "success" or the failure's kind
     gb_s: float
     cost_usd: float
+
+    def key(self) -> str:
+        return ledger_key(self.job_id, self.activation_id)
 
 
 class RoundResult(BaseModel):
@@ -130,7 +139,7 @@ class JobInfo(Record):
     global_weights: str | None = None
     model: str | None = None
     stopped_early: bool = False
-    activations: list[ActivationUse] = Field(default_factory=list)
+    activation_count: int = 0  # lines in the job's ledger
     failures: list[FailureReport] = Field(default_factory=list)
     replica_gb_s: float = 0.0  # memory the job's warm replicas held
     cost_usd: float = 0.0  # activations and replicas
@@ -288,6 +297,11 @@ def job_key(job_id: str) -> str:
     return f"job/{job_id}"
 
 
+def ledger_key(job_id: str, activation_id: str = "") -> str:
+    """An activation's line of the job's ledger; without one, the prefix of the whole ledger."""
+    return f"ledger/{job_id}/{activation_id}"
+
+
 def idempotency_key(tenant: str, key: str) -> str:
     return f"idem/{tenant}/{key}"
 
@@ -327,6 +341,12 @@ def load(store: StateStore, key: str, model: type[R]) -> tuple[R, int] | None:
         return model.model_validate(found.value), found.version
     except PydanticValidationError as exc:
         raise StoreError(f"record {key!r} is not a valid {model.__name__}: {exc}") from exc
+
+
+def ledger(store: StateStore, job_id: str) -> list[ActivationUse]:
+    """The job's ledger: every activation booked, in the order they started."""
+    entries = [ActivationUse.model_validate(v.value) for _, v in store.scan(ledger_key(job_id))]
+    return sorted(entries, key=lambda a: (a.start_ms, a.activation_id))
 
 
 def create(store: StateStore, record: Record) -> bool:

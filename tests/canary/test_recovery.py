@@ -267,11 +267,17 @@ def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical
     job = ctl.job(job_id)
     assert job.state is JobState.DONE, job.error
     assert ctl.client.model(job_id) == reference
-    booked = [a.activation_id for a in job.activations]
+    used = ctl.client.ledger(job_id)
+    booked = [a["activation_id"] for a in used]
     for unit in running:
         assert booked.count(unit.activation_id or "") == 1, unit
     assert job.failures == []
-    assert sum(a.kind == "train" for a in job.activations) == JOB["workers"] * 3
+    assert sum(a["kind"] == "train" for a in used) == JOB["workers"] * 3
+    assert job.activation_count == len(used)
+    price = Settings().price_per_gb_s
+    assert job.cost_usd == pytest.approx(
+        sum(a["cost_usd"] for a in used) + job.replica_gb_s * price
+    )
 
 
 def test_a_redis_server_crash_and_restart_mid_job_loses_nothing_and_ends_bit_identical(

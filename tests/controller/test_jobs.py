@@ -15,10 +15,12 @@ from typer.testing import CliRunner
 
 from faasdl.aggregation.average import weighted_average
 from faasdl.cli import app
-from faasdl.config import Settings
+from faasdl.config import Settings, StoreSettings
 from faasdl.controller.jobs import Controller
+from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
-from faasdl.store.records import FunctionInfo
+from faasdl.store import make_store
+from faasdl.store.records import ActivationUse, FunctionInfo, JobState, create
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually
 
@@ -86,8 +88,11 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert record["plan"]["train"]["containers"] == 4
     assert record["plan"]["tree"] == [[[0, 1], [2, 3]], [[0, 1]]]
     assert [r["round"] for r in record["rounds"]] == [0, 1, 2]
-    ledger = record["activations"]
+    ledger = client.get(f"/v1/jobs/{job_id}/ledger").json()
     assert [a["kind"] for a in ledger].count("aggregate") == 9  # 3 rounds × 3 aggregators
+    assert [a["kind"] for a in ledger].count("evaluate") == 3
+    assert record["activation_count"] == len(ledger) == 12 + 9 + 3
+    assert [a["start_ms"] for a in ledger] == sorted(a["start_ms"] for a in ledger)
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
     replicas = record["replica_gb_s"] * Settings().price_per_gb_s  # warm replicas held
     assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger) + replicas)
@@ -233,6 +238,7 @@ def test_the_cli_submits_watches_lists_and_downloads(
         app, ["jobs", "--url", api_url], env={"FAASDL_CLIENT__API_KEY_FILE": str(key_file)}
     )
     status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
+    ledger = runner.invoke(app, ["ledger", job_id, "--url", api_url], env=env)
     downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url], env=env)
     missing = runner.invoke(
         app, ["model", "0123456789abcdef", "-o", str(tmp_path / "none"), "--url", api_url], env=env
@@ -244,8 +250,52 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert "round_finished" in submitted.output
     assert job_id in [j["job_id"] for j in json.loads(listed.stdout.splitlines()[-1])]
     assert json.loads(status.stdout.splitlines()[-1])["job"]["state"] == "done"
+    assert "activations (0 failed and recovered)" in submitted.output
+    used = json.loads(ledger.stdout.splitlines()[-1])
+    assert [a["kind"] for a in used].count("train") == DIGITS_JOB["workers"]
+    assert f"{len(used)} activations" in status.output
     assert downloaded.exit_code == 0, downloaded.output
     assert len(unpack(out.read_bytes())["w"]) > 0
     assert missing.exit_code == 2
     assert "no job '0123456789abcdef'" in missing.output
     assert not (tmp_path / "none").exists()
+
+
+def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a queued job whose ledger already holds a line its record's totals lack, as a
+    # controller that died between booking an activation and adding it to the job leaves it.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
+        spec = JobSpec.model_validate({**DIGITS_JOB, "workers": 1, "epochs": 1})
+        job_id = controller.submit(spec).job.job_id
+        orphan = ActivationUse(
+            job_id=job_id,
+            activation_id="f" * 32,
+            kind="train",
+            round=0,
+            unit=0,
+            memory_mb=512,
+            start_ms=1,
+            duration_ms=2000,
+            outcome="platform_error",
+            gb_s=1.0,
+            cost_usd=0.5,
+        )
+        assert create(store, orphan)
+
+        # Execute
+        with controller:
+            job = controller.wait(job_id, timeout_s=300)
+            ledger = controller.ledger(job_id)
+
+    # Assert: the totals are the ledger's, the orphan counted once, the rest of the job too.
+    assert job.state is JobState.DONE, job.error
+    assert ledger[0] == orphan
+    assert job.activation_count == len(ledger) == 1 + 1 + 1  # orphan, trainer, evaluation
+    replicas = job.replica_gb_s * settings.price_per_gb_s
+    assert job.cost_usd == pytest.approx(sum(a.cost_usd for a in ledger) + replicas)
+    assert job.cost_usd > orphan.cost_usd

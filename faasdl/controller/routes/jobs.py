@@ -22,7 +22,7 @@ from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, Controller, JobLine, Job
 from faasdl.controller.routes import AUTHENTICATED, problems
 from faasdl.controller.validator import TENANT_PATTERN, JobSpec
 from faasdl.errors import JobNotFound
-from faasdl.store.records import JobEvent, JobInfo, JobState
+from faasdl.store.records import ActivationUse, JobEvent, JobInfo, JobState
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["jobs"], responses={**AUTHENTICATED, **problems(404, 409)}
@@ -92,7 +92,7 @@ def owned(controller: Controller, principal: Principal, job_id: str) -> JobInfo:
     return job
 
 
-@router.get("/{job_id}", response_model=JobView, summary="A job's state, rounds and ledger")
+@router.get("/{job_id}", response_model=JobView, summary="A job's state, rounds and failures")
 def get_job(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> Response:
     view = controller.view(job_id, owned(controller, principal, job_id))
     # Serialised once by pydantic-core: the most frequent call skips FastAPI's second
@@ -146,6 +146,14 @@ def events(
     # before its first line never runs a ``finally``.
     weakref.finalize(body, limits.streams.release, caller)
     return StreamingResponse(body, media_type="text/event-stream")
+
+
+@router.get("/{job_id}/ledger", summary="What each of a job's activations used and cost")
+def ledger(
+    job_id: JobId, controller: ControllerDep, principal: PrincipalDep
+) -> list[ActivationUse]:
+    owned(controller, principal, job_id)
+    return controller.ledger(job_id)
 
 
 @router.get(
