@@ -1,8 +1,10 @@
 """``faasdl bench api``: does the controller stay responsive to many clients while a job trains?
 
-``faasdl serve`` runs in a process of its own (the embedded platform, a SQLite store, API keys),
-a four-worker job trains on it, and 50 clients on loopback, each with its own key, use the API at
-once for a bounded time:
+Deployed as on a cluster, on loopback: the platform in a process of its own (the embedded one
+behind its OpenWhisk REST API, ``faasdl platform serve``, standing in for OpenWhisk), the
+controller in another (``faasdl serve`` on the OpenWhisk client, a SQLite or Redis store, API
+keys). A four-worker job trains, and 50 clients, each with its own key, use the API at once for a
+bounded time:
 
 * 40 pollers read the training job's status (``GET /v1/jobs/{id}``), every 0.1–0.5 s, and now
   and then the job list;
@@ -81,14 +83,10 @@ def run_api_bench(*, quick: bool, store: str, progress: Console) -> dict[str, An
             store_url = redis.url
         url, env = _environment(root, store_url)
         keys = _keys(store_url, root, sum(CLIENTS.values()) + 1)
+        platform = _start(["platform", "serve"], env, root / "platform.log")
+        stack.callback(_stop, platform)
         log = root / "controller.log"
-        with log.open("wb") as out:
-            server = subprocess.Popen(
-                [str(Path(sys.executable).with_name("faasdl")), "serve"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        server = _start(["serve"], env, log)
         try:
             _wait_ready(url, server, log)
             job_id = _start_training(url, keys[-1], progress)
@@ -101,26 +99,49 @@ def run_api_bench(*, quick: bool, store: str, progress: Console) -> dict[str, An
             ).json()["job"]
             httpx.delete(f"{url}/v1/jobs/{job_id}", headers=_auth(keys[-1]), timeout=30)
         finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            _stop(server)
     return {"store": store, **_figures(tally, duration_s, state, before, after)}
 
 
 def _environment(root: Path, store_url: str) -> tuple[str, dict[str, str]]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port, platform_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAASDL_")} | {
         "FAASDL_STORE__URL": store_url,
         "FAASDL_STORE__SPILL_DIR": str(root / "spill"),
         "FAASDL_CONTROLLER__PORT": str(port),
-        "FAASDL_LOCAL__POOL_MEMORY_MB": str(POOL_MB),
         "FAASDL_API__MAX_STREAMS_PER_KEY": "2",
+        "FAASDL_SERVER__PORT": str(platform_port),
+        "FAASDL_LOCAL__POOL_MEMORY_MB": str(POOL_MB),
+        "FAASDL_PLATFORM": "openwhisk",
+        "FAASDL_OPENWHISK__API_HOST": f"http://127.0.0.1:{platform_port}",
     }
     return f"http://127.0.0.1:{port}", env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(Path(sys.executable).with_name("faasdl")), *command],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _keys(store_url: str, root: Path, count: int) -> list[str]:
