@@ -9,6 +9,7 @@ the field; a body over ``FAASDL_API__MAX_BODY_BYTES`` with 413 before it is read
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ from faasdl.errors import FaasdlError, LimitExceeded, Unauthenticated, Validatio
 from faasdl.platform import make_platform
 from faasdl.redact import Redactor, redact_logs
 from faasdl.store import make_store
+from faasdl.training.datasets import preload
 
 
 def build_controller(settings: Settings) -> Controller:
@@ -37,6 +39,15 @@ def build_controller(settings: Settings) -> Controller:
         store=make_store(settings.store),
         store_url=settings.store.url,
     )
+
+
+def steady_heap() -> None:
+    """Import now what jobs will import (the data sets' loaders), then move every object alive to
+    the collector's permanent generation. Otherwise those objects are new after start-up, and each
+    full collection walks them all: a pause of over 100 ms for every request in flight, several
+    times a minute under load (measured with ``faasdl bench api``)."""
+    preload()
+    gc.freeze()
 
 
 def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
@@ -53,6 +64,7 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
         await asyncio.to_thread(controller.store.open)
         await asyncio.to_thread(controller.platform.open)
         controller.start()
+        await asyncio.to_thread(steady_heap)
         try:
             yield
         finally:

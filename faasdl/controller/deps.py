@@ -46,13 +46,20 @@ async def get_limits(request: Request) -> ApiLimits:
 LimitsDep = Annotated[ApiLimits, Depends(get_limits)]
 
 
-def get_principal(
-    controller: ControllerDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def principal_of(
+    controller: Controller, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
+    """Who sent the request: the key's tenant and scope (a store read: call it off the loop)."""
     if controller.settings.api.auth == "none":
         return LOCAL
     return authenticate(controller.store, credentials.credentials if credentials else None)
+
+
+def get_principal(controller: ControllerDep, credentials: CredentialsDep) -> Principal:
+    return principal_of(controller, credentials)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

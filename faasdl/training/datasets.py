@@ -149,6 +149,11 @@ def split_shards(dataset: Dataset, shards: int, *, seed: int) -> list[Shard]:
     ]
 
 
+def preload() -> None:
+    """Import the libraries the loaders use now rather than at a process's first job."""
+    _digits_arrays()
+
+
 @functools.cache
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's digits, parsed once per process (its CSV takes ~100 ms each time); read-only,
