@@ -190,15 +190,23 @@ def _start_training(url: str, key: str, progress: Console) -> str:
 async def _load(url: str, keys: list[str], job_id: str, duration_s: float) -> Tally:
     tally = Tally()
     stop = time.monotonic() + duration_s
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
-        clients = iter(keys)
-        tasks = [
-            *(_poll(http, next(clients), job_id, stop, tally) for _ in range(CLIENTS["poll"])),
-            *(_follow(http, next(clients), job_id, stop, tally) for _ in range(CLIENTS["follow"])),
-            *(_submit(http, next(clients), stop, tally) for _ in range(CLIENTS["submit"])),
+    async with contextlib.AsyncExitStack() as stack:
+        # Each client its own connections, as 50 users would have: one shared pool is a queue
+        # of the load generator's own, and its wait was counted as the controller's.
+        clients = [
+            (await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=30)), key)
+            for key in keys[: sum(CLIENTS.values())]
         ]
-        await asyncio.gather(*tasks)
+        polling, following, submitting = (
+            clients[: CLIENTS["poll"]],
+            clients[CLIENTS["poll"] : CLIENTS["poll"] + CLIENTS["follow"]],
+            clients[CLIENTS["poll"] + CLIENTS["follow"] :],
+        )
+        await asyncio.gather(
+            *(_poll(http, key, job_id, stop, tally) for http, key in polling),
+            *(_follow(http, key, job_id, stop, tally) for http, key in following),
+            *(_submit(http, key, stop, tally) for http, key in submitting),
+        )
     return tally
 
 
