@@ -1,5 +1,7 @@
 """``RedisStore``: records as hashes ``{v: version, d: data}`` changed only by Lua scripts (atomic,
-one round trip), blob chunks as plain strings written in pipelines. Durability is the server's:
+one round trip), with their keys in a sorted set read by prefix (``ZRANGEBYLEX``: a scan costs
+the records it finds, not the whole key space), blob chunks as plain strings written in
+pipelines. Durability is the server's:
 run it with ``appendonly yes`` and ``appendfsync always`` for acknowledged writes to survive a
 crash (reference/fault-tolerance.md §5)."""
 
@@ -27,16 +29,24 @@ T = TypeVar("T")
 
 RECORD = "faasdl:r:"
 CHUNK = "faasdl:c:"
+#: Every record's key, all with score 0: a sorted set in key order, read by prefix.
+INDEX = "faasdl:i"
 
 _PUT = """
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'd', ARGV[1])
+redis.call('ZADD', KEYS[2], 0, KEYS[1])
 return v
 """
 _PUT_IF_ABSENT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'v', 1, 'd', ARGV[1])
+redis.call('ZADD', KEYS[2], 0, KEYS[1])
 return 1
+"""
+_DELETE = """
+redis.call('ZREM', KEYS[2], KEYS[1])
+return redis.call('DEL', KEYS[1])
 """
 _CAS = """
 local v = redis.call('HGET', KEYS[1], 'v')
@@ -46,6 +56,7 @@ return 1
 """
 _DELETE_IF = """
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('ZREM', KEYS[2], KEYS[1])
 return redis.call('DEL', KEYS[1])
 """
 
@@ -103,9 +114,26 @@ class RedisStore(StateStore):
                 ("put", _PUT),
                 ("put_if_absent", _PUT_IF_ABSENT),
                 ("cas", _CAS),
+                ("delete", _DELETE),
                 ("delete_if", _DELETE_IF),
             )
         }
+        self._retried(self._index_existing)
+
+    def _index_existing(self) -> None:
+        """Index the records of a store written before the index existed (once: ZADD of a key
+        already there changes nothing)."""
+        client = self._redis()
+        if client.exists(INDEX):
+            return
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=RECORD + "*", count=1000):
+            batch.append(key)
+            if len(batch) == 1000:
+                client.zadd(INDEX, dict.fromkeys(batch, 0))
+                batch = []
+        if batch:
+            client.zadd(INDEX, dict.fromkeys(batch, 0))
 
     def close(self) -> None:
         if self._client is not None:
@@ -154,25 +182,27 @@ class RedisStore(StateStore):
         return None if version is None else (cast(bytes, data), int(version))
 
     def _put(self, key: str, data: bytes) -> int:
-        return self._script("put", [RECORD + key], [data])
+        return self._script("put", [RECORD + key, INDEX], [data])
 
     def _put_if_absent(self, key: str, data: bytes) -> bool:
-        return self._script("put_if_absent", [RECORD + key], [data]) == 1
+        return self._script("put_if_absent", [RECORD + key, INDEX], [data]) == 1
 
     def _compare_and_set(self, key: str, expected_version: int, data: bytes) -> bool:
         return self._script("cas", [RECORD + key], [str(expected_version), data]) == 1
 
     def _delete(self, key: str, expected_version: int | None) -> bool:
         if expected_version is None:
-            client = self._redis()
-            return int(self._once(lambda: client.delete(RECORD + key))) == 1
-        return self._script("delete_if", [RECORD + key], [str(expected_version)]) == 1
+            return self._script("delete", [RECORD + key, INDEX], []) == 1
+        return self._script("delete_if", [RECORD + key, INDEX], [str(expected_version)]) == 1
 
     def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
         client = self._redis()
-        pattern = RECORD + _glob_escape(prefix) + "*"
-        # SCAN may return a key twice while the keyspace rehashes: deduplicate.
-        keys = sorted(set(self._retried(lambda: list(client.scan_iter(match=pattern, count=1000)))))
+        # Keys from the prefix up to the prefix followed by 0xFF, a byte no UTF-8 text holds.
+        low = (RECORD + prefix).encode()
+        keys = cast(
+            list[bytes],
+            self._retried(lambda: client.zrangebylex(INDEX, b"[" + low, b"(" + low + b"\xff")),
+        )
         out = []
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]

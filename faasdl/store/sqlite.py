@@ -115,11 +115,17 @@ class SqliteStore(StateStore):
         return cursor.rowcount == 1
 
     def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
-        # Range scan on the primary key: keys >= prefix and < prefix + U+10FFFF.
-        rows = self._execute(
-            "SELECT key, value, version FROM records WHERE key >= ? AND key < ? ORDER BY key",
-            (prefix, prefix + "\U0010ffff"),
-        ).fetchall()
+        # Range scan on the primary key: from the prefix to the first text after all it starts.
+        end = _prefix_end(prefix)
+        if end is None:
+            rows = self._execute(
+                "SELECT key, value, version FROM records WHERE key >= ? ORDER BY key", (prefix,)
+            ).fetchall()
+        else:
+            rows = self._execute(
+                "SELECT key, value, version FROM records WHERE key >= ? AND key < ? ORDER BY key",
+                (prefix, end),
+            ).fetchall()
         return [(str(k), bytes(v), int(n)) for k, v, n in rows]
 
     def _chunk_path(self, key: str) -> Path:
@@ -167,3 +173,16 @@ class SqliteStore(StateStore):
             key = path.relative_to(self.chunk_dir).as_posix()
             if path.suffix != ".tmp" and key.startswith(prefix):
                 yield key
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The least text greater than every text that starts with ``prefix`` (its last character
+    that can be raised, raised; code point order is UTF-8's byte order), or ``None`` when there is
+    none (an empty prefix, or only U+10FFFF)."""
+    chars = prefix.rstrip("\U0010ffff")
+    if not chars:
+        return None
+    nxt = ord(chars[-1]) + 1
+    if 0xD800 <= nxt <= 0xDFFF:  # surrogates are no text: UTF-8 has no bytes for them
+        nxt = 0xE000
+    return chars[:-1] + chr(nxt)

@@ -107,6 +107,26 @@ def test_scan_returns_every_key_of_a_prefix_exactly_once(store: StateStore) -> N
     assert [k for k, _ in store.scan("job*")] == ["job*/glob"]
 
 
+def test_scan_follows_deletes_and_non_ascii_keys(store: StateStore) -> None:
+    store.put("ledger/é/1", {"n": 1})
+    store.put("ledger/é/2", {"n": 2})
+    store.put("ledger/é\U0010ffff", {"n": 3})  # the largest code point, still under the prefix
+    store.put("ledger/f/1", {"n": 4})
+    assert store.put_if_absent("ledger/é/3", {"n": 5})
+    versioned = store.get("ledger/é/2")
+    assert versioned is not None
+
+    assert store.delete("ledger/é/1")
+    assert store.delete("ledger/é/2", versioned.version)
+
+    assert [k for k, _ in store.scan("ledger/é")] == ["ledger/é/3", "ledger/é\U0010ffff"]
+    assert [k for k, _ in store.scan("ledger/")] == [
+        "ledger/f/1",
+        "ledger/é/3",
+        "ledger/é\U0010ffff",
+    ]
+
+
 def test_blob_round_trip_and_replace(make_store_for: StoreFactory) -> None:
     store = make_store_for(chunk_bytes=64 * 1024)
     first = bytes(range(256)) * 1000  # 256 000 bytes: 4 chunks
@@ -219,3 +239,21 @@ def test_bad_input_names_the_problem(store: StateStore, call: object, field: str
 
     assert caught.value.field == field
     assert store.scan("") == []  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("prefix", "end"),
+    [
+        ("job/", "job0"),
+        ("a\U0010ffff", "b"),
+        ("\ud7ff", "\ue000"),
+        ("\U0010ffff", None),
+        ("", None),
+    ],
+)
+def test_the_sqlite_range_of_a_prefix_ends_after_all_it_starts(
+    prefix: str, end: str | None
+) -> None:
+    from faasdl.store.sqlite import _prefix_end
+
+    assert _prefix_end(prefix) == end
