@@ -423,24 +423,26 @@ class Controller:
             self.metrics.jobs.labels(state=str(state)).set(sum(j.state is state for j in jobs))
 
     def _all_jobs(self) -> list[JobInfo]:
-        return [self._parsed(key, found) for key, found in self.store.scan("job/")]
+        return [self._parsed(key, found) for key, found in self.store.scan_raw("job/")]
 
     def job(self, job_id: str) -> JobInfo:
         """The job's record (shared: never change it in place). Raises ``JobNotFound``."""
         key = job_key(job_id)
-        found = self.store.get(key)
+        found = self.store.get_raw(key)
         if found is None:
             raise JobNotFound(job_id)
         return self._parsed(key, found)
 
     def _parsed(self, key: str, found: Versioned) -> JobInfo:
+        """The record ``found`` (as stored, not decoded) parsed, from the cache if its version
+        has been parsed before: admission passes and list calls read every job record."""
         with self._parsed_lock:
             hit = self._parsed_jobs.get(key)
             if hit is not None and hit[0] == found.version:
                 self._parsed_jobs.move_to_end(key)
                 return hit[1]
         try:
-            job = JobInfo.model_validate(found.value)
+            job = JobInfo.model_validate_json(found.value)
         except PydanticValidationError as exc:
             raise StoreError(f"record {key!r} is not a valid JobInfo: {exc}") from exc
         with self._parsed_lock:

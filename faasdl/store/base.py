@@ -174,8 +174,14 @@ class StateStore(Resource):
 
     def get(self, key: str) -> Versioned | None:
         """The value and version of ``key``, or ``None`` if it does not exist."""
+        found = self.get_raw(key)
+        return None if found is None else Versioned(decode(found.value), found.version)
+
+    def get_raw(self, key: str) -> Versioned | None:
+        """As :meth:`get`, with the value as stored (JSON bytes, not decoded): for a reader that
+        decodes only versions it has not seen."""
         found = self._get(check_key(key))
-        return None if found is None else Versioned(decode(found[0]), found[1])
+        return None if found is None else Versioned(found[0], found[1])
 
     def put(self, key: str, value: Any) -> int:
         """Write ``value`` whatever the current version; return the new version."""
@@ -200,12 +206,16 @@ class StateStore(Resource):
 
     def scan(self, prefix: str) -> list[tuple[str, Versioned]]:
         """Every record whose key starts with ``prefix``, each exactly once, sorted by key."""
+        return [(k, Versioned(decode(v.value), v.version)) for k, v in self.scan_raw(prefix)]
+
+    def scan_raw(self, prefix: str) -> list[tuple[str, Versioned]]:
+        """As :meth:`scan`, with the values as stored (JSON bytes, not decoded)."""
         if not isinstance(prefix, str) or "\x00" in prefix:
             raise ValidationError("must be a string without NUL characters", field="prefix")
         seen: dict[str, Versioned] = {}
         for key, data, version in self._scan(prefix):
             if key.startswith(prefix):
-                seen[key] = Versioned(decode(data), version)
+                seen[key] = Versioned(data, version)
         return sorted(seen.items())
 
     # -- blobs -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@ Ignite wherever FAASDL_TEST_IGNITE_URL is set (the ``store_url`` fixture)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -257,3 +258,19 @@ def test_the_sqlite_range_of_a_prefix_ends_after_all_it_starts(
     from faasdl.store.sqlite import _prefix_end
 
     assert _prefix_end(prefix) == end
+
+
+def test_raw_reads_give_the_stored_json_and_its_version(store: StateStore) -> None:
+    version = store.put("job/a", {"n": 1, "s": "é"})
+    store.put("job/b", [1, 2])
+
+    raw = store.get_raw("job/a")
+    scanned = store.scan_raw("job/")
+
+    assert raw is not None
+    assert (json.loads(raw.value), raw.version) == ({"n": 1, "s": "é"}, version)
+    assert [(k, json.loads(v.value)) for k, v in scanned] == [
+        ("job/a", {"n": 1, "s": "é"}),
+        ("job/b", [1, 2]),
+    ]
+    assert store.get_raw("job/none") is None
