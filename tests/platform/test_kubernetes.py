@@ -1,0 +1,157 @@
+"""The Kubernetes adapter: its logic on API objects in the shape the API serialises them
+(``tests/platform/data/k8s``: nodes and a watch's pod events of an OpenWhisk action, written after
+the Kubernetes API reference and OpenWhisk's pod builder, reference/openwhisk.md §5), and against
+a real cluster wherever a kubeconfig reaches one."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faasdl.errors import ValidationError
+from faasdl.platform.kubernetes import (
+    KubernetesCluster,
+    PodFate,
+    PodFates,
+    classify_pod,
+    quantity_mb,
+    timestamp_ms,
+    worker_from_node,
+    workers_from_nodes,
+)
+
+DATA = Path(__file__).parent / "data" / "k8s"
+NOW_MS = 1_795_000_000_000
+
+
+def nodes() -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads((DATA / "nodes.json").read_text())["items"]
+    return items
+
+
+def pod_events() -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = json.loads((DATA / "pod_events.json").read_text())
+    return events
+
+
+@pytest.mark.parametrize(
+    ("quantity", "mb"),
+    [("16308152Ki", 15925), ("2Gi", 2048), ("1024Mi", 1024), ("2G", 1907), ("2147483648", 2048)],
+)
+def test_memory_quantities_in_mib(quantity: str, mb: int) -> None:
+    assert quantity_mb(quantity) == mb
+
+
+def test_a_bad_quantity_names_itself() -> None:
+    with pytest.raises(ValidationError, match="'lots'"):
+        quantity_mb("lots")
+
+
+def test_invoker_nodes_become_workers_alive_only_when_ready_and_schedulable() -> None:
+    workers = {w.worker_id: w for w in workers_from_nodes(nodes())}
+
+    assert sorted(workers) == ["kind-worker", "kind-worker2", "kind-worker3"]  # not the core node
+    ready, lost, cordoned = workers["kind-worker"], workers["kind-worker2"], workers["kind-worker3"]
+    assert (ready.alive, ready.host, ready.memory_mb) == (True, "172.18.0.3", 15925)
+    assert ready.heartbeat_ms == timestamp_ms("2026-11-23T01:02:03Z")
+    assert ready.labels["openwhisk-role"] == "invoker"
+    assert not lost.alive  # Ready Unknown: the kubelet stopped posting
+    assert lost.heartbeat_ms < ready.heartbeat_ms
+    assert (cordoned.alive, cordoned.memory_mb) == (False, 8192)
+
+
+def test_with_no_node_labelled_invoker_every_node_is_a_worker() -> None:
+    unlabelled = [{**n, "metadata": {**n["metadata"], "labels": {}}} for n in nodes()]
+
+    assert len(workers_from_nodes(unlabelled)) == 4
+    assert worker_from_node(unlabelled[3]).alive
+
+
+def test_an_oom_killed_action_pod_is_told_once_and_its_deletion_not_again() -> None:
+    fates = PodFates()
+
+    told = [fates.update(e["type"], e["object"], now_ms=NOW_MS) for e in pod_events()]
+
+    # The watch's events in order: pending and running say nothing; the OOM kill is told once
+    # (its lastState repeats in the next event, and the invoker then deletes the pod).
+    assert told[0] is None
+    assert told[1] is None
+    oom = told[2]
+    assert oom is not None
+    assert oom.fate is PodFate.OOM_KILLED
+    assert oom.at_ms == timestamp_ms("2026-11-23T01:01:40Z")
+    assert (oom.action, oom.namespace, oom.invoker) == (
+        "faasdl-train-1024mb-120s",
+        "guest",
+        "invoker0",
+    )
+    assert (oom.node, oom.memory_mb, oom.restarts) == ("kind-worker", 1024, 1)
+    assert "OOMKilled (exit 137)" in oom.message
+    assert told[3] is None
+    assert told[4] is None
+
+
+def test_a_deleted_running_pod_an_unschedulable_one_and_an_evicted_one() -> None:
+    fates = PodFates()
+
+    told = [fates.update(e["type"], e["object"], now_ms=NOW_MS) for e in pod_events()]
+
+    deleted, pending, evicted = told[5], told[6], told[7]
+    assert deleted is not None
+    assert deleted.fate is PodFate.DELETED
+    assert deleted.at_ms == NOW_MS  # a deletion carries no time of its own: when it was seen
+    assert pending is not None
+    assert pending.fate is PodFate.UNSCHEDULABLE
+    assert "Insufficient memory" in pending.message
+    assert pending.node is None
+    assert pending.action is None
+    assert evicted is not None
+    assert evicted.fate is PodFate.EVICTED
+    assert "low on resource: memory" in evicted.message
+    assert evicted.action == "faasdl-aggregate-512mb-60s"
+
+
+def test_a_running_pod_says_nothing_and_a_second_oom_after_a_restart_is_told() -> None:
+    events = pod_events()
+    running, oom = events[1]["object"], events[2]["object"]
+    again = json.loads(json.dumps(oom))
+    again["status"]["containerStatuses"][0]["restartCount"] = 2
+    fates = PodFates()
+
+    first = fates.update("MODIFIED", oom, now_ms=NOW_MS)
+    second = fates.update("MODIFIED", again, now_ms=NOW_MS)
+
+    assert classify_pod("MODIFIED", running, now_ms=NOW_MS) is None
+    assert first is not None
+    assert second is not None
+    assert (first.restarts, second.restarts) == (1, 2)
+
+
+def _kubeconfig() -> str | None:
+    path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    return path if Path(path).is_file() else None
+
+
+@pytest.mark.skipif(
+    _kubeconfig() is None, reason="no Kubernetes cluster: no $KUBECONFIG or ~/.kube/config here"
+)
+def test_against_a_real_cluster_nodes_and_a_watch_that_ends_when_told() -> None:
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    cluster = KubernetesCluster(
+        namespace=os.environ.get("FAASDL_TEST_OPENWHISK_NAMESPACE", "openwhisk"),
+        release=os.environ.get("FAASDL_TEST_OPENWHISK_RELEASE", "owdev"),
+    )
+    cluster.open()
+    stop = threading.Event()
+    stop.set()  # one pass of the watch: it must list, stream and return
+
+    workers = cluster.workers()
+    cluster.watch(lambda _: None, stop, clock_ms=lambda: NOW_MS, timeout_s=1)
+
+    assert workers
+    assert all(w.memory_mb > 0 for w in workers)
