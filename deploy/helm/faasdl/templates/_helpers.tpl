@@ -1,0 +1,29 @@
+{{/* The chart's name, cut to Kubernetes' 63 characters. */}}
+{{- define "faasdl.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's resource name prefix. */}}
+{{- define "faasdl.fullname" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "faasdl.labels" -}}
+app.kubernetes.io/name: {{ include "faasdl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The state store's URL as the controller and the actions reach it. */}}
+{{- define "faasdl.storeUrl" -}}
+{{- if eq .Values.store.kind "redis" -}}
+redis://{{ include "faasdl.fullname" . }}-redis.{{ .Release.Namespace }}.svc.cluster.local:6379/0
+{{- else if eq .Values.store.kind "ignite" -}}
+ignite://{{ include "faasdl.fullname" . }}-ignite.{{ .Release.Namespace }}.svc.cluster.local:10800?prefix=faasdl
+{{- else -}}
+{{- fail "store.kind must be redis or ignite" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,180 @@
+"""Static checks of the Helm chart (deploy/helm/faasdl): no cluster and no ``helm`` are needed for
+most; rendering and schema validation of the rendered objects run wherever ``helm`` is on the
+PATH, and are skipped with the reason otherwise."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+from yamllint import linter
+from yamllint.config import YamlLintConfig
+
+from faasdl.config import ENV_PREFIX, Settings
+
+CHART = Path(__file__).parents[2] / "deploy" / "helm" / "faasdl"
+TEMPLATES = sorted((CHART / "templates").glob("*.yaml"))
+LINT = YamlLintConfig(
+    "extends: default\n"
+    "rules:\n"
+    "  line-length: {max: 110}\n"
+    "  document-start: disable\n"
+    "  comments: {min-spaces-from-content: 1}\n"
+)
+VALUE_REF = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+ENV_NAME = re.compile(r"name: (FAASDL_[A-Z0-9_]+)")
+
+
+def values() -> dict[str, Any]:
+    found: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return found
+
+
+def paths(tree: dict[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    out = set()
+    for key, value in tree.items():
+        out.add((*prefix, key))
+        if isinstance(value, dict) and value:
+            out |= paths(value, (*prefix, key))
+    return out
+
+
+def referenced() -> set[tuple[str, ...]]:
+    return {
+        tuple(m[1].lstrip(".").split("."))
+        for template in [*TEMPLATES, CHART / "templates" / "_helpers.tpl"]
+        for m in VALUE_REF.finditer(template.read_text())
+    }
+
+
+@pytest.mark.parametrize(
+    "path",
+    [CHART / "Chart.yaml", CHART / "values.yaml", CHART.parents[1] / "openwhisk" / "values.yaml"],
+    ids=["Chart.yaml", "values.yaml", "openwhisk/values.yaml"],
+)
+def test_the_plain_yaml_passes_yamllint(path: Path) -> None:
+    problems = list(linter.run(path.read_text(), LINT))
+
+    assert [f"{path.name}:{p.line}: {p.message}" for p in problems] == []
+
+
+def test_the_openwhisk_values_set_only_keys_its_chart_reads() -> None:
+    # openwhisk-deploy-kube's keys for limits, pool and balancer (reference/openwhisk.md §3).
+    known = {
+        "whisk.limits.actionsInvokesPerminute",
+        "whisk.limits.actionsInvokesConcurrent",
+        "whisk.limits.actions.time.min",
+        "whisk.limits.actions.time.max",
+        "whisk.limits.actions.time.std",
+        "whisk.limits.actions.memory.min",
+        "whisk.limits.actions.memory.max",
+        "whisk.limits.actions.memory.std",
+        "whisk.limits.activation.payload.max",
+        "whisk.containerPool.userMemory",
+        "whisk.loadbalancer.blackboxFraction",
+        "invoker.containerFactory.impl",
+    }
+    tree = yaml.safe_load((CHART.parents[1] / "openwhisk" / "values.yaml").read_text())
+    leaves = {".".join(p) for p in paths(tree) if not isinstance(_at(tree, p), dict)}
+
+    assert sorted(leaves - known) == []
+    memory = tree["whisk"]["limits"]["actions"]["memory"]
+    assert int(memory["max"].rstrip("m")) <= int(tree["whisk"]["containerPool"]["userMemory"][:-1])
+
+
+def test_every_value_the_templates_use_is_in_values_yaml() -> None:
+    missing = sorted(".".join(p) for p in referenced() - paths(values()))
+
+    assert missing == []
+
+
+def test_every_leaf_value_is_used_by_a_template() -> None:
+    used = referenced()
+    leaves = {p for p in paths(values()) if not isinstance(_at(values(), p), dict)}
+    # A value is used when it, or a map holding it, is referenced (toYaml of a whole map).
+    unused = sorted(".".join(p) for p in leaves if not any(p[: len(u)] == u for u in used))
+
+    assert unused == []
+
+
+def _at(tree: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def test_every_value_is_documented_by_a_comment_above_it() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    undocumented = []
+    for i, line in enumerate(lines):
+        key = re.match(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*):", line)
+        if key is None:
+            continue
+        above = i - 1
+        while above >= 0 and lines[above].strip().startswith("#") and "# --" not in lines[above]:
+            above -= 1
+        if above < 0 or not lines[above].strip().startswith("# --"):
+            undocumented.append(f"values.yaml:{i + 1}: {key[2]}")
+
+    assert undocumented == []
+
+
+def test_every_faasdl_setting_the_templates_set_exists() -> None:
+    names = {m[1] for t in TEMPLATES for m in ENV_NAME.finditer(t.read_text())}
+
+    unknown = sorted(n for n in names if not _is_setting(n))
+
+    assert len(names) >= 8
+    assert unknown == []
+
+
+def _is_setting(env_name: str) -> bool:
+    model: type[BaseModel] = Settings
+    parts = env_name.removeprefix(ENV_PREFIX).lower().split("__")
+    for i, part in enumerate(parts):
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        annotation = field.annotation
+        if i < len(parts) - 1:
+            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+                return False
+            model = annotation
+    return True
+
+
+@pytest.mark.skipif(shutil.which("helm") is None, reason="helm is not installed here")
+@pytest.mark.parametrize("store", ["redis", "ignite"])
+def test_the_rendered_chart_is_valid_kubernetes(store: str, tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    rendered = subprocess.run(
+        [
+            "helm",
+            "template",
+            "faasdl",
+            str(CHART),
+            "--namespace",
+            "faasdl",
+            "--set",
+            f"store.kind={store},ignite.enabled={store == 'ignite'}",
+            "--set",
+            f"redis.enabled={store == 'redis'}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lint = subprocess.run(["helm", "lint", str(CHART)], capture_output=True, text=True)
+
+    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert {d["kind"] for d in documents} >= {"Deployment", "Service", "StatefulSet"}
+    for document in documents:
+        kubernetes_validate.validate(document, "1.29", strict=True)
