@@ -30,11 +30,13 @@ def deploy_variant(
 ) -> str:
     """Deploy (or keep) the variant of action ``name`` with these limits; returns its name.
 
-    Idempotent: an existing variant with the same limits and parameters is left alone, so that
-    its warm containers survive.
+    Idempotent: an existing variant with the same limits, parameters and image is left alone, so
+    that its warm containers survive. On a platform with an ``action_image``, the variant is a
+    blackbox action in that image.
     """
     variant = variant_name(PREFIX + name, memory_mb, timeout_ms)
     bound = parameters or {}
+    image = platform.action_image
     try:
         current = platform.get_action(variant)
     except ActionNotFound:
@@ -44,11 +46,13 @@ def deploy_variant(
         or current.limits.memory != memory_mb
         or current.limits.timeout != timeout_ms
         or {p.key: p.value for p in current.parameters} != bound
+        or current.exec.image != image
     ):
         platform.deploy(
             ActionSpec(
                 name=variant,
                 code=action_code(name),
+                **({"kind": "blackbox", "image": image} if image else {}),
                 memory_mb=memory_mb,
                 timeout_ms=timeout_ms,
                 parameters=bound,

@@ -53,6 +53,11 @@ class LocalPlatformSettings(BaseModel):
         60_000, ge=1, description="Time limit of an action that names none."
     )
     log_max_mb: int = Field(10, ge=0, description="Largest per-activation log limit accepted.")
+    images: list[str] = Field(
+        default_factory=list,
+        description="Blackbox images accepted and run by the platform's own Python runtime: "
+        "images that hold faasdl and its actions (FAASDL_OPENWHISK__ACTION_IMAGE), nothing else.",
+    )
     concurrent_invocations: int = Field(
         100, ge=1, description="In-flight plus queued activations allowed (429 beyond)."
     )
@@ -125,6 +130,12 @@ class OpenWhiskSettings(BaseModel):
     retry_max_wait_s: float = Field(10.0, gt=0, description="Cap of the jittered backoff.")
     lost_grace_s: float = Field(
         60.0, ge=0, description="Added to twice the action timeout before a missing record is lost."
+    )
+    action_image: str | None = Field(
+        None,
+        description="A blackbox image with faasdl and TensorFlow (deploy/docker/): faasdl's "
+        "actions are deployed as blackbox actions in it (OpenWhisk's Python images have no "
+        "TensorFlow); none: as python:3.11 actions.",
     )
     admin_url: str | None = Field(
         None,

@@ -86,11 +86,14 @@ class Action(BaseModel):
 
 
 class ActionSpec(BaseModel):
-    """What to deploy: ``code`` is Python source (``str``) or a zip holding ``__main__.py``."""
+    """What to deploy: ``code`` is Python source (``str``) or a zip holding ``__main__.py``; with
+    kind ``blackbox``, ``image`` is the container image that runs it (the code is still sent to
+    the image's ``/init``, as OpenWhisk's Python images take it)."""
 
     name: str
     code: str | bytes
     kind: str = "python:3.11"
+    image: str | None = None
     main: str = "main"
     memory_mb: int | None = None
     timeout_ms: int | None = None
@@ -213,6 +216,9 @@ class Platform(Resource):
     """
 
     name: str
+    #: The blackbox image faasdl's own actions run in on this platform; ``None``: its Python
+    #: runtime runs them (the embedded platform's has faasdl installed).
+    action_image: str | None = None
 
     @abstractmethod
     def open(self) -> None:

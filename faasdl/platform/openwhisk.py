@@ -74,6 +74,7 @@ class OpenWhiskPlatform(Platform):
 
     def __init__(self, *, settings: OpenWhiskSettings | None = None) -> None:
         self.settings = settings or OpenWhiskSettings()
+        self.action_image = self.settings.action_image
         self._session: requests.Session | None = None
         self._limits: PlatformLimits | None = None
         self._timeouts: dict[str, int] = {}
@@ -211,6 +212,8 @@ class OpenWhiskPlatform(Platform):
             "code": base64.b64encode(code).decode("ascii") if isinstance(code, bytes) else code,
             "main": spec.main,
         }
+        if spec.image is not None:
+            exec_["image"] = spec.image
         limits = {
             k: v
             for k, v in (

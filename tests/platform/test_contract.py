@@ -73,6 +73,31 @@ def test_deploy_get_list_update_delete(platform: Platform) -> None:
         platform.delete_action("echo")
 
 
+def test_a_blackbox_action_runs_in_an_image_the_platform_has_and_no_other(
+    make_platform: PlatformFactory,
+) -> None:
+    # Arrange: a platform that has faasdl's action image (its own runtime stands for it).
+    platform = make_platform(images=["faasdl/action:test"])
+
+    # Execute
+    created = platform.deploy(
+        ActionSpec(name="boxed", code=actions.ECHO, kind="blackbox", image="faasdl/action:test")
+    )
+    record = platform.call("boxed", {"name": "faasdl"})
+    with pytest.raises(InvalidAction, match="image 'other/image:1' is not available"):
+        platform.deploy(
+            ActionSpec(name="other", code=actions.ECHO, kind="blackbox", image="other/image:1")
+        )
+
+    # Assert
+    assert (created.exec.kind, created.exec.image) == ("blackbox", "faasdl/action:test")
+    assert platform.get_action("boxed").exec.image == "faasdl/action:test"
+    assert record.response.success
+    assert record.response.result == {"echo": {"name": "faasdl"}}
+    with pytest.raises(ActionNotFound):
+        platform.get_action("other")
+
+
 def test_success_record_mirrors_openwhisk(platform: Platform) -> None:
     deploy(platform, "echo", actions.ECHO)
 

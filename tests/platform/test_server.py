@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import requests
 
+from faasdl.actions import TRAIN, deploy_variant
 from faasdl.config import OpenWhiskSettings
 from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
 from faasdl.platform import messages
@@ -363,3 +364,24 @@ def test_client_cannot_kill_without_an_admin_endpoint(served: Served) -> None:
             client.kill("0" * 32)
     finally:
         client.close()
+
+
+def test_faasdls_actions_are_deployed_in_the_action_image_once_one_is_set(
+    make_served: Callable[..., Served],
+) -> None:
+    # Arrange: a platform that has the image, a client configured to use it.
+    image = "faasdl/action:test"
+    served = make_served(client={"action_image": image}, images=[image])
+    plain = make_served().client
+
+    # Execute
+    name = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
+    first = served.local.get_action(name)
+    again = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
+    source = deploy_variant(plain, TRAIN, memory_mb=512, timeout_ms=60_000)
+
+    # Assert: a blackbox action in the image, left alone when asked again; python without one.
+    assert (first.exec.kind, first.exec.image) == ("blackbox", image)
+    assert again == name
+    assert served.local.get_action(name).version == first.version
+    assert plain.get_action(source).exec.kind.startswith("python")

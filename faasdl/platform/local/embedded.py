@@ -174,7 +174,14 @@ class LocalPlatform(Platform):
     def deploy(self, spec: ActionSpec, *, overwrite: bool = True) -> Action:
         spec.validate_name()
         s = self.settings
-        if spec.kind not in KINDS:
+        if spec.kind == "blackbox":
+            if spec.image not in s.images:
+                raise InvalidAction(
+                    f"image '{spec.image}' is not available: the embedded platform runs no "
+                    "container images, only those FAASDL_LOCAL__IMAGES lists (images holding "
+                    "faasdl's actions), with its own Python runtime"
+                )
+        elif spec.kind not in KINDS:
             raise InvalidAction(messages.unsupported_kind(spec.kind, list(KINDS)))
         limits = ActionLimits(
             memory=spec.memory_mb if spec.memory_mb is not None else s.memory_std_mb,
@@ -198,7 +205,9 @@ class LocalPlatform(Platform):
                 namespace=s.namespace,
                 name=spec.name,
                 version=_bump(existing.action.version) if existing else "0.0.1",
-                exec=ActionExec(kind=spec.kind, code=code, main=spec.main, binary=binary),
+                exec=ActionExec(
+                    kind=spec.kind, code=code, image=spec.image, main=spec.main, binary=binary
+                ),
                 annotations=annotations,
                 parameters=[KeyValue(key=k, value=v) for k, v in spec.parameters.items()],
                 limits=limits,

@@ -406,12 +406,12 @@ def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
         exec_ = existing.exec.model_dump()
     if not isinstance(exec_, dict) or not isinstance(exec_.get("kind"), str):
         raise ApiError(400, "The request content was malformed:\nexec.kind must be a string")
-    if exec_["kind"] == "blackbox":
-        raise InvalidAction(
-            messages.unsupported_kind("blackbox", platform.limits().kinds)
-            + " (the embedded platform runs no container images)"
-        )
+    image = exec_.get("image")
+    if image is not None and not isinstance(image, str):
+        raise ApiError(400, "The request content was malformed:\nexec.image must be a string")
     code = exec_.get("code")
+    if code is None and exec_["kind"] == "blackbox":
+        code = ""  # an image with its own code: the platform says whether it can run it
     if not isinstance(code, str):
         raise ApiError(400, "The request content was malformed:\nexec.code must be a string")
     limits = body.get("limits") or {}
@@ -432,6 +432,7 @@ def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
         name=name,
         code=decode_code(code) if existing is None or body.get("exec") else _stored_code(existing),
         kind=exec_["kind"],
+        image=image,
         main=exec_.get("main") or "main",
         memory_mb=memory,
         timeout_ms=timeout,
