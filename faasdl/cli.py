@@ -102,6 +102,56 @@ def platform_serve(
     uvicorn.run(create_app(platform, server), host=server.host, port=server.port, log_level="info")
 
 
+@platform_app.command("deploy")
+def platform_deploy(
+    memory_mb: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--memory-mb", help="A memory class, in MB (repeat it). Default 512, 1024, 2048."
+        ),
+    ] = None,
+    timeout_s: Annotated[
+        list[int] | None,
+        typer.Option("--timeout-s", help="A time class, in seconds (repeat it). Default 60, 300."),
+    ] = None,
+) -> None:
+    """Deploy faasdl's actions to the configured platform, one variant per memory and time class
+    (OpenWhisk limits are per action), in FAASDL_OPENWHISK__ACTION_IMAGE when set. Idempotent:
+    variants already there are left alone (their warm containers with them). The controller
+    deploys any other class it needs when a job needs it. JSON last."""
+    from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
+    from faasdl.platform import make_platform
+
+    memories, timeouts = memory_mb or [512, 1024, 2048], timeout_s or [60, 300]
+    settings = load_settings()
+    try:
+        with make_platform(settings) as platform:
+            limits = platform.limits()
+            for mb in memories:
+                if not limits.memory_min_mb <= mb <= limits.memory_max_mb:
+                    fail(
+                        f"--memory-mb {mb} is outside the platform's "
+                        f"{limits.memory_min_mb}–{limits.memory_max_mb} MB"
+                    )
+            for s in timeouts:
+                if not limits.timeout_min_ms <= s * 1000 <= limits.timeout_max_ms:
+                    fail(
+                        f"--timeout-s {s} is outside the platform's "
+                        f"{limits.timeout_min_ms / 1000:g}–{limits.timeout_max_ms / 1000:g} s"
+                    )
+            deployed = [
+                deploy_variant(platform, name, memory_mb=mb, timeout_ms=s * 1000)
+                for name in (TRAIN, AGGREGATE)
+                for mb in memories
+                for s in timeouts
+            ]
+            image = platform.action_image
+    except FaasdlError as exc:
+        fail(str(exc))
+    console.print(f"{len(deployed)} action variants" + (f" in {image}" if image else ""))
+    typer.echo(json.dumps({"actions": deployed, "image": image}))
+
+
 @platform_app.command("info")
 def platform_info() -> None:
     """Print the configured platform's limits as JSON."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from faasdl import __version__
 from faasdl.cli import app
+from tests.conftest import Served
 
 runner = CliRunner()
 
@@ -107,3 +109,45 @@ def test_an_unreachable_controller_is_one_clear_line() -> None:
 
     assert result.exit_code == 2
     assert "the controller at http://127.0.0.1:9 is unreachable" in result.output
+
+
+def test_platform_deploy_puts_every_variant_in_the_image_once(
+    monkeypatch: pytest.MonkeyPatch, make_served: Callable[..., Served]
+) -> None:
+    # Arrange: the platform behind its REST API, with faasdl's action image.
+    served = make_served(images=["faasdl/action:test"])
+    monkeypatch.setenv("FAASDL_PLATFORM", "openwhisk")
+    monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", served.url)
+    monkeypatch.setenv("FAASDL_OPENWHISK__ACTION_IMAGE", "faasdl/action:test")
+    args = ["platform", "deploy", "--memory-mb", "256", "--memory-mb", "512", "--timeout-s", "30"]
+
+    # Execute
+    first = runner.invoke(app, args)
+    versions = {a.name: a.version for a in served.local.list_actions()}
+    again = runner.invoke(app, args)
+
+    # Assert: train and aggregate × two memory classes, blackbox in the image, left alone after.
+    assert first.exit_code == 0, first.output
+    deployed = json.loads(first.stdout.splitlines()[-1])
+    assert deployed["image"] == "faasdl/action:test"
+    assert sorted(deployed["actions"]) == sorted(versions)
+    assert len(versions) == 4
+    assert {served.local.get_action(n).exec.kind for n in versions} == {"blackbox"}
+    assert again.exit_code == 0, again.output
+    assert {a.name: a.version for a in served.local.list_actions()} == versions
+
+
+def test_platform_deploy_refuses_a_class_outside_the_limits_and_deploys_nothing(
+    monkeypatch: pytest.MonkeyPatch, make_served: Callable[..., Served]
+) -> None:
+    served = make_served()
+    monkeypatch.setenv("FAASDL_PLATFORM", "openwhisk")
+    monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", served.url)
+
+    result = runner.invoke(
+        app, ["platform", "deploy", "--memory-mb", "256", "--memory-mb", "99999"]
+    )
+
+    assert result.exit_code == 2
+    assert "--memory-mb 99999 is outside the platform's" in result.output
+    assert served.local.list_actions() == []
