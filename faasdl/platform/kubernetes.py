@@ -16,6 +16,7 @@ record (by action and time), it does not replace it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -25,7 +26,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from faasdl.errors import PlatformUnavailable, ValidationError
+from faasdl.errors import PlatformError, PlatformUnavailable, ValidationError
 from faasdl.store.records import WorkerInfo
 
 #: Every action pod an OpenWhisk invoker starts carries this label.
@@ -271,13 +272,30 @@ class KubernetesCluster:
             raise PlatformUnavailable("the Kubernetes cluster is not open (call open() first)")
         return self._core
 
+    def _call(self, what: str, op: Callable[[Any], Any]) -> Any:
+        """``op(api)``, its failures as faasdl errors: 5xx and lost connections unavailable,
+        anything else the API refused a platform error."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return op(self._api())
+        except ApiException as exc:
+            error = PlatformUnavailable if (exc.status or 500) >= 500 else PlatformError
+            raise error(f"Kubernetes refused to {what}: {exc.status} {exc.reason}") from exc
+        except HTTPError as exc:
+            raise PlatformUnavailable(f"cannot reach Kubernetes to {what}: {exc}") from exc
+
     def workers(self) -> list[WorkerInfo]:
-        nodes = self._api().list_node(_preload_content=False)
+        nodes = self._call("list nodes", lambda api: api.list_node(_preload_content=False))
         return workers_from_nodes(_json(nodes)["items"])
 
     def action_pods(self) -> list[dict[str, Any]]:
-        pods = self._api().list_namespaced_pod(
-            self.namespace, label_selector=self.selector, _preload_content=False
+        pods = self._call(
+            "list action pods",
+            lambda api: api.list_namespaced_pod(
+                self.namespace, label_selector=self.selector, _preload_content=False
+            ),
         )
         items: list[dict[str, Any]] = _json(pods)["items"]
         return items
@@ -295,6 +313,7 @@ class KubernetesCluster:
         version has expired)."""
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         fates = PodFates()
         version: str | None = None
@@ -315,20 +334,27 @@ class KubernetesCluster:
                 if exc.status != 410:  # 410 Gone: the version expired, list again
                     raise PlatformUnavailable(f"the pod watch failed: {exc}") from exc
                 version = None
+            except HTTPError as exc:
+                raise PlatformUnavailable(f"the pod watch lost Kubernetes: {exc}") from exc
             finally:
                 stream.stop()
 
     def kill_pod(self, name: str) -> None:
         """Delete an action pod at once (no grace): a container killed mid-activation."""
-        self._api().delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        self._call(
+            f"delete pod {name}",
+            lambda api: api.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0),
+        )
 
     def drain(self, node: str) -> list[str]:
         """Cordon ``node`` and evict its action pods (node loss for the experiments); the pods
         evicted."""
         from kubernetes import client
 
-        api = self._api()
-        api.patch_node(node, {"spec": {"unschedulable": True}})
+        self._call(
+            f"cordon node {node}",
+            lambda api: api.patch_node(node, {"spec": {"unschedulable": True}}),
+        )
         evicted = []
         for pod in self.action_pods():
             if pod.get("spec", {}).get("nodeName") != node:
@@ -337,9 +363,15 @@ class KubernetesCluster:
             eviction = client.V1Eviction(
                 metadata=client.V1ObjectMeta(name=name, namespace=self.namespace)
             )
-            api.create_namespaced_pod_eviction(name, self.namespace, eviction)
+            self._call(
+                f"evict pod {name}", functools.partial(_evict, name, self.namespace, eviction)
+            )
             evicted.append(name)
         return evicted
+
+
+def _evict(name: str, namespace: str, eviction: Any, api: Any) -> Any:
+    return api.create_namespaced_pod_eviction(name, namespace, eviction)
 
 
 def _json(response: Any) -> dict[str, Any]:
