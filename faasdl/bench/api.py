@@ -24,7 +24,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from faasdl.config import StoreSettings
 from faasdl.controller.auth import create_key
 from faasdl.errors import FaasdlError
 from faasdl.store import make_store
-from faasdl.store.redis_server import RedisServer
+from faasdl.store.redis_server import RedisServer, free_port
 
 CLIENTS = {"poll": 40, "follow": 5, "submit": 5}
 TRAINING_JOB: dict[str, Any] = {
@@ -104,7 +103,7 @@ def run_api_bench(*, quick: bool, store: str, progress: Console) -> dict[str, An
 
 
 def _environment(root: Path, store_url: str) -> tuple[str, dict[str, str]]:
-    port, platform_port = _free_port(), _free_port()
+    port, platform_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAASDL_")} | {
         "FAASDL_STORE__URL": store_url,
         "FAASDL_STORE__SPILL_DIR": str(root / "spill"),
@@ -116,13 +115,6 @@ def _environment(root: Path, store_url: str) -> tuple[str, dict[str, str]]:
         "FAASDL_OPENWHISK__API_HOST": f"http://127.0.0.1:{platform_port}",
     }
     return f"http://127.0.0.1:{port}", env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

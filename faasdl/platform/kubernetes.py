@@ -57,7 +57,8 @@ _FACTORS = {
 
 def quantity_mb(quantity: str) -> int:
     """A Kubernetes memory quantity (``"2Gi"``, ``"2048Mi"``, ``"16308152Ki"``, ``"2G"``,
-    ``"2147483648"``) in whole MiB, rounded down."""
+    ``"2147483648"``) in whole MiB, rounded down. (The client's ``kubernetes.utils.parse_quantity``
+    does this too, but the client is an optional extra and these functions must work without it.)"""
     found = _QUANTITY.match(quantity.strip())
     if found is None:
         raise ValidationError(f"is not a Kubernetes quantity: {quantity!r}", field="memory")
