@@ -153,6 +153,24 @@ class OpenWhiskSettings(BaseModel):
         return self
 
 
+class KubernetesSettings(BaseModel):
+    """The Kubernetes cluster OpenWhisk runs on (``faasdl.platform.kubernetes``, the
+    ``kubernetes`` extra): the controller watches its action pods and tells Canary of an OOM-killed,
+    deleted or evicted pod sooner than the activation's record."""
+
+    watch: bool = Field(
+        False, description="Watch OpenWhisk's action pods (needs the chart's RBAC)."
+    )
+    namespace: str = Field("openwhisk", description="The namespace OpenWhisk's action pods run in.")
+    release: str = Field("owdev", description="The Helm release of OpenWhisk (its pods' label).")
+    kubeconfig: Path | None = Field(
+        None, description="A kubeconfig file; none: the in-cluster service account, else ~/.kube."
+    )
+    retry_s: float = Field(
+        5.0, gt=0, description="Wait before watching again after the cluster was unreachable."
+    )
+
+
 class ServerSettings(BaseModel):
     """The embedded platform's OpenWhisk-compatible REST server (``faasdl platform serve``)."""
 
@@ -322,6 +340,7 @@ class Settings(BaseSettings):
     )
     local: LocalPlatformSettings = Field(default_factory=LocalPlatformSettings)
     openwhisk: OpenWhiskSettings = Field(default_factory=OpenWhiskSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     estimator: EstimatorSettings = Field(default_factory=EstimatorSettings)

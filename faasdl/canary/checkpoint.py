@@ -23,6 +23,7 @@ import contextlib
 import logging
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,10 @@ from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState, load, 
 log = logging.getLogger(__name__)
 
 S = TypeVar("S")
+
+#: The container's host name: the pod's name on Kubernetes; the embedded platform sets HOSTNAME to
+#: the container's id (its containers share the machine's host name).
+HOST = os.environ.get("HOSTNAME") or socket.gethostname()
 
 #: Checkpoints kept per unit to start with; fewer when they are large (see :func:`heads_to_keep`).
 KEEP_HEADS = 3
@@ -197,9 +202,10 @@ class Checkpointer:
         self.check()
 
     def heartbeat(self) -> None:
-        """Renew the attempt's lease. Raises ``Superseded`` if fenced."""
+        """Renew the attempt's lease, naming the container it runs in (so that a cluster's report
+        of a lost container finds it). Raises ``Superseded`` if fenced."""
         now = _now_ms()
-        self._fenced(lambda u: u.model_copy(update={"heartbeat_ms": now}))
+        self._fenced(lambda u: u.model_copy(update={"heartbeat_ms": now, "host": HOST}))
         self.heartbeats += 1
 
     def commit(self, result: str, **fields: Any) -> None:

@@ -4,6 +4,12 @@ heartbeats, fences by claiming, and invokes the recovering attempt."""
 
 from __future__ import annotations
 
+import itertools
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from faasdl.platform.classify import Failure, FailureKind
 from faasdl.store.records import FunctionInfo, UnitState
 
@@ -29,6 +35,50 @@ def hung(unit: FunctionInfo, token: int, *, now_ms: int, heartbeat_s: float) -> 
     if silent <= lease:
         return None
     return Failure(FailureKind.HUNG, f"no heartbeat for {silent} ms (lease {lease} ms)")
+
+
+@dataclass(frozen=True)
+class ContainerLoss:
+    """A container the platform lost, as its cluster reports it (an OOM kill, a deleted or evicted
+    pod): ``host`` is the host name the attempts in it ran under (on Kubernetes, the pod's name)."""
+
+    host: str
+    failure: Failure
+    at_ms: int
+
+
+def lost(unit: FunctionInfo, token: int, losses: Iterable[ContainerLoss]) -> Failure | None:
+    """The attempt ``token`` is lost if it owns the running unit and its container is among
+    ``losses``: sooner than its activation record or its lease say so."""
+    if unit.owner_epoch != token or unit.state is not UnitState.RUNNING or unit.host is None:
+        return None
+    return next((loss.failure for loss in losses if loss.host == unit.host), None)
+
+
+class ContainerLosses:
+    """The containers lost lately, for every runner of a controller to read at its own pace
+    (each keeps a cursor). Thread-safe; the oldest are forgotten past ``keep``."""
+
+    def __init__(self, keep: int = 1024) -> None:
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        self._log: deque[tuple[int, ContainerLoss]] = deque(maxlen=keep)
+
+    def report(self, loss: ContainerLoss) -> None:
+        with self._lock:
+            self._log.append((next(self._seq), loss))
+
+    @property
+    def cursor(self) -> int:
+        """The cursor of the latest loss (0: none yet)."""
+        with self._lock:
+            return self._log[-1][0] if self._log else 0
+
+    def since(self, cursor: int) -> tuple[list[ContainerLoss], int]:
+        """The losses reported after ``cursor``, and the cursor to read from next."""
+        with self._lock:
+            new = [(seq, loss) for seq, loss in self._log if seq > cursor]
+        return [loss for _, loss in new], (new[-1][0] if new else cursor)
 
 
 def mtbf_s(running_s: float, failures: int) -> float:

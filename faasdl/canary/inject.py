@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from faasdl.canary.core import ContainerLoss, ContainerLosses
 from faasdl.errors import ActivationNotFound
+from faasdl.platform.classify import Failure, FailureKind
 from faasdl.platform.local import LocalPlatform
 from faasdl.store.base import StateStore
 from faasdl.store.records import FunctionInfo, UnitState, load
@@ -46,6 +48,9 @@ class Chaos:
     containers of its action, so that the next attempt starts a new one);
     ``freeze`` SIGSTOPs it, waits until a newer attempt owns the unit and has beaten (or the unit
     is committed), then SIGCONTs it. One target at a time, ``gap_s`` apart at least.
+
+    With ``losses``, each frozen container is also reported lost there, as the Kubernetes pod
+    watch reports a pod that vanished (:func:`faasdl.platform.kubernetes.container_loss`).
     """
 
     platform: LocalPlatform
@@ -58,6 +63,7 @@ class Chaos:
     gap_s: float = 0.0  # least time between two injections
     cold: bool = False  # kills leave no idle container of the action behind
     when: Callable[[], bool] | None = None  # inject only while this holds
+    losses: ContainerLosses | None = None  # where frozen containers are reported lost
     done: list[Injection] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -87,7 +93,7 @@ class Chaos:
                 continue
             if current[0].state is not UnitState.RUNNING:
                 continue
-            injection = self._inject(key, unit.activation_id, unit.owner_epoch)
+            injection = self._inject(key, unit.activation_id, unit.owner_epoch, unit.host)
             if injection is not None:
                 self.done.append(injection)
                 self._stop.wait(self.gap_s)
@@ -105,7 +111,9 @@ class Chaos:
                 candidates.append((key, unit))
         return rng.choice(candidates) if candidates else None
 
-    def _inject(self, key: str, activation_id: str, token: int) -> Injection | None:
+    def _inject(
+        self, key: str, activation_id: str, token: int, host: str | None
+    ) -> Injection | None:
         at = time.time()
         try:
             if self.mode == "kill":
@@ -116,6 +124,12 @@ class Chaos:
             self.platform.signal(activation_id, signal.SIGSTOP)
         except ActivationNotFound:
             return None  # it ended before the blow landed
+        if self.losses is not None and host is not None:
+            self.losses.report(
+                ContainerLoss(
+                    host, Failure(FailureKind.CRASH, f"pod {host} deleted"), int(at * 1000)
+                )
+            )
         try:
             fenced = self._wait_superseded(key, token)
         finally:

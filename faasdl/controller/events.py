@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
 from faasdl.canary.checkpoint import CanaryArgs
-from faasdl.canary.core import hung, mtbf_s
+from faasdl.canary.core import ContainerLosses, hung, lost, mtbf_s
 from faasdl.canary.runtime import RuntimeManager
 from faasdl.canary.strategies import Recovery, RecoveryStrategy
 from faasdl.config import Settings
@@ -92,6 +92,8 @@ class Runtime:
     metrics: Metrics
     runtimes: RuntimeManager
     shutdown: threading.Event = field(default_factory=threading.Event)
+    #: Containers the cluster reports lost (fed by the Kubernetes pod watch when it runs).
+    losses: ContainerLosses = field(default_factory=ContainerLosses)
 
 
 @dataclass
@@ -117,7 +119,7 @@ class _Ended:
     activation_id: str
     record: Activation | None
     failure: Failure | None = None
-    detected_by: Literal["platform", "lease"] = "platform"
+    detected_by: Literal["platform", "lease", "cluster"] = "platform"
     unit: FunctionInfo | None = None  # a trainer's unit as read when it was settled
 
 
@@ -148,6 +150,7 @@ class JobRunner:
         self._in_flight: dict[str, _Task] = {}
         # Attempts fenced out (hung, or copies that lost): their records are still booked.
         self._abandoned: dict[str, _Task] = {}
+        self._loss_cursor = runtime.losses.cursor  # containers lost before the runner are not its
         # The runner is the only writer of its job's plan: it reads spec and plan once and keeps
         # the plan in step with the store when it corrects limits.
         self.spec: JobSpec
@@ -509,27 +512,35 @@ class JobRunner:
             if record is not None:
                 del self._in_flight[activation_id]
                 ended.append(_Ended(task, activation_id, record))
-        ended.extend(self._hung())
+        ended.extend(self._silenced())
         return ended
 
-    def _hung(self) -> list[_Ended]:
-        """Training attempts whose lease lapsed; their activations are watched as abandoned."""
-        heartbeat_s = self.spec.fault_tolerance.heartbeat_s
-        if not self.strategy.heartbeats:
+    def _silenced(self) -> list[_Ended]:
+        """Training attempts whose container the cluster reports lost (an OOM-killed or deleted
+        pod), or whose lease lapsed; their activations are watched as abandoned, their records
+        still booked when they come."""
+        losses, self._loss_cursor = self.rt.losses.since(self._loss_cursor)
+        heartbeat_s = self.spec.fault_tolerance.heartbeat_s if self.strategy.heartbeats else 0.0
+        if not losses and heartbeat_s <= 0:
             return []
         ended: list[_Ended] = []
         tasks = {id(t): t for t in self._in_flight.values() if t.kind == "train"}
         for task in tasks.values():
             found = load(self.rt.store, fn_key(self.job_id, task.round, task.index), FunctionInfo)
-            failure = found and hung(
-                found[0], task.owner_epoch, now_ms=now_ms(), heartbeat_s=heartbeat_s
-            )
-            if not failure:
+            if found is None:
+                continue
+            unit = found[0]
+            by: Literal["cluster", "lease"] = "cluster"
+            failure = lost(unit, task.owner_epoch, losses)
+            if failure is None:
+                by = "lease"
+                failure = hung(unit, task.owner_epoch, now_ms=now_ms(), heartbeat_s=heartbeat_s)
+            if failure is None:
                 continue
             ids = [i for i, t in self._in_flight.items() if t is task]
             for activation_id in ids:
                 self._abandoned[activation_id] = self._in_flight.pop(activation_id)
-            ended.append(_Ended(task, ids[0], None, failure, detected_by="lease"))
+            ended.append(_Ended(task, ids[0], None, failure, detected_by=by))
         return ended
 
     def _tick_s(self) -> float:
@@ -855,6 +866,7 @@ class JobRunner:
                     "memory_mb": limits.memory_mb,
                     "timeout_ms": limits.timeout_ms,
                     "heartbeat_ms": None,  # the lease starts with the attempt's first beat
+                    "host": None,  # and its container is known from that beat on
                 }
             )
 

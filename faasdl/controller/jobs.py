@@ -32,6 +32,7 @@ from faasdl.errors import (
     JobError,
     JobNotFound,
     LimitExceeded,
+    PlatformError,
     StoreError,
     StoreUnavailable,
     ValidationError,
@@ -138,6 +139,27 @@ class Controller:
             target=self._schedule, name="faasdl-scheduler", daemon=True
         )
         self._scheduler.start()
+        if self.settings.kubernetes.watch:
+            threading.Thread(target=self._watch_pods, name="faasdl-pod-watch", daemon=True).start()
+
+    def _watch_pods(self) -> None:
+        """Feed Canary the action pods the cluster loses, until the controller closes (a daemon:
+        its watch ends at its next event or renewal, within 30 s of closing)."""
+        from faasdl.platform.kubernetes import KubernetesCluster
+
+        k8s, shutdown = self.settings.kubernetes, self.runtime.shutdown
+        cluster = KubernetesCluster(
+            namespace=k8s.namespace,
+            release=k8s.release,
+            kubeconfig=str(k8s.kubeconfig) if k8s.kubeconfig else None,
+        )
+        while not shutdown.is_set():
+            try:
+                cluster.open()
+                cluster.report_losses(self.runtime.losses, shutdown, clock_ms=now_ms)
+            except PlatformError as exc:  # unreachable, or refused (RBAC): said, and tried again
+                log.warning("watching action pods: %s; again in %g s", exc, k8s.retry_s)
+                shutdown.wait(k8s.retry_s)
 
     def close(self) -> None:
         self.runtime.shutdown.set()

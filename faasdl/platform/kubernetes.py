@@ -26,7 +26,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from faasdl.canary.core import ContainerLoss, ContainerLosses
 from faasdl.errors import PlatformError, PlatformUnavailable, ValidationError
+from faasdl.platform.classify import Failure, FailureKind
 from faasdl.store.records import WorkerInfo
 
 #: Every action pod an OpenWhisk invoker starts carries this label.
@@ -227,6 +229,20 @@ class PodFates:
         return event
 
 
+def container_loss(event: ActionPodEvent) -> ContainerLoss | None:
+    """What a pod's fate tells Canary: the attempt running in it is lost (its host name is the
+    pod's name). An unschedulable pod ran nothing: its activation waits, it is not lost."""
+    if event.fate is PodFate.UNSCHEDULABLE:
+        return None
+    kind = FailureKind.OUT_OF_MEMORY if event.fate is PodFate.OOM_KILLED else FailureKind.CRASH
+    where = f" on {event.node}" if event.node else ""
+    return ContainerLoss(
+        host=event.pod,
+        failure=Failure(kind, f"pod {event.pod}{where} {event.fate}: {event.message}"),
+        at_ms=event.at_ms,
+    )
+
+
 # ---- the cluster ----------------------------------------------------------------------------
 
 
@@ -339,6 +355,18 @@ class KubernetesCluster:
                 raise PlatformUnavailable(f"the pod watch lost Kubernetes: {exc}") from exc
             finally:
                 stream.stop()
+
+    def report_losses(
+        self, losses: ContainerLosses, stop: threading.Event, *, clock_ms: Callable[[], int]
+    ) -> None:
+        """Watch action pods until ``stop`` is set, reporting each lost one to ``losses``."""
+
+        def on_event(event: ActionPodEvent) -> None:
+            loss = container_loss(event)
+            if loss is not None:
+                losses.report(loss)
+
+        self.watch(on_event, stop, clock_ms=clock_ms)
 
     def kill_pod(self, name: str) -> None:
         """Delete an action pod at once (no grace): a container killed mid-activation."""

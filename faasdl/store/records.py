@@ -106,7 +106,7 @@ class FailureReport(BaseModel):
     activation_id: str
     classification: str  # a FailureKind
     message: str
-    detected_by: Literal["platform", "lease"]
+    detected_by: Literal["platform", "lease", "cluster"]
     recovery: str  # a Recovery: resume, restart, wait, fail
     resume_from: int | None = None  # the checkpoint position the next attempt starts from
     limits: str | None = None  # how the limits changed for the next attempt
@@ -202,6 +202,7 @@ class FunctionInfo(Record):
         default_factory=list, description="The latest checkpoints, oldest first."
     )
     heartbeat_ms: int | None = None  # the owning attempt's last heartbeat; None before its first
+    host: str | None = None  # the owning attempt's container host name (a pod's name)
     committed_result: str | None = None
     attempts: int = 0
     memory_mb: int | None = None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import requests
 
+from faasdl.canary.core import lease_ms
 from faasdl.canary.inject import Chaos, Injection, Mode
 from faasdl.config import LocalPlatformSettings, Settings, StoreSettings
 from faasdl.controller.auth import create_key
@@ -134,6 +135,42 @@ def test_a_frozen_attempt_is_fenced_and_never_gets_a_write_accepted_when_it_wake
             assert not (found[0].committed_result or "").endswith(f"-a{zombie.token:04d}")
         zombies.extend(fenced)
     assert len(zombies) >= 20
+
+
+def test_a_container_the_cluster_reports_lost_is_recovered_long_before_its_lease_lapses(
+    controller: Controller, reference: bytes
+) -> None:
+    # Arrange: a lease of 45 s, so that only the cluster's report can end the frozen attempt soon
+    # (what the Kubernetes pod watch reports when an action pod is deleted or OOM-killed).
+    spec = {**JOB, "fault_tolerance": {**JOB["fault_tolerance"], "heartbeat_s": 30.0}}
+    job_id = controller.submit(JobSpec.model_validate(spec)).job.job_id
+    platform = controller.platform
+    assert isinstance(platform, LocalPlatform)
+    chaos = Chaos(
+        platform,
+        controller.store,
+        job_id,
+        1,
+        mode="freeze",
+        seed=3,
+        delay_s=(0.0, 0.3),
+        losses=controller.runtime.losses,
+    )
+
+    # Execute
+    with chaos:
+        job = controller.wait(job_id, timeout_s=900)
+
+    # Assert: the frozen attempt was ended by the report, resumed elsewhere, fenced when it woke,
+    # and the model is bit-identical to the failure-free run's.
+    assert model_bytes(controller, job) == reference
+    [frozen] = chaos.done
+    [failure] = [f for f in job.failures if f.activation_id == frozen.activation_id]
+    assert failure.detected_by == "cluster"
+    assert failure.classification == "crash"
+    assert failure.recovery == "resume"
+    assert failure.t_ms - frozen.at * 1000 < lease_ms(30.0) / 3
+    assert frozen.fenced
 
 
 def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faasdl.canary.core import hung, lease_ms, mtbf_s
+from faasdl.canary.core import ContainerLoss, ContainerLosses, hung, lease_ms, lost, mtbf_s
 from faasdl.canary.strategies import (
     Recovery,
     RecoveryStrategy,
@@ -75,6 +75,39 @@ def test_a_lease_lapses_only_for_the_owner_after_its_first_beat() -> None:
     assert hung(fresh, 2, now_ms=lapsed, heartbeat_s=1.0) is None  # still starting
     done = unit.model_copy(update={"state": UnitState.COMMITTED})
     assert hung(done, 2, now_ms=lapsed, heartbeat_s=1.0) is None
+
+
+def test_a_lost_container_ends_only_the_attempt_that_owns_the_unit_in_it() -> None:
+    unit = FunctionInfo(
+        job_id="j", round=0, shard=0, state=UnitState.RUNNING, owner_epoch=2, host="pod-a"
+    )
+    gone = ContainerLoss("pod-a", CRASH, at_ms=5)
+    other = ContainerLoss("pod-b", CRASH, at_ms=5)
+
+    assert lost(unit, 2, [other, gone]) == CRASH
+    assert lost(unit, 2, [other]) is None
+    assert lost(unit, 1, [gone]) is None  # a fenced attempt: its successor may run elsewhere
+    assert lost(unit.model_copy(update={"host": None}), 2, [gone]) is None  # not yet beaten
+    assert lost(unit.model_copy(update={"state": UnitState.COMMITTED}), 2, [gone]) is None
+
+
+def test_every_reader_of_container_losses_sees_each_loss_once_from_its_own_cursor() -> None:
+    losses = ContainerLosses(keep=3)
+    first = losses.cursor
+    losses.report(ContainerLoss("a", CRASH, 1))
+    second = losses.cursor
+    losses.report(ContainerLoss("b", CRASH, 2))
+
+    seen_first, first = losses.since(first)
+    seen_second, second = losses.since(second)
+    again, _ = losses.since(first)
+    assert [x.host for x in seen_first] == ["a", "b"]
+    assert [x.host for x in seen_second] == ["b"]
+    assert again == []
+    for host in "cdef":
+        losses.report(ContainerLoss(host, CRASH, 3))
+    late, _ = losses.since(first)
+    assert [x.host for x in late] == ["d", "e", "f"]  # the oldest are forgotten past keep
 
 
 def test_the_observed_time_between_failures() -> None:

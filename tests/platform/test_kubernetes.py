@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from faasdl.errors import ValidationError
+from faasdl.platform.classify import FailureKind
 from faasdl.platform.kubernetes import (
     KubernetesCluster,
     PodFate,
     PodFates,
     classify_pod,
+    container_loss,
     quantity_mb,
     timestamp_ms,
     worker_from_node,
@@ -86,7 +88,7 @@ def test_an_oom_killed_action_pod_is_told_once_and_its_deletion_not_again() -> N
     assert oom.fate is PodFate.OOM_KILLED
     assert oom.at_ms == timestamp_ms("2026-11-23T01:01:40Z")
     assert (oom.action, oom.namespace, oom.invoker) == (
-        "faasdl-train-1024mb-120s",
+        "faasdl-train-m1024-t120s",
         "guest",
         "invoker0",
     )
@@ -113,7 +115,7 @@ def test_a_deleted_running_pod_an_unschedulable_one_and_an_evicted_one() -> None
     assert evicted is not None
     assert evicted.fate is PodFate.EVICTED
     assert "low on resource: memory" in evicted.message
-    assert evicted.action == "faasdl-aggregate-512mb-60s"
+    assert evicted.action == "faasdl-aggregate-m512-t60s"
 
 
 def test_a_running_pod_says_nothing_and_a_second_oom_after_a_restart_is_told() -> None:
@@ -130,6 +132,29 @@ def test_a_running_pod_says_nothing_and_a_second_oom_after_a_restart_is_told() -
     assert first is not None
     assert second is not None
     assert (first.restarts, second.restarts) == (1, 2)
+
+
+def test_lost_pods_become_container_losses_named_by_the_pod_and_a_pending_pod_does_not() -> None:
+    fates = PodFates()
+    told = [fates.update(e["type"], e["object"], now_ms=NOW_MS) for e in pod_events()]
+    oom, deleted, pending, evicted = told[2], told[5], told[6], told[7]
+    assert oom is not None
+    assert deleted is not None
+    assert pending is not None
+    assert evicted is not None
+
+    lost_oom, lost_deleted, lost_evicted = (container_loss(e) for e in (oom, deleted, evicted))
+
+    assert lost_oom is not None
+    assert lost_oom.host == oom.pod  # an action's host name in its pod is the pod's name
+    assert lost_oom.failure.kind is FailureKind.OUT_OF_MEMORY
+    assert lost_oom.at_ms == oom.at_ms
+    assert "kind-worker" in lost_oom.failure.message
+    assert lost_deleted is not None
+    assert (lost_deleted.host, lost_deleted.failure.kind) == (deleted.pod, FailureKind.CRASH)
+    assert lost_evicted is not None
+    assert lost_evicted.failure.kind is FailureKind.CRASH
+    assert container_loss(pending) is None  # it never ran: its activation waits
 
 
 def _kubeconfig() -> str | None:

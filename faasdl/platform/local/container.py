@@ -120,6 +120,7 @@ class Container:
         env = dict(os.environ)
         env["FAASDL_READY_FD"] = str(write_fd)
         env["FAASDL_PARENT_PID"] = str(os.getpid())
+        env["HOSTNAME"] = self.container_id  # as a container engine names a container's host
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-u", str(RUNTIME_PATH)],
