@@ -3,9 +3,11 @@ deployed per memory/time class (OpenWhisk limits are per action, so each class i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
+from faasdl import __version__
 from faasdl.errors import ActionNotFound
 from faasdl.platform.base import ActionSpec, Platform, variant_name
 
@@ -13,6 +15,12 @@ TRAIN = "train"
 AGGREGATE = "aggregate"
 #: Prefix of every action faasdl deploys, so that they are easy to find and clean up.
 PREFIX = "faasdl-"
+#: The memory classes (MB) and time classes (s) deployed ahead of the first job by default; the
+#: controller deploys any other class a job needs when it needs it.
+MEMORY_CLASSES_MB = (512, 1024, 2048)
+TIME_CLASSES_S = (60, 300)
+#: Where wskdeploy's manifest of faasdl's actions lives (``faasdl platform manifest`` writes it).
+MANIFEST = "openwhisk_actions/manifest.yaml"
 
 
 def action_code(name: str) -> str:
@@ -59,3 +67,38 @@ def deploy_variant(
             )
         )
     return variant
+
+
+def variants(
+    memories: Iterable[int] = MEMORY_CLASSES_MB, timeouts_s: Iterable[int] = TIME_CLASSES_S
+) -> list[tuple[str, str, int, int]]:
+    """Every variant of faasdl's actions for these classes: (action, variant, MB, ms)."""
+    return [
+        (name, variant_name(PREFIX + name, mb, s * 1000), mb, s * 1000)
+        for name in (TRAIN, AGGREGATE)
+        for mb in memories
+        for s in timeouts_s
+    ]
+
+
+def wskdeploy_manifest(
+    image: str | None,
+    memories: Iterable[int] = MEMORY_CLASSES_MB,
+    timeouts_s: Iterable[int] = TIME_CLASSES_S,
+) -> dict[str, Any]:
+    """wskdeploy's manifest of the variants ``faasdl platform deploy`` deploys: in OpenWhisk's
+    default package (where the controller invokes them), as blackbox actions in ``image`` (none:
+    python:3.11 actions, for an OpenWhisk whose Python image has faasdl installed)."""
+    actions = {
+        variant: {
+            "function": f"{name}/__main__.py",  # relative to the manifest
+            **({"docker": image} if image else {"runtime": "python:3.11"}),
+            "limits": {"memorySize": mb, "timeout": ms},
+        }
+        for name, variant, mb, ms in variants(memories, timeouts_s)
+    }
+    return {
+        "packages": {
+            "default": {"version": __version__, "license": "Apache-2.0", "actions": actions}
+        }
+    }

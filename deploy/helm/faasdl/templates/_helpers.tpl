@@ -3,9 +3,13 @@
 {{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The release's resource name prefix. */}}
+{{/* The release's resource name prefix (the release's name alone when it holds the chart's). */}}
 {{- define "faasdl.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels every object carries. */}}
