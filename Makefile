@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest redis-server bench clean
+.PHONY: demo test lint typecheck pytest redis-server chromium bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/faasdl demo
 
 ## make test: lint, type checks, then the whole test suite.
-test: $(STAMP) redis-server lint typecheck pytest
+test: $(STAMP) redis-server chromium lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check faasdl tests
@@ -38,6 +38,14 @@ redis-server:
 	  echo "installing redis-server with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+# The dashboard's browser test drives Debian's chromium with Playwright (which never downloads a
+# browser of its own).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version 2>/dev/null
 
 bench: $(STAMP)
 	$(BIN)/faasdl bench platform

@@ -51,9 +51,11 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
     )
     with embedded_controller(settings) as (controller, platform):
         server = AppThread(create_app(controller, owns=False), host="127.0.0.1", port=0, name="api")
-        client = ControllerClient(url=server.start())
+        url = server.start()
+        client = ControllerClient(url=url)
         try:
             job_id = client.submit(spec)["job"]["job_id"]
+            console.print(f"dashboard: {url}/ui#job={job_id}\n")
             with Chaos(platform, controller.store, job_id, kills, delay_s=KILL_DELAY_S) as chaos:
                 view = watch(lambda: client.job(job_id), console)
             ledger = client.ledger(job_id)

@@ -90,6 +90,12 @@ class RuntimeManager:
             want = self._wants.get(owner)
             return want.mb_s / 1024 if want else 0.0
 
+    def replicas(self, owner: str) -> tuple[str, int, int] | None:
+        """What ``owner`` wants now: its runtime, the replicas wanted and those warm and ready."""
+        with self._cond:
+            want = self._wants.get(owner)
+            return (want.runtime, want.replicas, want.ready) if want else None
+
     def ready(self, owner: str) -> int:
         with self._cond:
             want = self._wants.get(owner)

@@ -23,7 +23,7 @@ from faasdl.config import Settings
 from faasdl.controller.auth import RateLimiter, StreamSlots
 from faasdl.controller.deps import ApiLimits
 from faasdl.controller.jobs import Controller
-from faasdl.controller.routes import datasets, jobs, ops
+from faasdl.controller.routes import datasets, jobs, ops, ui
 from faasdl.errors import FaasdlError, LimitExceeded, Unauthenticated, ValidationError
 from faasdl.platform import make_platform
 from faasdl.redact import Redactor, redact_logs
@@ -106,4 +106,5 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(datasets.router(max_upload_bytes=api.max_upload_bytes))
     app.include_router(ops.router)
+    app.include_router(ui.router(auth=api.auth))
     return app

@@ -71,13 +71,22 @@ class Submitted(BaseModel):
     created: bool  # false: an Idempotency-Key replay answered with the job it created before
 
 
+class Replicas(BaseModel):
+    """Canary's warm replicas a running job wants now, of its training action variant."""
+
+    runtime: str
+    wanted: int
+    ready: int
+
+
 class JobView(BaseModel):
     """A job as the API shows it: its record, its place in the admission queue (while queued),
-    and the units of its current round with their state and attempts."""
+    the units of its current round with their state and attempts, and its warm replicas."""
 
     job: JobInfo
     queue_position: int | None
     units: list[FunctionInfo]
+    replicas: Replicas | None = None
 
 
 class JobLine(BaseModel):
@@ -298,7 +307,11 @@ class Controller:
         current = min(job.round, JobPlan.model_validate(job.plan).rounds - 1)
         prefix = f"fn/{job_id}/{current:05d}/"
         units = [FunctionInfo.model_validate(v.value) for _, v in self.store.scan(prefix)]
-        return JobView(job=job, queue_position=position, units=units)
+        wanted = self.runtime.runtimes.replicas(job_id)
+        replicas = None
+        if wanted is not None:
+            replicas = Replicas(runtime=wanted[0], wanted=wanted[1], ready=wanted[2])
+        return JobView(job=job, queue_position=position, units=units, replicas=replicas)
 
     def cancel(self, job_id: str) -> JobInfo:
         """Cancel a queued or running job: its activations are killed, its record kept."""

@@ -1,0 +1,394 @@
+// faasdl's dashboard: the job list, and a job followed live through its event stream.
+// Everything is read through the API with the key kept in this browser session; nothing is
+// written into the page as HTML (text nodes only), so no job data can inject markup.
+"use strict";
+
+const KEY = "faasdl-api-key";
+const SVG = "http://www.w3.org/2000/svg";
+const LANE_H = 26;
+const LEFT = 96;
+const RIGHT = 24;
+const $ = (selector) => document.querySelector(selector);
+
+let following = null; // the AbortController of the job being followed
+let listTimer = null;
+let refreshTimer = null;
+let current = null; // {id, view, ledger}
+
+// ---- small helpers ------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+  node.append(...children);
+  return node;
+}
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  node.append(...children);
+  return node;
+}
+
+function titled(node, text) {
+  node.append(svg("title", {}, text));
+  return node;
+}
+
+const fmt = (x, digits = 3) => (x === null || x === undefined ? "–" : Number(x).toFixed(digits));
+const clock = (ms) => new Date(ms).toLocaleTimeString();
+const say = (text) => { $("#key-status").textContent = text; };
+
+function key() {
+  return sessionStorage.getItem(KEY);
+}
+
+// A controller with authentication off (FAASDL_API__AUTH=none, as in `faasdl demo`; the page
+// says so in body[data-auth]) needs no key.
+async function api(path, signal) {
+  const headers = key() ? { Authorization: `Bearer ${key()}` } : {};
+  const response = await fetch(path, { headers, signal });
+  if (response.status === 401) {
+    const had = Boolean(key());
+    sessionStorage.removeItem(KEY);
+    say(had ? "the key was refused: enter another" : "enter an API key to see your jobs");
+    throw new Error("unauthenticated");
+  }
+  if (!response.ok) throw new Error(`${path} answered ${response.status}`);
+  return response;
+}
+
+// ---- routing ------------------------------------------------------------------------------
+
+function stop() {
+  if (following) following.abort();
+  following = null;
+  clearInterval(listTimer);
+  clearTimeout(refreshTimer);
+  refreshTimer = null;
+}
+
+function route() {
+  stop();
+  const match = location.hash.match(/^#job=([0-9a-zA-Z_-]+)$/);
+  $("#jobs-view").hidden = Boolean(match);
+  $("#job-view").hidden = !match;
+  if (!key() && document.body.dataset.auth !== "none") {
+    say("enter an API key to see your jobs");
+    $("#jobs tbody").replaceChildren();
+    return;
+  }
+  if (match) openJob(match[1]);
+  else openList();
+}
+
+// ---- the job list -------------------------------------------------------------------------
+
+function openList() {
+  refreshList();
+  listTimer = setInterval(refreshList, 2000);
+}
+
+async function refreshList() {
+  let jobs;
+  try {
+    jobs = await (await api("/v1/jobs")).json();
+  } catch (error) {
+    if (error.message !== "unauthenticated") say(error.message);
+    $("#jobs tbody").replaceChildren();
+    return;
+  }
+  const rows = jobs.map((job) => {
+    const progress = el("progress", {
+      max: String(job.rounds), value: String(job.round), "aria-label": `${job.job_id} progress`,
+    });
+    return el("tr", { "data-job": job.job_id },
+      el("td", {}, el("a", { href: `#job=${job.job_id}` }, job.job_id)),
+      el("td", { class: `state state-${job.state}` }, job.state),
+      el("td", {}, job.tenant),
+      el("td", {}, progress, ` ${job.round}/${job.rounds}`),
+      el("td", { class: "num" }, fmt(job.loss)),
+      el("td", { class: "num" }, fmt(job.accuracy)),
+      el("td", { class: "num" }, fmt(job.cost_usd, 6)),
+      el("td", {}, clock(job.created_ms)));
+  });
+  $("#jobs tbody").replaceChildren(...rows);
+  say(jobs.length ? "" : "no jobs yet");
+}
+
+// ---- one job ------------------------------------------------------------------------------
+
+function openJob(id) {
+  current = { id, view: null, ledger: [] };
+  $("#job-title").textContent = `Job ${id}`;
+  for (const part of ["#job-summary", "#lanes", "#curves", "#memory tbody", "#events"]) {
+    $(part).replaceChildren();
+  }
+  following = new AbortController();
+  refreshJob();
+  followEvents(id, following.signal);
+}
+
+function soon() {
+  if (refreshTimer === null) {
+    refreshTimer = setTimeout(() => { refreshTimer = null; refreshJob(); }, 200);
+  }
+}
+
+async function refreshJob() {
+  const job = current;
+  const signal = following ? following.signal : undefined;
+  try {
+    const [view, ledger] = await Promise.all([
+      api(`/v1/jobs/${job.id}`, signal).then((r) => r.json()),
+      api(`/v1/jobs/${job.id}/ledger`, signal).then((r) => r.json()),
+    ]);
+    if (job !== current) return;
+    job.view = view;
+    job.ledger = ledger;
+    render(job);
+  } catch (error) {
+    if (error.name !== "AbortError" && error.message !== "unauthenticated") say(error.message);
+  }
+}
+
+// The event stream: one refresh per burst of events; reconnects until the job has ended (an
+// EventSource cannot send the bearer token, so the stream is read with fetch).
+async function followEvents(id, signal) {
+  while (!signal.aborted) {
+    let ended = false;
+    try {
+      const response = await api(`/v1/jobs/${id}/events`, signal);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          if (block.startsWith(":")) continue; // a keep-alive
+          if (/^event: end$/m.test(block)) ended = true;
+          soon();
+        }
+      }
+    } catch (error) {
+      if (signal.aborted || error.message === "unauthenticated") return;
+      say(`event stream: ${error.message}; reconnecting`);
+    }
+    if (ended) return;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
+function render(job) {
+  const { view, ledger } = job;
+  renderSummary(view);
+  renderLanes(view, ledger);
+  renderCurves(view.job.rounds);
+  renderMemory(view.job.plan, ledger);
+  const replicas = view.replicas;
+  $("#replicas").textContent = replicas
+    ? `${replicas.ready} ready of ${replicas.wanted} wanted (${replicas.runtime})`
+    : "none";
+  const events = view.job.events.map((event) => el("li", { class: event.kind },
+    el("time", {}, clock(event.t_ms)), event.message));
+  $("#events").replaceChildren(...events);
+}
+
+function renderSummary(view) {
+  const job = view.job;
+  const last = job.rounds[job.rounds.length - 1];
+  const rounds = job.plan ? job.plan.rounds : "?";
+  const facts = [
+    ["State", job.state, `state state-${job.state}`],
+    ["Tenant", job.tenant],
+    ["Model", job.spec.model],
+    ["Rounds", `${job.round}/${rounds}`],
+    ["Workers", job.plan ? job.plan.train.containers : "?"],
+    ["Loss", last ? fmt(last.test_loss) : "–"],
+    ["Accuracy", last ? fmt(last.accuracy) : "–"],
+    ["Failures", job.failures.length],
+    ["Activations", job.activation_count],
+    ["Cost (USD)", fmt(job.cost_usd, 6)],
+  ];
+  if (view.queue_position !== null) facts.push(["Queue position", view.queue_position]);
+  if (job.error) facts.push(["Error", job.error]);
+  $("#job-summary").replaceChildren(...facts.map(([name, value, cls]) => el("div", {},
+    el("dt", {}, name), el("dd", cls ? { class: cls, id: `summary-${name.toLowerCase()}` } : {},
+      String(value)))));
+}
+
+// One lane per training unit (a shard: the same lane across rounds) and one for aggregation and
+// evaluation; each activation is a bar (queue wait, cold start, training) ending in a commit or
+// a failure; failures as the controller noticed them, running attempts and their checkpoints.
+function renderLanes(view, ledger) {
+  const job = view.job;
+  const workers = job.plan ? job.plan.train.containers : 0;
+  const start = job.started_ms || job.created_ms;
+  const end = job.finished_ms || Date.now();
+  const width = Math.max(720, $("#lanes").clientWidth - 2);
+  const span = Math.max(1000, end - start);
+  const x = (t) => LEFT + ((Math.max(t, start) - start) / span) * (width - LEFT - RIGHT);
+  const laneOf = (kind, unit) => (kind === "train" ? unit : workers);
+  const y = (lane) => 20 + lane * LANE_H;
+  const chart = svg("svg", { width, height: y(workers + 1) + 8, "data-kind": "lanes" });
+
+  for (let lane = 0; lane <= workers; lane += 1) {
+    const label = lane < workers ? `shard ${lane}` : "aggregation";
+    chart.append(svg("g", { "data-kind": "lane", "data-unit": lane < workers ? lane : "agg" },
+      svg("text", { x: 8, y: y(lane) + 15 }, label),
+      svg("line", { class: "axis", x1: LEFT, x2: width - RIGHT, y1: y(lane) + 22, y2: y(lane) + 22 })));
+  }
+  const seconds = Math.round(span / 1000);
+  chart.append(svg("text", { x: width - RIGHT, y: 12, "text-anchor": "end" }, `${seconds} s`));
+
+  for (const line of ledger) {
+    const lane = laneOf(line.kind, line.unit);
+    const top = y(lane) + 4;
+    const t = line.start_ms;
+    const group = svg("g", {
+      "data-kind": "activation", "data-unit": line.kind === "train" ? line.unit : "agg",
+      "data-round": line.round, "data-attempt": line.attempt, "data-outcome": line.outcome,
+    });
+    const peak = line.peak_memory_mb === null ? "unmeasured" : `${fmt(line.peak_memory_mb, 0)} MB`;
+    titled(group, `${line.kind} round ${line.round + 1}, attempt ${line.attempt}: ${line.outcome}`
+      + ` · ${line.duration_ms} ms (wait ${line.wait_ms}, cold start ${line.init_ms})`
+      + ` · ${line.memory_mb} MB limit, peak ${peak}`);
+    const bar = (cls, from, to) => group.append(svg("rect", {
+      class: cls, x: x(from), y: top, height: 14, width: Math.max(1.5, x(to) - x(from)),
+    }));
+    if (line.wait_ms > 0) bar("wait", t - line.wait_ms, t);
+    if (line.init_ms > 0) bar("init", t, t + line.init_ms);
+    bar("run", t + line.init_ms, t + line.duration_ms);
+    const stop = x(t + line.duration_ms);
+    if (line.outcome === "success") {
+      if (line.kind === "train") {
+        group.append(svg("text", { class: "commit", x: stop + 2, y: top + 12 }, "✓"));
+      }
+    } else {
+      group.append(svg("rect", { class: "failure", x: stop - 3, y: top - 2, width: 3, height: 18 }));
+    }
+    if (line.kind === "train" && line.attempt > 1 && line.init_ms === 0) {
+      group.append(svg("text", { class: "replica", x: x(t) - 10, y: top + 12 }, "R"));
+    }
+    chart.append(group);
+  }
+
+  const roundStart = (round) => {
+    const started = job.events.filter((e) => e.kind === "round_started" && e.round === round);
+    return started.length ? started[started.length - 1].t_ms : start;
+  };
+  for (const unit of view.units.filter((u) => u.state === "running")) {
+    const failed = job.failures.filter((f) => f.kind === "train" && f.round === unit.round
+      && f.unit === unit.shard);
+    const from = Math.max(roundStart(unit.round), ...failed.map((f) => f.t_ms));
+    const top = y(unit.shard) + 4;
+    const group = titled(svg("g", {
+      "data-kind": "running", "data-unit": unit.shard, "data-round": unit.round,
+      "data-attempt": unit.attempts,
+    }), `round ${unit.round + 1}, attempt ${unit.attempts}: running`
+      + (unit.host ? ` in ${unit.host}` : ""));
+    group.append(svg("rect", {
+      class: "running", x: x(from), y: top, height: 14, width: Math.max(1.5, x(end) - x(from)),
+    }));
+    for (const head of unit.heads) {
+      group.append(titled(svg("text", {
+        class: "checkpoint", x: x(head.created_ms) - 4, y: top + 12, "data-kind": "checkpoint",
+      }, "◆"), `checkpoint at position ${head.position} (${head.size} bytes)`));
+    }
+    chart.append(group);
+  }
+  for (const failure of job.failures.filter((f) => f.kind === "train")) {
+    const top = y(failure.unit) + 4;
+    chart.append(titled(svg("text", {
+      class: "failure", x: x(failure.t_ms) - 6, y: top + 13, "font-size": 16, "data-kind": "failure",
+      "data-unit": failure.unit, "data-round": failure.round, "data-attempt": failure.attempt,
+    }, "✕"), `attempt ${failure.attempt}: ${failure.classification} (seen by the `
+      + `${failure.detected_by}): ${failure.message}; ${failure.recovery}`
+      + (failure.resume_from !== null ? ` from checkpoint ${failure.resume_from}` : "")));
+  }
+  $("#lanes").replaceChildren(chart);
+}
+
+// Training loss, test loss (left axis) and test accuracy (right axis, 0–1), a point per round.
+function renderCurves(rounds) {
+  const width = Math.max(480, Math.min(900, $("#curves").clientWidth - 2));
+  const height = 220;
+  const pad = 40;
+  const chart = svg("svg", { width, height, "data-kind": "curves" });
+  if (!rounds.length) {
+    chart.append(svg("text", { x: pad, y: height / 2 }, "no round has finished yet"));
+    $("#curves").replaceChildren(chart);
+    return;
+  }
+  const losses = rounds.flatMap((r) => [r.loss, r.test_loss]);
+  const top = Math.max(1e-9, ...losses);
+  const plot = width - 2 * pad - 160; // room for the legend on the right
+  const px = (i) => pad + (rounds.length > 1 ? i / (rounds.length - 1) : 0.5) * plot;
+  const py = (v, max) => height - pad - (v / max) * (height - 2 * pad);
+  chart.append(
+    svg("line", { class: "axis", x1: pad, x2: pad + plot, y1: height - pad, y2: height - pad }),
+    svg("text", { x: 4, y: pad - 8 }, `loss 0–${fmt(top, 2)}, accuracy 0–1`),
+    svg("text", { x: pad, y: height - 12 }, "round 1"),
+    svg("text", { x: pad + plot, y: height - 12, "text-anchor": "end" }, `round ${rounds.length}`));
+  const series = [
+    ["loss", (r) => r.loss, top, "training loss"],
+    ["test-loss", (r) => r.test_loss, top, "test loss"],
+    ["accuracy", (r) => r.accuracy, 1, "test accuracy"],
+  ];
+  series.forEach(([cls, , , name], i) => chart.append(
+    svg("line", { class: cls, x1: width - 150, x2: width - 130, y1: pad + 8 + i * 18, y2: pad + 8 + i * 18 }),
+    svg("text", { x: width - 124, y: pad + 12 + i * 18 }, name)));
+  for (const [cls, value, max, name] of series) {
+    const points = rounds.map((r, i) => `${px(i)},${py(value(r), max)}`).join(" ");
+    chart.append(svg("polyline", { class: cls, points }));
+    rounds.forEach((r, i) => chart.append(titled(svg("circle", {
+      class: `${cls}-point`, cx: px(i), cy: py(value(r), max), r: 3.5, "data-round": r.round,
+    }), `round ${r.round + 1}: ${name} ${fmt(value(r))}`)));
+  }
+  $("#curves").replaceChildren(chart);
+}
+
+function renderMemory(plan, ledger) {
+  if (!plan) return;
+  const rows = [
+    ["train", plan.train.memory_estimate_mb, plan.train.memory_mb],
+    ["aggregate", null, plan.aggregate_memory_mb],
+    ["evaluate", null, plan.aggregate_memory_mb],
+  ].map(([kind, estimate, limit]) => {
+    const lines = ledger.filter((l) => l.kind === kind);
+    const peaks = lines.map((l) => l.peak_memory_mb).filter((p) => p !== null);
+    return el("tr", { "data-action": kind },
+      el("th", { scope: "row" }, kind),
+      el("td", { class: "num" }, estimate === null ? "–" : fmt(estimate, 0)),
+      el("td", { class: "num" }, String(limit)),
+      el("td", { class: "num" }, peaks.length ? fmt(Math.max(...peaks), 0) : "–"),
+      el("td", { class: "num" }, String(lines.length)));
+  });
+  $("#memory tbody").replaceChildren(...rows);
+}
+
+// ---- start --------------------------------------------------------------------------------
+
+$("#key-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const input = $("#api-key");
+  if (!input.value.trim()) {
+    say("the key is empty");
+    return;
+  }
+  sessionStorage.setItem(KEY, input.value.trim());
+  input.value = "";
+  say("key kept for this browser session");
+  route();
+});
+$("#forget-key").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY);
+  route();
+});
+window.addEventListener("hashchange", route);
+route();

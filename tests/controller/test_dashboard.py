@@ -1,0 +1,199 @@
+"""The dashboard (GET /ui) in a real browser: Debian's Chromium driven by Playwright, while a real
+job trains on the embedded platform and one of its training containers is killed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from faasdl.canary.inject import Chaos
+from faasdl.config import Settings
+from faasdl.controller.app import create_app
+from faasdl.controller.auth import create_key
+from faasdl.controller.jobs import Controller
+from faasdl.controller.validator import JobSpec
+from faasdl.platform.local import LocalPlatform
+from faasdl.serving import AppThread
+from faasdl.store import StateStore
+from faasdl.store.records import JobState
+from tests.conftest import eventually
+
+pytestmark = pytest.mark.tensorflow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: Chromium as root on a machine without a network (see the env notes: without the background
+#: networking flags its connection attempts are refused, many at a time).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: Where the screenshots go besides the test's own directory (the README's are made this way).
+SCREENSHOTS = os.environ.get("FAASDL_TEST_SCREENSHOT_DIR")
+JOB: dict[str, Any] = {
+    "model": "small_cnn",
+    "dataset": {"name": "digits"},
+    "workers": 3,
+    "epochs": 5,
+    "sync_every": 1,
+    "batch_size": 8,
+    "seed": 11,
+    "fault_tolerance": {"checkpoint_interval_s": 0.25, "heartbeat_s": 1.0},
+}
+
+
+@pytest.fixture(scope="module")
+def served(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
+) -> Iterator[tuple[Controller, str, str]]:
+    """A controller with its REST API and dashboard on loopback, and a tenant's key."""
+    store, url = tf_store
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    with Controller(settings=settings, platform=tf_platform, store=store, store_url=url) as c:
+        server = AppThread(create_app(c, owns=False), host="127.0.0.1", port=0, name="ui-api")
+        base = server.start()
+        try:
+            yield c, base, create_key(store, tenant="default")[1]
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.skip("no chromium on the PATH: `make test` installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(SCREENSHOTS) / name)
+    return path
+
+
+def accessibility_violations(page: Any) -> list[str]:
+    from axe_playwright_python.sync_playwright import Axe  # type: ignore[import-untyped]
+
+    result = Axe().run(page)
+    return [f"{v['id']}: {v['help']}" for v in result.response["violations"]]
+
+
+def test_the_page_and_its_assets_are_served_with_caching_and_no_secret(
+    served: tuple[Controller, str, str],
+) -> None:
+    _, base, key = served
+
+    page = requests.get(f"{base}/ui", timeout=10)
+    script = page.text.split('src="', 1)[1].split('"', 1)[0]
+    asset = requests.get(base + script, timeout=10)
+    again = requests.get(
+        base + script, headers={"If-None-Match": asset.headers["ETag"]}, timeout=10
+    )
+    missing = requests.get(f"{base}/ui/static/../../etc/passwd", timeout=10)
+
+    assert page.status_code == 200
+    assert page.headers["Cache-Control"] == "no-cache"
+    assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+    assert key not in page.text
+    assert "?v=" in script
+    assert asset.status_code == 200
+    assert "immutable" in asset.headers["Cache-Control"]
+    assert asset.headers["Content-Type"].startswith("text/javascript")
+    assert again.status_code == 304
+    assert missing.status_code == 404
+
+
+def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
+    served: tuple[Controller, str, str], browser: Any, tmp_path: Path
+) -> None:
+    # Arrange: a job whose training containers are killed once, and a browser on the dashboard.
+    controller, base, key = served
+    job_id = controller.submit(JobSpec.model_validate(JOB)).job.job_id
+    platform = controller.platform
+    assert isinstance(platform, LocalPlatform)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    with Chaos(platform, controller.store, job_id, 1, seed=2, delay_s=(0.05, 0.3)) as chaos:
+        # Execute: enter the key, find the job in the list, open it with the keyboard alone.
+        page.goto(f"{base}/ui")
+        page.get_by_label("API key").fill(key)
+        page.get_by_label("API key").press("Enter")
+        row = page.locator(f'tr[data-job="{job_id}"]')
+        row.wait_for(timeout=10_000)
+        list_violations = accessibility_violations(page)
+        link = row.get_by_role("link", name=job_id)
+        for _ in range(20):
+            page.keyboard.press("Tab")
+            if link.evaluate("node => node === document.activeElement"):
+                break
+        assert link.evaluate("node => node === document.activeElement"), "the job link by Tab"
+        page.keyboard.press("Enter")
+        page.wait_for_url(f"**/ui#job={job_id}")
+
+        # The units' lanes appear with the job's training activations in them.
+        page.locator('[data-kind="lane"]').nth(JOB["workers"]).wait_for(timeout=10_000)
+        page.locator('[data-kind="running"], [data-kind="activation"]').first.wait_for(
+            timeout=30_000
+        )
+
+        # The kill and the recovery show in the killed unit's lane within a few seconds.
+        eventually(lambda: len(chaos.done) == 1, timeout_s=120, what="a container killed")
+        [kill] = chaos.done
+        shard = int(kill.unit.rsplit("/", 1)[1])
+        page.locator(f'[data-kind="failure"][data-unit="{shard}"]').wait_for(timeout=5_000)
+        failure_shown_s = time.time() - kill.at
+        page.locator(
+            f'[data-unit="{shard}"][data-attempt="{kill.token + 1}"]'
+            ':is([data-kind="running"], [data-kind="activation"])'
+        ).first.wait_for(timeout=5_000)
+        recovery_shown_s = time.time() - kill.at
+        screenshot(page, tmp_path, "dashboard-recovery.png")
+
+        # The loss curve gains a point per round, until the job is done.
+        seen: set[int] = set()
+        points = page.locator("circle.loss-point")
+        deadline = time.monotonic() + 600
+        while page.locator("#summary-state").text_content() != "done":
+            assert time.monotonic() < deadline, "the job did not end in time"
+            seen.add(points.count())
+            page.wait_for_timeout(100)
+        seen.add(points.count())
+    job = controller.job(job_id)
+    path = screenshot(page, tmp_path, "dashboard-job.png")
+    job_violations = accessibility_violations(page)
+    page.close()
+
+    # Assert
+    assert job.state is JobState.DONE, job.error
+    assert failure_shown_s < 10
+    assert recovery_shown_s < 10
+    rounds = len(job.rounds)
+    assert rounds == JOB["epochs"]
+    assert set(range(1, rounds + 1)) <= seen, f"points seen {sorted(seen)}"
+    assert max(seen) == rounds
+    assert errors == []
+    assert list_violations == []
+    assert job_violations == []
+    assert path.stat().st_size > 10_000
