@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[train,dev]"
+	$(BIN)/pip install --quiet -e ".[train,dev,experiments]"
 	touch $(STAMP)
 
 ## make demo: a real job on the embedded platform, with injected failures.

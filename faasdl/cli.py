@@ -661,3 +661,44 @@ def model(
         partial.unlink(missing_ok=True)
         fail(f"--output: cannot write {output}: {exc.strerror}")
     typer.echo(json.dumps({"job_id": job_id, "path": str(output), "bytes": len(data)}))
+
+
+EXPERIMENT_NAMES = ("recovery", "replication", "baselines", "scale", "cost", "disdel")
+
+
+@app.command("experiment")
+def experiment(
+    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(EXPERIMENT_NAMES)}.")],
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full/--quick",
+            help="The thesis-sized run, or the few-minutes one (the default; CI's smoke test).",
+        ),
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the report goes (NAME/ under it; replaced whole); default: "
+            "experiments/results for --full, experiments/quick for --quick."
+        ),
+    ] = None,
+) -> None:
+    """Run an experiment of the thesis' evaluation and write its report (CSV, PNG plots, failure
+    plans, a Markdown summary); its headline figures are the last line, as JSON."""
+    if name not in EXPERIMENT_NAMES:
+        fail(f"name: unknown experiment {name!r} (known: {', '.join(EXPERIMENT_NAMES)})")
+    from faasdl.experiments import report
+    from faasdl.experiments.suite import EXPERIMENTS
+
+    size: report.Size = "full" if full else "quick"
+    directory = output or Path("experiments") / ("results" if full else "quick")
+    try:
+        result = EXPERIMENTS[name](size, console)
+    except FaasdlError as exc:
+        fail(str(exc))
+    written = report.write(result, directory)
+    for finding in result.findings:
+        console.print(f"• {finding}")
+    console.print(f"report: {written / 'summary.md'}")
+    typer.echo(json.dumps(result.summary))

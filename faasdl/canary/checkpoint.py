@@ -102,11 +102,20 @@ class Checkpointer:
     (a pending checkpoint is dropped: only :meth:`flush` or :meth:`commit` wait for one).
 
     Thread-safe; :meth:`check` is cheap enough to call after every step.
+
+    ``probe``, if given, is called with the name of each crash point the attempt passes (failure
+    injection, :mod:`faasdl.experiments.inject`): ``before_checkpoint`` (a checkpoint is asked
+    for, nothing of it written), ``blob_written`` (its data is stored, the head not moved yet;
+    in the persist thread) and ``committed`` (the unit is committed, the activation has not
+    answered yet).
     """
 
-    def __init__(self, store: StateStore, args: CanaryArgs) -> None:
+    def __init__(
+        self, store: StateStore, args: CanaryArgs, *, probe: Callable[[str], None] | None = None
+    ) -> None:
         self.store = store
         self.args = args
+        self._probe = probe or (lambda point: None)
         self._cond = threading.Condition()
         self._pending: _Pending | None = None
         self._persisting = False
@@ -187,6 +196,7 @@ class Checkpointer:
         """Take a snapshot now (``take``, the blocking part) and persist ``encode(snapshot)`` in
         the background as the head at ``position``. Raises ``Superseded`` if fenced."""
         self.check()
+        self._probe("before_checkpoint")
         started = time.perf_counter()
         snapshot = take()
         with self._cond:
@@ -226,6 +236,7 @@ class Checkpointer:
             ),
             keep_heads=False,
         )
+        self._probe("committed")
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -286,6 +297,7 @@ class Checkpointer:
         self._seq += 1
         blob = f"{self.args.blobs}/a{self.args.token:04d}-{self._seq:06d}"
         self.store.put_blob(blob, data)
+        self._probe("blob_written")
         head = CheckpointHead(
             blob=blob,
             owner_epoch=self.args.token,

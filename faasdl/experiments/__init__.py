@@ -1,0 +1,1 @@
+"""faasdl's experiments: the thesis' evaluations as commands (``faasdl experiment``)."""

@@ -1,0 +1,144 @@
+"""The workload action's logic, behind ``openwhisk_actions/workload/__main__.py``: one invocation
+of an experiment's workload (:mod:`.workloads`) as a Canary stateful function.
+
+* ``{"warmup": true, "prime": {"workload", "params"}}``: prepare the workload's context (a
+  warm replica of the training workload imports TensorFlow and builds its trainer) and answer;
+* ``{"workload", "params", "store_url", "canary", "crash"?}`` (:class:`WorkloadArgs`): resume
+  from the unit's newest checkpoint (or start), run the remaining steps with a checkpoint after
+  each (when the attempt checkpoints), and commit the result through the fenced API; ``crash``
+  kills the container at a named crash point (failure injection).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faasdl.actionkit import action_store, serve
+from faasdl.canary.checkpoint import HOST, CanaryArgs, Checkpointer
+from faasdl.experiments.workloads import Params, State, Workload, workload
+
+CrashPoint = Literal["before_checkpoint", "blob_written", "committed"]
+#: Contexts a container keeps (a generated database, a built trainer, a graph's weights).
+CONTEXTS_KEPT = 4
+
+
+class CrashAt(BaseModel):
+    """Kill the container the ``nth`` time the attempt passes ``point``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    point: CrashPoint
+    nth: int = Field(1, ge=1)
+
+
+class Prime(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkloadArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    store_url: str
+    canary: CanaryArgs
+    crash: CrashAt | None = None
+
+
+_contexts: OrderedDict[str, Any] = OrderedDict()
+
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    return serve(args, _handle, warm=_warm)
+
+
+def _warm(args: dict[str, Any]) -> None:
+    if args.get("prime") is not None:
+        prime = Prime.model_validate(args["prime"])
+        found = workload(prime.workload)
+        _context(found, found.params.model_validate(prime.params))
+
+
+def _context(found: Workload, params: Params) -> Any:
+    """The workload's context for ``params``, prepared once per container."""
+    key = f"{found.name}:{found.context_key(params)}"
+    if key not in _contexts:
+        _contexts[key] = found.context(params)
+        while len(_contexts) > CONTEXTS_KEPT:
+            _contexts.popitem(last=False)
+    _contexts.move_to_end(key)
+    return _contexts[key]
+
+
+def _handle(raw: dict[str, Any]) -> dict[str, Any]:
+    args = WorkloadArgs.model_validate(raw)
+    found = workload(args.workload)
+    params = found.params.model_validate(args.params)
+    started = time.perf_counter()
+    context = _context(found, params)
+    context_ms = (time.perf_counter() - started) * 1000
+    canary = args.canary
+    with Checkpointer(action_store(args.store_url), canary, probe=_crasher(args.crash)) as ckpt:
+        started_at = time.time()  # the attempt's first heartbeat (faults are timed from it)
+        restored = ckpt.restore(State.decode) if canary.checkpoints else None
+        state = restored[0] if restored else found.initial(params, context)
+        resumed_from = state.done if restored else None
+        first_step_at = time.time()
+        step_ends: list[float] = []
+        total = found.steps(params)
+        while state.done < total:
+            state = found.step(params, context, state)
+            step_ends.append(time.time())
+            ckpt.check()
+            if (
+                state.done < total
+                and canary.checkpoints
+                and found.checkpoint_after(params, state.done)
+            ):
+                ckpt.checkpoint(_taken(state), State.encode, state.done)
+        ckpt.commit(state.result())
+    return {
+        "result": state.result(),
+        "resumed_from": resumed_from,
+        "steps_run": total - (resumed_from or 0),
+        "started_at": started_at,
+        "first_step_at": first_step_at,
+        "step_ends": [round(t, 4) for t in step_ends],
+        "context_ms": round(context_ms, 2),
+        "checkpoints": ckpt.persisted,
+        "checkpoint_stall_ms_p50": (
+            round(1000 * statistics.median(ckpt.stalls_s), 3) if ckpt.stalls_s else None
+        ),
+        "host": HOST,
+    }
+
+
+def _taken(state: State) -> Callable[[], State]:
+    """The snapshot of a state: the state itself (steps make new states, never change one)."""
+    return lambda: state
+
+
+def _crasher(crash: CrashAt | None) -> Callable[[str], None] | None:
+    if crash is None:
+        return None
+    seen = 0
+
+    def probe(point: str) -> None:
+        nonlocal seen
+        if point == crash.point:
+            seen += 1
+            if seen == crash.nth:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return probe

@@ -1,0 +1,94 @@
+"""The lab an experiment runs in: a fresh embedded platform, a state store and a runtime manager,
+with the helpers every experiment shares (run a workload, check a run from the store)."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from faasdl.canary.runtime import RuntimeManager
+from faasdl.config import Settings
+from faasdl.experiments.runner import InvocationRunner, RunReport, RunSpec
+from faasdl.platform.local import LocalPlatform
+from faasdl.store import StateStore, absolute_url, make_store
+from faasdl.store.records import FunctionInfo, UnitState
+
+
+@dataclass
+class Lab:
+    platform: LocalPlatform
+    store: StateStore
+    store_url: str
+    runtimes: RuntimeManager
+    restart_store: Callable[[], None] | None = None
+
+    def run(self, spec: RunSpec) -> RunReport:
+        runner = InvocationRunner(
+            self.platform,
+            self.store,
+            self.store_url,
+            self.runtimes,
+            spec,
+            restart_store=self.restart_store,
+        )
+        return runner.run()
+
+
+@contextlib.contextmanager
+def open_lab(*, pool_memory_mb: int = 8192, store_url: str | None = None) -> Iterator[Lab]:
+    """A lab on a fresh embedded platform; the store is a SQLite file in a temporary directory
+    unless ``store_url`` names one."""
+    with tempfile.TemporaryDirectory(prefix="faasdl-experiment-") as tmp:
+        url = store_url or f"sqlite:///{Path(tmp) / 'state.db'}"
+        settings = Settings(
+            local={"pool_memory_mb": pool_memory_mb, "concurrent_invocations": 1000},
+            store={"url": url, "spill_dir": tmp},
+        )
+        runtimes: RuntimeManager
+        with (
+            LocalPlatform(settings=settings.local) as platform,
+            make_store(settings.store) as store,
+        ):
+            runtimes = RuntimeManager(platform, tick_s=0.1)
+            runtimes.start()
+            try:
+                yield Lab(platform, store, absolute_url(url), runtimes)
+            finally:
+                runtimes.close()
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A run as its store records it: every unit's state, result and attempts."""
+
+    units: int
+    committed: int
+    wrong: list[int]  # units committed with another result than expected
+    missing: list[int]  # units not committed
+    attempts: int
+
+    @property
+    def exactly_once(self) -> bool:
+        return not self.wrong and not self.missing
+
+
+def ledger(store: StateStore, run_id: str, expected: dict[int, str]) -> Ledger:
+    """Read every unit of ``run_id`` from the store and check it was committed once, with the
+    expected result (a result with a step applied twice or skipped differs: its digest chain and
+    step count are in it). A unit record is committed by one compare-and-set only, so a unit
+    committed with the right result was committed exactly once."""
+    units: dict[int, FunctionInfo] = {}
+    for _, found in store.scan(f"fn/{run_id}/"):
+        unit = FunctionInfo.model_validate(found.value)
+        units[unit.shard] = unit
+    committed = {i for i, u in units.items() if u.state is UnitState.COMMITTED}
+    return Ledger(
+        units=len(units),
+        committed=len(committed),
+        wrong=sorted(i for i in committed if units[i].committed_result != expected.get(i)),
+        missing=sorted(set(expected) - committed),
+        attempts=sum(u.attempts for u in units.values()),
+    )

@@ -1,0 +1,180 @@
+"""An experiment's report: a CSV of its rows, PNG plots, the failure plans it used, and a Markdown
+summary with the exact command and the environment it ran in. Written whole into a fresh
+directory that replaces the old one only at the end (a failed run leaves the old report)."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+from faasdl import __version__
+from faasdl.experiments.inject import FailurePlan
+
+#: An experiment's size: minutes on 2 cores (CI's smoke test), or the thesis-sized run.
+Size = Literal["quick", "full"]
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A figure of ``y`` against ``x``, one line (or group of bars) per value of ``series``, one
+    panel per value of ``panel`` (if any), from the rows that have ``y``."""
+
+    file: str
+    title: str
+    x: str
+    y: str
+    series: str
+    panel: str | None = None
+    xlabel: str = ""
+    ylabel: str = ""
+    bars: bool = False
+
+
+@dataclass
+class Result:
+    name: str
+    command: str
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    plots: list[Plot] = field(default_factory=list)
+    #: Findings in words, where faasdl loses included.
+    findings: list[str] = field(default_factory=list)
+    plans: dict[str, FailurePlan] = field(default_factory=dict)
+    #: What differs from the thesis' setup, said once.
+    setup: list[str] = field(default_factory=list)
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "faasdl": __version__,
+        "python": sys.version.split()[0],
+        "os": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def write(result: Result, directory: Path) -> Path:
+    """Write the report into ``directory/<name>`` (replaced whole); returns that directory."""
+    target = directory / result.name
+    staging = directory / f".{result.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "plans").mkdir(parents=True)
+    _csv(result.rows, staging / f"{result.name}.csv")
+    for label, plan in result.plans.items():
+        plan.write(staging / "plans" / f"{label}.json")
+    for plot in result.plots:
+        _plot(plot, result.rows, staging / plot.file)
+    (staging / "summary.md").write_text(_markdown(result))
+    (staging / "summary.json").write_text(json.dumps(result.summary, indent=1) + "\n")
+    old = directory / f".{result.name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def _csv(rows: list[dict[str, Any]], path: Path) -> None:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r.get(plot.y) is not None]
+    panels = sorted({r[plot.panel] for r in rows}, key=str) if plot.panel else [None]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.2 * len(panels) + 1, 3.6), squeeze=False, sharey=False
+    )
+    for ax, panel in zip(axes[0], panels, strict=True):
+        mine = [r for r in rows if plot.panel is None or r[plot.panel] == panel]
+        series = list(dict.fromkeys(r[plot.series] for r in mine))
+        xs = list(dict.fromkeys(r[plot.x] for r in mine))
+        width = 0.8 / max(len(series), 1)
+        for k, name in enumerate(series):
+            points = [(r[plot.x], r[plot.y]) for r in mine if r[plot.series] == name]
+            if plot.bars:
+                ax.bar(
+                    [xs.index(x) + (k - (len(series) - 1) / 2) * width for x, _ in points],
+                    [y for _, y in points],
+                    width,
+                    label=str(name),
+                )
+            else:
+                ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=str(name))
+        if plot.bars:
+            ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+        ax.set_title(f"{plot.title}" + (f": {panel}" if panel is not None else ""), fontsize=10)
+        ax.set_xlabel(plot.xlabel or plot.x)
+        ax.set_ylabel(plot.ylabel or plot.y)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _markdown(result: Result) -> str:
+    env = environment()
+    columns: list[str] = []
+    for row in result.rows:
+        columns.extend(k for k in row if k not in columns)
+    lines = [
+        f"# Experiment `{result.name}`",
+        "",
+        "Regenerate with:",
+        "",
+        f"    {result.command}",
+        "",
+        "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".",
+        "",
+    ]
+    if result.setup:
+        lines += ["## Setup", "", *(f"- {s}" for s in result.setup), ""]
+    if result.findings:
+        lines += ["## Findings", "", *(f"- {s}" for s in result.findings), ""]
+    lines += ["## Headline figures", "", "```json", json.dumps(result.summary, indent=1), "```", ""]
+    for plot in result.plots:
+        lines += [f"![{plot.title}]({plot.file})", ""]
+    lines += [
+        "## Every run",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in result.rows),
+        "",
+        f"Data: [`{result.name}.csv`]({result.name}.csv); failure plans (seeded, replayable): "
+        "[`plans/`](plans/).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

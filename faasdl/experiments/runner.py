@@ -1,0 +1,433 @@
+"""Runs many invocations of one workload as Canary units on a platform, injects a failure plan, and
+recovers as a strategy says: the controller's side of an experiment.
+
+Each invocation is a unit (``fn/<run>/00000/<index>``) claimed by compare-and-set for each attempt
+(DESIGN.md §3), exactly as the job runner claims a shard; its attempts run the workload action
+with their fencing token. At most ``concurrency`` invocations are in flight; a recovering one goes
+before those not started. A failure is seen in the activation record (a killed container), or
+through a lapsed heartbeat lease (a frozen one), whichever comes first; the strategy then resumes
+the unit from its checkpoint, restarts it, waits for its other copies, or gives up. Warm replicas
+of the workload's runtime are kept by the :class:`~faasdl.canary.runtime.RuntimeManager`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from faasdl.actions import deploy_variant
+from faasdl.canary.checkpoint import CanaryArgs
+from faasdl.canary.core import hung
+from faasdl.canary.runtime import RuntimeManager
+from faasdl.canary.strategies import (
+    Recovery,
+    ReplicationMode,
+    StrategyName,
+    make_strategy,
+)
+from faasdl.errors import ActivationNotFound, JobFailed, Throttled
+from faasdl.experiments.inject import FailurePlan, Fault
+from faasdl.experiments.workloads import workload
+from faasdl.platform.base import Activation
+from faasdl.platform.classify import Failure, FailureKind, classify
+from faasdl.platform.local import LocalPlatform
+from faasdl.store.base import StateStore
+from faasdl.store.records import FunctionInfo, UnitState, fn_key, load, update
+
+#: The experiments' action (``openwhisk_actions/workload``).
+WORKLOAD = "workload"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: ``invocations`` of ``workload`` (its parameters, the seed varied per invocation)
+    under ``strategy``, with ``plan``'s faults."""
+
+    run_id: str
+    workload: str
+    params: dict[str, Any]
+    invocations: int
+    strategy: StrategyName
+    plan: FailurePlan = field(default_factory=FailurePlan)
+    concurrency: int = 2
+    replication: ReplicationMode = "dynamic"
+    copies: int = 2  # request replication's copies
+    heartbeat_s: float = 0.5
+    memory_mb: int | None = None  # none: the workload's
+    timeout_s: int = 60
+    max_attempts: int = 6
+    #: Per invocation, how long its work takes without failures (for the faults' timing).
+    expected_s: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class Attempt:
+    index: int  # the invocation
+    token: int
+    invoked_at: float
+    fault: Fault | None = None
+    started_ms: int | None = None  # its first heartbeat
+    frozen: bool = False
+
+
+@dataclass
+class Outcome:
+    """What happened to one invocation."""
+
+    index: int
+    first_invoked_at: float = 0.0
+    committed_at: float | None = None
+    attempts: int = 0
+    failures: list[str] = field(default_factory=list)
+    detected_by: list[str] = field(default_factory=list)
+    result: str | None = None
+    resumed_from: list[int | None] = field(default_factory=list)
+    activations: list[str] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)  # the committing attempt's answer
+
+    @property
+    def latency_s(self) -> float:
+        assert self.committed_at is not None
+        return self.committed_at - self.first_invoked_at
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One attempt a fault hit: when, and when that attempt had started (its first heartbeat)."""
+
+    invocation: int
+    activation_id: str
+    kind: str
+    at: float
+    started_at: float | None
+
+
+@dataclass
+class RunReport:
+    spec: RunSpec
+    started_at: float
+    ended_at: float
+    outcomes: list[Outcome]
+    activation_gb_s: float
+    replica_gb_s: float
+    activations: int
+    injected: list[Hit]
+
+    @property
+    def makespan_s(self) -> float:
+        return self.ended_at - self.started_at
+
+
+class InvocationRunner:
+    """Runs one :class:`RunSpec` to its end (:meth:`run`)."""
+
+    def __init__(
+        self,
+        platform: LocalPlatform,
+        store: StateStore,
+        store_url: str,
+        runtimes: RuntimeManager,
+        spec: RunSpec,
+        *,
+        restart_store: Callable[[], None] | None = None,
+        tick_s: float = 0.01,
+    ) -> None:
+        self.platform = platform
+        self.store = store
+        self.store_url = store_url
+        self.runtimes = runtimes
+        self.spec = spec
+        self.restart_store = restart_store
+        self.tick_s = tick_s
+        self.strategy = make_strategy(
+            spec.strategy,
+            max_attempts=spec.max_attempts,
+            copies=spec.copies,
+            replication=spec.replication,
+        )
+        self.memory_mb = spec.memory_mb or workload(spec.workload).memory_mb
+        self.faults = spec.plan.by_invocation()
+        if any(f.kind == "store_restart" for f in spec.plan.faults) and restart_store is None:
+            raise ValueError("plan: a store_restart fault needs a store the runner can restart")
+        self.outcomes = [Outcome(i) for i in range(spec.invocations)]
+        self._queue: deque[int] = deque(range(spec.invocations))
+        self._in_flight: dict[str, Attempt] = {}
+        self._abandoned: dict[str, Attempt] = {}  # fenced out: their records are still booked
+        self._fruitless: dict[int, int] = {}
+        self._position: dict[int, int] = {}
+        self._done: set[int] = set()
+        self._failures = 0
+        self._attempts = 0
+        self._gb_s = 0.0
+        self._activations = 0
+        self._injected: list[Hit] = []
+        self._next_lease_check = 0.0
+
+    # ---- the run ------------------------------------------------------------------------
+
+    def run(self) -> RunReport:
+        spec = self.spec
+        variant = deploy_variant(
+            self.platform, WORKLOAD, memory_mb=self.memory_mb, timeout_ms=spec.timeout_s * 1000
+        )
+        self.variant = variant
+        started = time.time()
+        try:
+            while len(self._done) < spec.invocations:
+                self._launch()
+                self._want_replicas()
+                self._inject()
+                self._collect()
+            self._drain()
+        finally:
+            replica_gb_s = self.runtimes.release(spec.run_id)
+        return RunReport(
+            spec=spec,
+            started_at=started,
+            ended_at=max(o.committed_at or started for o in self.outcomes),
+            outcomes=self.outcomes,
+            activation_gb_s=self._gb_s,
+            replica_gb_s=replica_gb_s,
+            activations=self._activations,
+            injected=self._injected,
+        )
+
+    def _key(self, index: int) -> str:
+        return fn_key(self.spec.run_id, 0, index)
+
+    def _active(self) -> int:
+        return len({a.index for a in self._in_flight.values()})
+
+    def _launch(self) -> None:
+        spec = self.spec
+        while self._queue and self._active() < spec.concurrency:
+            index = self._queue[0]
+            token, position = self._claim(index)
+            outcome = self.outcomes[index]
+            fault = self.faults.get(index) if outcome.attempts == 0 else None
+            canary = CanaryArgs(
+                unit=self._key(index),
+                token=token,
+                blobs=f"runs/{spec.run_id}/ckpt-{index:05d}",
+                checkpoints=self.strategy.checkpoints,
+                heartbeat_s=spec.heartbeat_s if self.strategy.heartbeats else 0.0,
+            )
+            params = {
+                "workload": spec.workload,
+                "params": {**spec.params, "seed": index},
+                "store_url": self.store_url,
+                "canary": canary.model_dump(mode="json"),
+            }
+            if fault is not None and fault.kind == "crash_point":
+                params["crash"] = {"point": fault.point}
+            started: list[str] = []
+            with contextlib.suppress(Throttled):
+                for _ in range(self.strategy.copies):
+                    started.append(self.platform.invoke(self.variant, params))
+            if not started:
+                return
+            self._queue.popleft()
+            now = time.time()
+            if outcome.attempts == 0:
+                outcome.first_invoked_at = now
+            outcome.attempts += 1
+            outcome.resumed_from.append(position if position >= 0 else None)
+            self._attempts += 1
+            self._position[index] = position
+            outcome.activations.extend(started)
+            for activation_id in started:
+                self._in_flight[activation_id] = Attempt(index, token, now, fault)
+
+    def _claim(self, index: int) -> tuple[int, int]:
+        """A new attempt owns the unit (fencing the old); its token and checkpoint position."""
+
+        def change(u: FunctionInfo | None) -> FunctionInfo:
+            u = u or FunctionInfo(job_id=self.spec.run_id, round=0, shard=index)
+            return u.model_copy(
+                update={
+                    "state": UnitState.RUNNING,
+                    "owner_epoch": u.owner_epoch + 1,
+                    "attempts": u.attempts + 1,
+                    "heartbeat_ms": None,
+                    "host": None,
+                }
+            )
+
+        unit = update(self.store, self._key(index), FunctionInfo, change)
+        return unit.owner_epoch, unit.heads[-1].position if unit.heads else -1
+
+    def _unit(self, index: int) -> FunctionInfo | None:
+        found = load(self.store, self._key(index), FunctionInfo)
+        return found[0] if found else None
+
+    def _want_replicas(self) -> None:
+        wanted = self.strategy.replicas(
+            active=self._active(), failures=self._failures, attempts=self._attempts
+        )
+        if wanted == 0 and self.runtimes.ready(self.spec.run_id) == 0:
+            return
+        prime = {"workload": self.spec.workload, "params": self.spec.params}
+        self.runtimes.want(
+            self.spec.run_id,
+            self.variant,
+            memory_mb=self.memory_mb,
+            replicas=wanted,
+            warmup={"warmup": True, "prime": prime},
+        )
+
+    # ---- faults ---------------------------------------------------------------------------
+
+    def _inject(self) -> None:
+        """Fire the faults that are due: an attempt's fault comes ``at`` × its expected
+        duration after its first heartbeat."""
+        now_ms = int(time.time() * 1000)
+        for activation_id, attempt in list(self._in_flight.items()):
+            fault = attempt.fault
+            if fault is None or fault.kind == "crash_point" or attempt.frozen:
+                continue
+            if attempt.started_ms is None:
+                unit = self._unit(attempt.index)
+                if unit is None or unit.owner_epoch != attempt.token or unit.heartbeat_ms is None:
+                    continue
+                attempt.started_ms = unit.heartbeat_ms
+            expected_ms = 1000 * self.spec.expected_s.get(attempt.index, 1.0)
+            if now_ms < attempt.started_ms + fault.at * expected_ms:
+                continue
+            attempt.fault = None  # fired (or moot): once
+            self._fire(activation_id, attempt, fault)
+
+    def _fire(self, activation_id: str, attempt: Attempt, fault: Fault) -> None:
+        at = time.time()
+        targets = [activation_id]
+        if fault.kind == "node_loss":
+            targets = list(self._in_flight)
+        if fault.kind == "store_restart":
+            assert self.restart_store is not None
+            self.restart_store()
+            targets = []
+        for target in targets:
+            victim = self._in_flight[target]
+            try:
+                if fault.kind == "zombie":
+                    self.platform.signal(target, signal.SIGSTOP)
+                    victim.frozen = True
+                else:
+                    self.platform.kill(target)
+            except ActivationNotFound:
+                continue  # it ended before the blow landed
+            started = victim.started_ms / 1000 if victim.started_ms is not None else None
+            self._injected.append(Hit(victim.index, target, fault.kind, at, started))
+        if not targets:
+            self._injected.append(Hit(attempt.index, activation_id, fault.kind, at, None))
+
+    def _thaw(self) -> None:
+        """Let frozen attempts go on once a newer attempt owns their unit: zombies."""
+        for activation_id, attempt in [*self._in_flight.items(), *self._abandoned.items()]:
+            if not attempt.frozen:
+                continue
+            unit = self._unit(attempt.index)
+            owned = unit is not None and unit.owner_epoch == attempt.token
+            if owned and unit is not None and unit.state is not UnitState.COMMITTED:
+                continue
+            attempt.frozen = False
+            with contextlib.suppress(ActivationNotFound):
+                self.platform.signal(activation_id, signal.SIGCONT)
+
+    # ---- ends -------------------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        watched = [*self._in_flight, *self._abandoned]
+        if watched:
+            self.platform.wait_any(watched, timeout_s=self.tick_s)
+        self._thaw()
+        for activation_id in list(self._abandoned):
+            record = self.platform.get_activation(activation_id)
+            if record is not None:
+                del self._abandoned[activation_id]
+                self._book(record)
+        for activation_id, attempt in list(self._in_flight.items()):
+            record = self.platform.get_activation(activation_id)
+            if record is not None:
+                del self._in_flight[activation_id]
+                self._book(record)
+                self._settle(attempt, record, classify(record), "platform")
+        self._leases()
+
+    def _leases(self) -> None:
+        """Attempts whose heartbeat lease lapsed are ended as hung (their activations watched as
+        abandoned); the next claim fences them. Read four times per heartbeat period."""
+        now = time.monotonic()
+        if not self.strategy.heartbeats or now < self._next_lease_check:
+            return
+        self._next_lease_check = now + self.spec.heartbeat_s / 4
+        now_ms = int(time.time() * 1000)
+        for attempt in list({a.index: a for a in self._in_flight.values()}.values()):
+            unit = self._unit(attempt.index)
+            if unit is None:
+                continue
+            failure = hung(unit, attempt.token, now_ms=now_ms, heartbeat_s=self.spec.heartbeat_s)
+            if failure is None:
+                continue
+            for other in [i for i, a in self._in_flight.items() if a.index == attempt.index]:
+                self._abandoned[other] = self._in_flight.pop(other)
+            self._settle(attempt, None, failure, "lease")
+
+    def _settle(
+        self, attempt: Attempt, record: Activation | None, failure: Failure | None, by: str
+    ) -> None:
+        index = attempt.index
+        if index in self._done:
+            return  # another copy committed the unit
+        unit = self._unit(index)
+        if unit is not None and unit.state is UnitState.COMMITTED:
+            # Committed (by this attempt, or by a copy with the same token): whatever the
+            # activation says, the invocation is done exactly once.
+            outcome = self.outcomes[index]
+            outcome.committed_at = time.time() if record is None else record.end / 1000
+            outcome.result = unit.committed_result
+            if record is not None and isinstance(record.response.result, dict):
+                outcome.final = record.response.result if record.response.success else {}
+            self._done.add(index)
+            self._drop_copies(index)
+            return
+        if failure is None:
+            failure = Failure(FailureKind.CRASH, "the attempt answered without committing")
+        live = sum(1 for a in self._in_flight.values() if a.index == index)
+        self._failures += 1
+        outcome = self.outcomes[index]
+        outcome.failures.append(str(failure.kind))
+        outcome.detected_by.append(by)
+        head = unit.heads[-1].position if unit and unit.heads else -1
+        progressed = head > self._position.get(index, -1)
+        fruitless = 0 if progressed else self._fruitless.get(index, 0) + 1
+        self._fruitless[index] = fruitless
+        decision = self.strategy.recover(failure, failures=fruitless, live=live)
+        if decision is Recovery.FAIL:
+            raise JobFailed(
+                f"invocation {index} failed {fruitless} time(s) without progress, last with "
+                f"{failure.kind}: {failure.message} (strategy {self.strategy.name})"
+            )
+        if decision is not Recovery.WAIT:
+            self._queue.appendleft(index)
+
+    def _drop_copies(self, index: int) -> None:
+        for activation_id in [i for i, a in self._in_flight.items() if a.index == index]:
+            self._abandoned[activation_id] = self._in_flight.pop(activation_id)
+            with contextlib.suppress(ActivationNotFound):
+                self.platform.kill(activation_id)
+
+    def _book(self, record: Activation) -> None:
+        memory_mb = record.memory_mb or self.memory_mb
+        self._gb_s += (record.duration or 0) / 1000 * memory_mb / 1024
+        self._activations += 1
+
+    def _drain(self) -> None:
+        """Wait for the abandoned attempts (fenced zombies, dropped copies) to end and book them."""
+        deadline = time.monotonic() + self.spec.timeout_s + 5
+        while self._abandoned and time.monotonic() < deadline:
+            self._collect()

@@ -1,0 +1,624 @@
+"""``faasdl experiment NAME``: the thesis' evaluations of Canary (Chapter 6) and DiSDeL (Chapter
+4) as commands, each with a ``quick`` size (minutes on 2 cores; CI's smoke test) and a ``full``
+one. Every run is checked from the store: each invocation committed exactly once with the result
+its failure-free run commits.
+
+The machine is small (2 cores), so by default one invocation runs at a time (``concurrency`` 1):
+the other core is the platform's, the store's and the warm replicas' — on a cluster those run
+beside the invokers, not on the cores the functions use. The replication experiment runs two at
+a time, so that its strategies differ (with one active invocation every strategy keeps one
+replica), and pays for it in contention.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from faasdl.canary.strategies import ReplicationMode, StrategyName
+from faasdl.config import Settings
+from faasdl.experiments.disdel import disdel
+from faasdl.experiments.inject import FailurePlan
+from faasdl.experiments.lab import Lab, ledger, open_lab
+from faasdl.experiments.measure import recovery_s
+from faasdl.experiments.report import Plot, Result, Size
+from faasdl.experiments.runner import RunReport, RunSpec
+from faasdl.experiments.workloads import WORKLOADS, run_steps, workload
+from faasdl.training.usage import peak_rss_mb, reset_peak_rss
+
+PRICE_PER_GB_S = Settings.model_fields["price_per_gb_s"].default
+#: Per workload, its parameters in a quick run (a full run takes the workloads' defaults).
+QUICK_PARAMS: dict[str, dict[str, Any]] = {
+    "training": {"epochs": 4, "examples": 256},
+    "compression": {"files": 6},
+    "graph": {"depth": 16},
+    "webservice": {"requests": 30},
+}
+#: The light workload of the scale experiment: a BFS of 8,191 vertices in 8 steps (~30 ms).
+LIGHT: tuple[str, dict[str, Any]] = ("graph", {"depth": 12, "every": 1024})
+#: The workload the strategy comparisons run (a checkpoint every ~70 ms, ~0.8 s an invocation).
+COMPARED = "compression"
+TARGETS = {"recovery_time_reduction_vs_retry": 0.90, "overhead_vs_ideal": 0.05}
+
+
+def _params(name: str, size: Size) -> dict[str, Any]:
+    return QUICK_PARAMS[name] if size == "quick" else {}
+
+
+@dataclass
+class _Bench:
+    """One lab's runs of one workload: the failure-free run is the reference of the others."""
+
+    lab: Lab
+    workload: str
+    params: dict[str, Any]
+    invocations: int
+    concurrency: int
+    ideal: RunReport | None = None
+
+    def warm_up(self) -> None:
+        self.run("warm-up", "retry", invocations=2 * self.concurrency)
+
+    def run(
+        self,
+        label: str,
+        strategy: StrategyName,
+        plan: FailurePlan | None = None,
+        *,
+        invocations: int | None = None,
+        replication: ReplicationMode = "dynamic",
+        concurrency: int | None = None,
+    ) -> RunReport:
+        n = invocations or self.invocations
+        expected: dict[int, float] = {}
+        if self.ideal is not None:
+            # Faults are timed from an attempt's first heartbeat: its work, not its latency.
+            work = {
+                o.index: o.final["step_ends"][-1] - o.final["started_at"]
+                for o in self.ideal.outcomes
+            }
+            typical = statistics.median(work.values())
+            expected = {i: work.get(i, typical) for i in range(n)}
+        return self.lab.run(
+            RunSpec(
+                run_id=f"{self.workload}-{label}",
+                workload=self.workload,
+                params=self.params,
+                invocations=n,
+                strategy=strategy,
+                plan=plan or FailurePlan(),
+                concurrency=concurrency or self.concurrency,
+                replication=replication,
+                expected_s=expected,
+            )
+        )
+
+    def reference(self) -> RunReport:
+        self.ideal = self.run("ideal", "retry")
+        return self.ideal
+
+    def row(self, report: RunReport, label: str, rate: float) -> dict[str, Any]:
+        assert self.ideal is not None
+        expected = {o.index: o.result or "" for o in self.ideal.outcomes}
+        found = ledger(self.lab.store, report.spec.run_id, expected)
+        recoveries = [
+            r
+            for hit in report.injected
+            if (r := recovery_s(hit, report.outcomes[hit.invocation], self._final(hit.invocation)))
+            is not None
+        ]
+        gb_s = report.activation_gb_s + report.replica_gb_s
+        return {
+            "workload": self.workload,
+            "strategy": label,
+            "failure_rate": rate,
+            "invocations": report.spec.invocations,
+            "concurrency": report.spec.concurrency,
+            "makespan_s": round(report.makespan_s, 3),
+            "failures": len(report.injected),
+            "attempts": found.attempts,
+            "recovery_s_mean": round(statistics.mean(recoveries), 4) if recoveries else None,
+            "recovery_s_total": round(sum(recoveries), 3) if report.injected else 0.0,
+            "activation_gb_s": round(report.activation_gb_s, 3),
+            "replica_gb_s": round(report.replica_gb_s, 3),
+            "cost_usd": round(gb_s * PRICE_PER_GB_S, 7),
+            "exactly_once": found.exactly_once and found.committed == report.spec.invocations,
+        }
+
+    def _final(self, index: int) -> dict[str, Any]:
+        assert self.ideal is not None
+        return self.ideal.outcomes[index].final
+
+
+def _plan(seed: int, invocations: int, rate: float) -> FailurePlan:
+    return FailurePlan.random(seed=seed, invocations=invocations, rate=rate)
+
+
+def _check(rows: list[dict[str, Any]]) -> None:
+    bad = [
+        f"{r['workload']}/{r['strategy']}/{r['failure_rate']}"
+        for r in rows
+        if not r["exactly_once"]
+    ]
+    if bad:
+        raise RuntimeError(f"runs not committed exactly once (read from the store): {bad}")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a is not None and b else None
+
+
+# ---- recovery -------------------------------------------------------------------------------
+
+
+def recovery(size: Size, progress: Console) -> Result:
+    """Total execution and recovery time against the failure rate, ideal vs retry vs canary,
+    per workload (thesis Figs 6.3, 6.5, 6.6)."""
+    n = 20 if size == "quick" else 100
+    rates = [0.15] if size == "quick" else [0.0, 0.10, 0.15, 0.25, 0.50]
+    rows: list[dict[str, Any]] = []
+    plans: dict[str, FailurePlan] = {}
+    per_workload: dict[str, dict[str, Any]] = {}
+    for name in WORKLOADS:
+        with open_lab() as lab:
+            bench = _Bench(lab, name, _params(name, size), n, concurrency=1)
+            progress.print(f"recovery: {name}: warm-up, failure-free reference")
+            bench.warm_up()
+            rows.append(bench.row(bench.reference(), "ideal", 0.0))
+            for rate in rates:
+                plan = plans[f"{name}-{rate:.2f}"] = _plan(1000 + int(rate * 100), n, rate)
+                for strategy in ("retry", "canary"):
+                    progress.print(f"recovery: {name}: {strategy} at {rate:.0%} failures")
+                    rows.append(
+                        bench.row(bench.run(f"{strategy}-{rate}", strategy, plan), strategy, rate)
+                    )
+        at15 = {
+            r["strategy"]: r for r in rows if r["workload"] == name and r["failure_rate"] == 0.15
+        }
+        ideal = next(r for r in rows if r["workload"] == name and r["strategy"] == "ideal")
+        per_workload[name] = {
+            "recovery_time_reduction_vs_retry": round(
+                1 - at15["canary"]["recovery_s_mean"] / at15["retry"]["recovery_s_mean"], 4
+            ),
+            "overhead_vs_ideal": round(at15["canary"]["makespan_s"] / ideal["makespan_s"] - 1, 4),
+            "retry_overhead_vs_ideal": round(
+                at15["retry"]["makespan_s"] / ideal["makespan_s"] - 1, 4
+            ),
+            "recovery_s_mean": {
+                "retry": at15["retry"]["recovery_s_mean"],
+                "canary": at15["canary"]["recovery_s_mean"],
+            },
+        }
+    _check(rows)
+    worst_reduction = min(w["recovery_time_reduction_vs_retry"] for w in per_workload.values())
+    worst_overhead = max(w["overhead_vs_ideal"] for w in per_workload.values())
+    summary = {
+        "experiment": "recovery",
+        "size": size,
+        "invocations": n,
+        "failure_rate": 0.15,
+        "workloads": per_workload,
+        "recovery_time_reduction_vs_retry": worst_reduction,
+        "overhead_vs_ideal": worst_overhead,
+        "targets": TARGETS,
+        "met": worst_reduction >= TARGETS["recovery_time_reduction_vs_retry"]
+        and worst_overhead <= TARGETS["overhead_vs_ideal"],
+        "published": {"recovery_time_reduction_vs_retry": 0.83, "overhead_vs_ideal": 0.14},
+    }
+    findings = [
+        f"{name}: at 15% failures Canary recovers {w['recovery_time_reduction_vs_retry']:.0%} "
+        f"faster than retry (mean {w['recovery_s_mean']['canary']} s against "
+        f"{w['recovery_s_mean']['retry']} s per failure) and takes "
+        f"{w['overhead_vs_ideal']:+.1%} longer than the failure-free run "
+        f"(retry: {w['retry_overhead_vs_ideal']:+.1%})."
+        for name, w in per_workload.items()
+    ]
+    return Result(
+        name="recovery",
+        command=f"faasdl experiment recovery --{size}",
+        rows=rows,
+        summary=summary,
+        plans=plans,
+        findings=findings,
+        setup=_setup(n, "one invocation in flight at a time"),
+        plots=[
+            Plot(
+                "total-time.png",
+                "Total execution time",
+                "failure_rate",
+                "makespan_s",
+                "strategy",
+                "workload",
+                "failure rate",
+                "seconds",
+            ),
+            Plot(
+                "recovery-time.png",
+                "Mean recovery time per failure",
+                "failure_rate",
+                "recovery_s_mean",
+                "strategy",
+                "workload",
+                "failure rate",
+                "seconds",
+                bars=True,
+            ),
+        ],
+    )
+
+
+def _setup(n: int, concurrency: str) -> list[str]:
+    return [
+        f"{n} invocations per run, {concurrency}, on faasdl's embedded platform (one node); "
+        "the state store is SQLite.",
+        "A failure is a SIGKILL of the attempt's container at a uniformly random point of its "
+        "execution (the fraction is drawn per invocation from the plan's seed; the point in time "
+        "is that fraction of the invocation's failure-free duration after its first heartbeat).",
+        "Recovery time: from the kill until a later attempt is back at the progress the killed "
+        "one had made (restart, restore and the work redone); ideal is the failure-free run "
+        "without checkpoints; retry reruns from the start in whatever container is free; canary "
+        "resumes from the newest checkpoint on a warm replica.",
+    ]
+
+
+# ---- replication ----------------------------------------------------------------------------
+
+
+def replication(size: Size, progress: Console) -> Result:
+    """Time and cost of dynamic, aggressive and lenient replication (thesis Fig 6.8)."""
+    n = 20 if size == "quick" else 60
+    rates = [0.15] if size == "quick" else [0.10, 0.25, 0.50]
+    modes: list[ReplicationMode] = ["dynamic", "aggressive", "lenient"]
+    rows, plans = _compare(
+        size,
+        progress,
+        n,
+        rates,
+        [("canary", m) for m in modes],
+        concurrency=2,
+        label=lambda s, m: m,
+    )
+    summary = _ratios("replication", size, rows, "dynamic", 0.15 if size == "quick" else 0.25)
+    findings = _findings(summary, "dynamic replication")
+    return Result(
+        name="replication",
+        command=f"faasdl experiment replication --{size}",
+        rows=rows,
+        summary=summary,
+        plans=plans,
+        findings=findings,
+        setup=_setup(
+            n, "two invocations in flight (so that the modes keep different numbers of replicas)"
+        ),
+        plots=_cost_time_plots(),
+    )
+
+
+# ---- baselines ------------------------------------------------------------------------------
+
+
+def baselines(size: Size, progress: Console) -> Result:
+    """Canary against request replication (two copies of every invocation) and active-standby
+    (a warm standby per active invocation, no checkpoints), retry for reference (Fig 6.9)."""
+    n = 20 if size == "quick" else 60
+    rates = [0.15] if size == "quick" else [0.15, 0.25, 0.50]
+    strategies: list[StrategyName] = ["canary", "request_replication", "active_standby", "retry"]
+    rows, plans = _compare(
+        size,
+        progress,
+        n,
+        rates,
+        [(s, "dynamic") for s in strategies],
+        concurrency=1,
+        label=lambda s, m: s,
+    )
+    summary = _ratios("baselines", size, rows, "canary", 0.15)
+    findings = _findings(summary, "Canary")
+    return Result(
+        name="baselines",
+        command=f"faasdl experiment baselines --{size}",
+        rows=rows,
+        summary=summary,
+        plans=plans,
+        findings=findings,
+        setup=_setup(n, "one invocation in flight (request replication runs two copies of it)"),
+        plots=_cost_time_plots(),
+    )
+
+
+def _compare(
+    size: Size,
+    progress: Console,
+    n: int,
+    rates: list[float],
+    variants: list[tuple[StrategyName, ReplicationMode]],
+    *,
+    concurrency: int,
+    label: Callable[[StrategyName, ReplicationMode], str],
+) -> tuple[list[dict[str, Any]], dict[str, FailurePlan]]:
+    rows: list[dict[str, Any]] = []
+    plans: dict[str, FailurePlan] = {}
+    with open_lab() as lab:
+        bench = _Bench(lab, COMPARED, _params(COMPARED, size), n, concurrency=concurrency)
+        bench.warm_up()
+        rows.append(bench.row(bench.reference(), "ideal", 0.0))
+        for rate in rates:
+            plan = plans[f"{COMPARED}-{rate:.2f}"] = _plan(2000 + int(rate * 100), n, rate)
+            for strategy, mode in variants:
+                name = label(strategy, mode)
+                progress.print(f"{name} at {rate:.0%} failures")
+                report = bench.run(f"{name}-{rate}", strategy, plan, replication=mode)
+                rows.append(bench.row(report, name, rate))
+    _check(rows)
+    return rows, plans
+
+
+def _ratios(
+    experiment: str, size: Size, rows: list[dict[str, Any]], base: str, rate: float
+) -> dict[str, Any]:
+    """Time and cost of every strategy relative to ``base`` at ``rate``."""
+    at = {r["strategy"]: r for r in rows if r["failure_rate"] == rate}
+    return {
+        "experiment": experiment,
+        "size": size,
+        "failure_rate": rate,
+        "relative_to": base,
+        "time_ratio": {k: _ratio(r["makespan_s"], at[base]["makespan_s"]) for k, r in at.items()},
+        "cost_ratio": {k: _ratio(r["cost_usd"], at[base]["cost_usd"]) for k, r in at.items()},
+        "recovery_ratio": {
+            k: _ratio(r["recovery_s_mean"], at[base]["recovery_s_mean"]) for k, r in at.items()
+        },
+    }
+
+
+def _findings(summary: dict[str, Any], base: str) -> list[str]:
+    out = []
+    for name, time_ratio in summary["time_ratio"].items():
+        if name == summary["relative_to"] or time_ratio is None:
+            continue
+        cost_ratio = summary["cost_ratio"][name]
+        faster = "faster" if time_ratio < 1 else "slower"
+        cheaper = "cheaper" if cost_ratio < 1 else "dearer"
+        verdict = (
+            f"**{base} loses on {'time' if time_ratio < 1 else ''}"
+            f"{' and ' if time_ratio < 1 and cost_ratio < 1 else ''}"
+            f"{'cost' if cost_ratio < 1 else ''}**"
+            if time_ratio < 1 or cost_ratio < 1
+            else f"{base} wins on both"
+        )
+        out.append(
+            f"{name}: {time_ratio:.3f}× the time ({faster}) and {cost_ratio:.3f}× the cost "
+            f"({cheaper}) of {summary['relative_to']} at {summary['failure_rate']:.0%} "
+            f"failures — {verdict}."
+        )
+    return out
+
+
+def _cost_time_plots() -> list[Plot]:
+    return [
+        Plot(
+            "time.png",
+            "Total execution time",
+            "failure_rate",
+            "makespan_s",
+            "strategy",
+            None,
+            "failure rate",
+            "seconds",
+            bars=True,
+        ),
+        Plot(
+            "cost.png",
+            "Cost (activations and replicas)",
+            "failure_rate",
+            "cost_usd",
+            "strategy",
+            None,
+            "failure rate",
+            "USD",
+            bars=True,
+        ),
+    ]
+
+
+# ---- cost -----------------------------------------------------------------------------------
+
+
+def cost(size: Size, progress: Console) -> Result:
+    """Dollar cost at 0.000017 USD per GB·s, replicas included, against the failure rate for
+    ideal, retry and canary (thesis Fig 6.7)."""
+    n = 20 if size == "quick" else 60
+    rates = [0.15] if size == "quick" else [0.0, 0.15, 0.25, 0.50]
+    rows, plans = _compare(
+        size,
+        progress,
+        n,
+        rates,
+        [("retry", "dynamic"), ("canary", "dynamic")],
+        concurrency=1,
+        label=lambda s, m: s,
+    )
+    at = {r["strategy"]: r for r in rows if r["failure_rate"] == 0.15}
+    ideal = next(r for r in rows if r["strategy"] == "ideal")
+    summary = {
+        "experiment": "cost",
+        "size": size,
+        "price_per_gb_s": PRICE_PER_GB_S,
+        "failure_rate": 0.15,
+        "cost_usd": {k: r["cost_usd"] for k, r in at.items()} | {"ideal": ideal["cost_usd"]},
+        "replica_share_of_canary_cost": round(
+            at["canary"]["replica_gb_s"]
+            / (at["canary"]["replica_gb_s"] + at["canary"]["activation_gb_s"]),
+            4,
+        ),
+        "cost_reduction_vs_retry": round(1 - at["canary"]["cost_usd"] / at["retry"]["cost_usd"], 4),
+        "cost_overhead_vs_ideal": round(at["canary"]["cost_usd"] / ideal["cost_usd"] - 1, 4),
+        "published": {"cost_reduction_vs_retry": 0.12, "cost_overhead_vs_ideal": 0.08},
+    }
+    findings = [
+        f"At 15% failures Canary costs {summary['cost_usd']['canary']} USD against retry's "
+        f"{summary['cost_usd']['retry']} ({summary['cost_reduction_vs_retry']:+.1%} saved) and "
+        f"the failure-free run's {ideal['cost_usd']} ({summary['cost_overhead_vs_ideal']:+.1%}); "
+        f"warm replicas are {summary['replica_share_of_canary_cost']:.1%} of Canary's bill."
+    ]
+    return Result(
+        name="cost",
+        command=f"faasdl experiment cost --{size}",
+        rows=rows,
+        summary=summary,
+        plans=plans,
+        findings=findings,
+        setup=[
+            *_setup(n, "one invocation in flight at a time"),
+            "Cost: each activation's duration × its memory limit, plus the memory the warm "
+            f"replicas held while wanted, at {PRICE_PER_GB_S} USD per GB·s.",
+        ],
+        plots=_cost_time_plots()[1:],
+    )
+
+
+# ---- scale ----------------------------------------------------------------------------------
+
+
+def scale(size: Size, progress: Console) -> Result:
+    """Increasing invocations and workers at 15% failures, retry against canary, and one large
+    run of a light workload checked unit by unit from the store (thesis Figs 6.10, 6.11)."""
+    name, params = LIGHT
+    sizes = [100, 200] if size == "quick" else [200, 400, 800, 1000]
+    large = 500 if size == "quick" else 5000
+    found = workload(name)
+    typed = found.params.model_validate(params)
+    context_cache: dict[int, str] = {}
+
+    def expected(n: int) -> dict[int, str]:
+        for i in range(len(context_cache), n):
+            p = typed.model_copy(update={"seed": i})
+            context_cache[i] = run_steps(found, p, found.context(p)).result()
+        return {i: context_cache[i] for i in range(n)}
+
+    rows: list[dict[str, Any]] = []
+    plans: dict[str, FailurePlan] = {}
+    with open_lab() as lab:
+        bench = _Bench(lab, name, params, sizes[0], concurrency=2)
+        bench.warm_up()
+        bench.reference()  # the failure-free durations the faults are timed by
+        for n in sizes:
+            plan = plans[f"{name}-{n}"] = _plan(3000 + n, n, 0.15)
+            variants: list[tuple[StrategyName, int]] = [("retry", 2), ("canary", 1), ("canary", 2)]
+            for strategy, workers in variants:
+                progress.print(f"scale: {n} invocations, {strategy}, {workers} in flight")
+                report = bench.run(
+                    f"{strategy}-{workers}-{n}", strategy, plan, invocations=n, concurrency=workers
+                )
+                rows.append(_scale_row(lab, report, expected(n), f"{strategy}", workers))
+        progress.print(f"scale: {large} invocations with canary, 2 in flight, 15% failures")
+        plan = plans[f"{name}-{large}"] = _plan(3000 + large, large, 0.15)
+        reset_peak_rss()
+        cpu, wall = time.process_time(), time.perf_counter()
+        report = bench.run(
+            f"canary-large-{large}", "canary", plan, invocations=large, concurrency=2
+        )
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        peak = peak_rss_mb()
+        big = _scale_row(lab, report, expected(large), "canary", 2)
+        rows.append(big)
+        checked = ledger(lab.store, report.spec.run_id, expected(large))
+    if not all(r["exactly_once"] for r in rows):
+        raise RuntimeError("a scale run was not committed exactly once (read from the store)")
+    summary = {
+        "experiment": "scale",
+        "size": size,
+        "large_run": {
+            "invocations": large,
+            "failures": big["failures"],
+            "attempts": checked.attempts,
+            "units_in_store": checked.units,
+            "committed": checked.committed,
+            "wrong_results": len(checked.wrong),
+            "missing": len(checked.missing),
+            "exactly_once": checked.exactly_once and checked.committed == large,
+            "makespan_s": big["makespan_s"],
+            "controller_peak_rss_mb": round(peak, 1),
+            "controller_cpu_s": round(cpu, 2),
+            "controller_cpu_share": round(cpu / wall, 3),
+        },
+    }
+    findings = [
+        f"{large} invocations, {big['failures']} killed: {checked.committed} units committed "
+        f"in the store, each once with its failure-free result ({checked.attempts} attempts); "
+        f"the controlling process peaked at {peak:.0f} MB and used {cpu:.1f} s of CPU in "
+        f"{wall:.0f} s."
+    ]
+    return Result(
+        name="scale",
+        command=f"faasdl experiment scale --{size}",
+        rows=rows,
+        summary=summary,
+        plans=plans,
+        findings=findings,
+        setup=[
+            f"The light workload: {name} with {params} (a BFS of 8,191 vertices, 8 steps).",
+            "The controlling process is the experiment's own: its runner (the controller's part "
+            "for these invocations), the runtime manager and the embedded platform's invoker "
+            "threads; the containers are other processes and are not counted. Peak RSS is the "
+            "process's high-water mark, reset before the large run.",
+        ],
+        plots=[
+            Plot(
+                "recovery-time.png",
+                "Total recovery time",
+                "invocations",
+                "recovery_s_total",
+                "series",
+                None,
+                "invocations",
+                "seconds",
+            ),
+            Plot(
+                "time.png",
+                "Total execution time",
+                "invocations",
+                "makespan_s",
+                "series",
+                None,
+                "invocations",
+                "seconds",
+            ),
+        ],
+    )
+
+
+def _scale_row(
+    lab: Lab, report: RunReport, expected: dict[int, str], strategy: str, workers: int
+) -> dict[str, Any]:
+    found = ledger(lab.store, report.spec.run_id, expected)
+    recovered = [o.latency_s for o in report.outcomes if o.failures]
+    clean = statistics.median(o.latency_s for o in report.outcomes if not o.failures)
+    return {
+        "series": f"{strategy}, {workers} in flight",
+        "strategy": strategy,
+        "workers": workers,
+        "invocations": report.spec.invocations,
+        "failures": len(report.injected),
+        "attempts": found.attempts,
+        "makespan_s": round(report.makespan_s, 3),
+        # A failed invocation's latency beyond a failure-free one's (the median of the run's).
+        "recovery_s_total": round(sum(max(r - clean, 0.0) for r in recovered), 3),
+        "cost_usd": round((report.activation_gb_s + report.replica_gb_s) * PRICE_PER_GB_S, 7),
+        "exactly_once": found.exactly_once and found.committed == report.spec.invocations,
+    }
+
+
+EXPERIMENTS: dict[str, Callable[[Size, Console], Result]] = {
+    "recovery": recovery,
+    "replication": replication,
+    "baselines": baselines,
+    "scale": scale,
+    "cost": cost,
+    "disdel": disdel,
+}

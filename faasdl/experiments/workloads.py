@@ -1,0 +1,363 @@
+"""The experiments' workloads: stateful functions that run as OpenWhisk actions and survive
+failures through Canary's action-side API (:mod:`faasdl.canary.checkpoint`).
+
+Each workload is a sequence of deterministic steps over a small state: a step is a pure function of
+the invocation's parameters, its index and the state before it, so an attempt that resumes from a
+checkpoint ends with exactly the result a failure-free run has; the result's digest (with the count
+of steps folded into it) is what the unit commits, which lets an experiment check from the store
+that no step was lost or applied twice.
+
+* ``training`` (deep learning): an MLP on scikit-learn's digits trained with faasdl's trainer, one
+  epoch per step, a checkpoint (weights and optimizer state) after each;
+* ``compression``: zlib over generated files, a checkpoint after each file;
+* ``graph``: breadth-first search over a generated binary tree, a checkpoint every ``every``
+  vertices (the frontier is the state);
+* ``webservice``: a sequence of queries against a local SQLite database (generated in the
+  container on its first request), a checkpoint after each request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import tempfile
+import zlib
+from abc import ABC, abstractmethod
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Params(BaseModel):
+    """A workload's parameters (every workload adds its own; ``seed`` varies per invocation)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seed: int = Field(0, ge=0, description="Varies the invocation's input.")
+
+
+@dataclass
+class State:
+    """Where a run of a workload is: the steps done, a digest chain over their outputs, and the
+    workload's own part (``data``: JSON-able; ``arrays``: bytes)."""
+
+    done: int = 0
+    digest: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    blob: bytes = b""
+
+    def encode(self) -> bytes:
+        head = json.dumps({"done": self.done, "digest": self.digest, "data": self.data}).encode()
+        return len(head).to_bytes(4, "big") + head + self.blob
+
+    @classmethod
+    def decode(cls, data: bytes) -> State:
+        size = int.from_bytes(data[:4], "big")
+        head = json.loads(data[4 : 4 + size])
+        return cls(head["done"], head["digest"], head["data"], data[4 + size :])
+
+    def result(self) -> str:
+        """What the unit commits: the digest chain with the number of steps in it."""
+        return f"{self.done}:{self.digest}"
+
+
+def chain(digest: str, output: bytes) -> str:
+    return hashlib.sha256(digest.encode() + output).hexdigest()
+
+
+class Workload(ABC):
+    """One kind of stateful function: its parameters, its steps and its per-container context (a
+    generated database, a built model) that warm containers keep."""
+
+    name: ClassVar[str]
+    params: ClassVar[type[Params]]
+    #: What the workload does, for reports.
+    description: ClassVar[str]
+    #: The memory limit of its action (MB).
+    memory_mb: ClassVar[int] = 256
+
+    def context(self, params: Params) -> Any:
+        """What a container prepares once for these parameters (kept while it is warm)."""
+        return None
+
+    def context_key(self, params: Params) -> str:
+        """The parameters :meth:`context` depends on (by default all but the seed)."""
+        return params.model_dump_json(exclude={"seed"})
+
+    @abstractmethod
+    def steps(self, params: Params) -> int:
+        """How many steps one invocation takes."""
+
+    def initial(self, params: Params, context: Any) -> State:
+        return State()
+
+    @abstractmethod
+    def step(self, params: Params, context: Any, state: State) -> State:
+        """Step ``state.done`` (a new state; ``state`` itself is left as it was)."""
+
+    def checkpoint_after(self, params: Params, done: int) -> bool:
+        """Whether to checkpoint after ``done`` steps (default: after every step)."""
+        return True
+
+
+# ---- compression ----------------------------------------------------------------------------
+
+
+class CompressionParams(Params):
+    files: int = Field(12, ge=1, le=10_000, description="Files compressed per invocation.")
+    file_kb: int = Field(512, ge=1, le=65_536, description="Size of each generated file (KiB).")
+    level: int = Field(6, ge=0, le=9, description="zlib's compression level.")
+
+
+class Compression(Workload):
+    name = "compression"
+    params = CompressionParams
+    description = "zlib over generated files, a checkpoint after each file"
+
+    def steps(self, params: Params) -> int:
+        assert isinstance(params, CompressionParams)
+        return params.files
+
+    def step(self, params: Params, context: Any, state: State) -> State:
+        assert isinstance(params, CompressionParams)
+        rng = np.random.default_rng([params.seed, state.done])
+        # Text-like data: words of a small vocabulary, so that zlib has work to do.
+        words = rng.integers(0, 4096, size=params.file_kb * 1024 // 6)
+        text = b" ".join(b"w%04x" % w for w in words.tolist())
+        packed = zlib.compress(text, params.level)
+        data = dict(state.data)
+        data["bytes_in"] = data.get("bytes_in", 0) + len(text)
+        data["bytes_out"] = data.get("bytes_out", 0) + len(packed)
+        return State(state.done + 1, chain(state.digest, packed), data)
+
+
+# ---- graph search ---------------------------------------------------------------------------
+
+
+class GraphParams(Params):
+    depth: int = Field(17, ge=1, le=22, description="Depth of the generated binary tree.")
+    every: int = Field(16384, ge=1, description="Vertices visited between two checkpoints.")
+
+
+class GraphSearch(Workload):
+    """BFS from the root of a complete binary tree whose vertices carry seeded weights; the search
+    sums the weights of each level and hashes the visiting order."""
+
+    name = "graph"
+    params = GraphParams
+    description = "breadth-first search over a generated binary tree, a checkpoint every N vertices"
+
+    def _vertices(self, params: GraphParams) -> int:
+        return int(2 ** (params.depth + 1) - 1)
+
+    def context_key(self, params: Params) -> str:
+        return params.model_dump_json()
+
+    def context(self, params: Params) -> Any:
+        assert isinstance(params, GraphParams)
+        rng = np.random.default_rng(params.seed)
+        return rng.integers(0, 1_000_000, size=self._vertices(params), dtype=np.int64)
+
+    def steps(self, params: Params) -> int:
+        assert isinstance(params, GraphParams)
+        return -(-self._vertices(params) // params.every)
+
+    def initial(self, params: Params, context: Any) -> State:
+        return State(data={"sum": 0}, blob=array("q", [0]).tobytes())
+
+    def step(self, params: Params, context: Any, state: State) -> State:
+        assert isinstance(params, GraphParams)
+        n, weights = self._vertices(params), context
+        frontier = deque(array("q", state.blob))
+        total, order = state.data["sum"], hashlib.sha256()
+        for _ in range(params.every):
+            if not frontier:
+                break
+            v = frontier.popleft()
+            total += int(weights[v])
+            order.update(v.to_bytes(8, "big"))
+            frontier.extend(c for c in (2 * v + 1, 2 * v + 2) if c < n)
+        return State(
+            state.done + 1,
+            chain(state.digest, order.digest() + total.to_bytes(16, "big")),
+            {"sum": total},
+            array("q", frontier).tobytes(),
+        )
+
+
+# ---- web service ----------------------------------------------------------------------------
+
+
+class WebServiceParams(Params):
+    requests: int = Field(60, ge=1, le=100_000, description="Queries per invocation.")
+    rows: int = Field(50_000, ge=1, le=5_000_000, description="Rows of the generated table.")
+
+
+class WebService(Workload):
+    """Requests against a SQLite database the container generates on its first request (an
+    ``orders`` table with an index); each request is one of a few seeded query shapes."""
+
+    name = "webservice"
+    params = WebServiceParams
+    description = "a sequence of queries against a local SQLite database, a checkpoint after each"
+
+    def context(self, params: Params) -> Any:
+        assert isinstance(params, WebServiceParams)
+        path = Path(tempfile.gettempdir()) / f"faasdl-webservice-{params.rows}.db"
+        if not path.exists():
+            partial = path.with_suffix(".part")
+            partial.unlink(missing_ok=True)
+            rng = np.random.default_rng(params.rows)
+            with sqlite3.connect(partial) as db:
+                db.execute(
+                    "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer INTEGER,"
+                    " category INTEGER, price REAL, quantity INTEGER)"
+                )
+                db.executemany(
+                    "INSERT INTO orders VALUES (?, ?, ?, ?, ?)",
+                    zip(
+                        range(params.rows),
+                        rng.integers(0, 5000, params.rows).tolist(),
+                        rng.integers(0, 40, params.rows).tolist(),
+                        np.round(rng.uniform(1, 500, params.rows), 2).tolist(),
+                        rng.integers(1, 10, params.rows).tolist(),
+                        strict=True,
+                    ),
+                )
+                db.execute("CREATE INDEX orders_customer ON orders (customer)")
+            db.close()
+            partial.replace(path)  # whole or not at all: another container may race us
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+
+    def steps(self, params: Params) -> int:
+        assert isinstance(params, WebServiceParams)
+        return params.requests
+
+    def step(self, params: Params, context: Any, state: State) -> State:
+        rng = np.random.default_rng([params.seed, state.done])
+        shape = int(rng.integers(0, 3))
+        db: sqlite3.Connection = context
+        if shape == 0:  # a customer's orders (the index)
+            rows = db.execute(
+                "SELECT id, price * quantity FROM orders WHERE customer = ? ORDER BY id",
+                (int(rng.integers(0, 5000)),),
+            ).fetchall()
+        elif shape == 1:  # revenue per category in a price band (a scan)
+            low = float(rng.uniform(1, 400))
+            rows = db.execute(
+                "SELECT category, COUNT(*), ROUND(SUM(price * quantity), 2) FROM orders"
+                " WHERE price BETWEEN ? AND ? GROUP BY category ORDER BY category",
+                (low, low + 100),
+            ).fetchall()
+        else:  # the top customers of a category (a scan and a sort)
+            rows = db.execute(
+                "SELECT customer, ROUND(SUM(price * quantity), 2) AS spent FROM orders"
+                " WHERE category = ? GROUP BY customer ORDER BY spent DESC, customer LIMIT 10",
+                (int(rng.integers(0, 40)),),
+            ).fetchall()
+        return State(state.done + 1, chain(state.digest, json.dumps(rows).encode()), {})
+
+
+# ---- deep learning --------------------------------------------------------------------------
+
+
+class TrainingParams(Params):
+    epochs: int = Field(6, ge=1, le=1000, description="Epochs per invocation (one per step).")
+    examples: int = Field(512, ge=32, le=1437, description="Training digits used.")
+    batch_size: int = Field(32, ge=1, le=1024, description="Examples per batch.")
+
+
+@dataclass
+class _Trainer:
+    trainer: Any
+    x: np.ndarray
+    y: np.ndarray
+    classes: int
+
+
+class Training(Workload):
+    """faasdl's trainer on scikit-learn's digits (the MLP the controller's jobs train), one epoch
+    per step; TensorFlow is imported by the container's first request (a warm replica has)."""
+
+    name = "training"
+    params = TrainingParams
+    memory_mb = 1024  # TensorFlow
+    description = "an MLP trained on digits with faasdl's trainer, a checkpoint after each epoch"
+
+    def context(self, params: Params) -> Any:
+        assert isinstance(params, TrainingParams)
+        from faasdl.training.datasets import DigitsSpec, load_dataset
+        from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
+        from faasdl.training.models import build_model
+
+        configure_runtime()
+        data = load_dataset(DigitsSpec())
+        model = build_model("mlp", data.input_shape, data.classes, seed=0)
+        trainer = Trainer(model, TrainConfig(batch_size=params.batch_size, epochs=1))
+        x, y = data.x_train[: params.examples], data.y_train[: params.examples]
+        return _Trainer(trainer, x, y, data.classes)
+
+    def steps(self, params: Params) -> int:
+        assert isinstance(params, TrainingParams)
+        return params.epochs
+
+    def initial(self, params: Params, context: Any) -> State:
+        from faasdl.training.models import build_model
+        from faasdl.training.tensors import TrainState
+
+        # The same initial weights in every container: a fresh model built from the seed.
+        model = build_model("mlp", context.x.shape[1:], context.classes, seed=params.seed)
+        weights = [v.numpy() for v in model.weights]
+        # A fresh optimizer too: the container's trainer still holds the last invocation's.
+        fresh = [np.zeros_like(v.numpy()) for v in context.trainer.optimizer.variables]
+        return self._state(0, "", TrainState(weights=weights, optimizer=fresh).to_bytes())
+
+    def step(self, params: Params, context: Any, state: State) -> State:
+        from faasdl.training.loop import TrainConfig
+        from faasdl.training.tensors import TrainState
+
+        assert isinstance(params, TrainingParams)
+        job: _Trainer = context
+        job.trainer.config = TrainConfig(
+            batch_size=params.batch_size,
+            epochs=state.done + 1,
+            seed=params.seed,
+        )
+        trained = job.trainer.train(job.x, job.y, TrainState.from_bytes(state.blob)).state
+        encoded = trained.to_bytes()
+        return self._state(state.done + 1, chain(state.digest, encoded), encoded)
+
+    @staticmethod
+    def _state(done: int, digest: str, encoded: bytes) -> State:
+        return State(done, digest, {}, encoded)
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w for w in (Training(), Compression(), GraphSearch(), WebService())
+}
+
+
+def workload(name: str) -> Workload:
+    from faasdl.errors import ValidationError
+
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        known = ", ".join(WORKLOADS)
+        raise ValidationError(f"workload: unknown workload {name!r} (known: {known})") from None
+
+
+def run_steps(
+    workload: Workload, params: Params, context: Any, state: State | None = None
+) -> State:
+    """Every step of an invocation in this process, without checkpoints (the expected result)."""
+    state = state or workload.initial(params, context)
+    while state.done < workload.steps(params):
+        state = workload.step(params, context, state)
+    return state

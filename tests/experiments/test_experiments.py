@@ -1,0 +1,100 @@
+"""Every experiment's ``--quick`` run through the CLI (CI's smoke test): its report is written
+whole (CSV, plots, plans, summary) and its headline figures are the last line, as JSON. With
+``FAASDL_TEST_EXPERIMENT_DIR`` set, the reports are copied there (how the committed quick
+results were made)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from faasdl.cli import app
+
+runner = CliRunner()
+
+
+def run_experiment(name: str, tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    result = runner.invoke(app, ["experiment", name, "--quick", "--output", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    report = tmp_path / name
+    assert (report / "summary.md").read_text().count(f"faasdl experiment {name} --quick") == 1
+    assert json.loads((report / "summary.json").read_text()) == summary
+    with (report / f"{name}.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows
+    assert all(row.get("exactly_once", "True") == "True" for row in rows)
+    pngs = list(report.glob("*.png"))
+    assert pngs
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+    assert not list(tmp_path.glob(".*"))  # no staging directory left behind
+    copy_to = os.environ.get("FAASDL_TEST_EXPERIMENT_DIR")
+    if copy_to:
+        shutil.copytree(report, Path(copy_to) / name, dirs_exist_ok=True)
+    return summary, report
+
+
+@pytest.mark.tensorflow
+def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Path) -> None:
+    summary, report = run_experiment("recovery", tmp_path)
+    workloads = summary["workloads"]
+    assert isinstance(workloads, dict)
+    assert set(workloads) == {"training", "compression", "graph", "webservice"}
+    for figures in workloads.values():
+        assert isinstance(figures["recovery_time_reduction_vs_retry"], float)
+        assert isinstance(figures["overhead_vs_ideal"], float)
+    assert summary["failure_rate"] == 0.15
+    assert len(list((report / "plans").glob("*.json"))) == 4
+
+
+@pytest.mark.parametrize("name", ["replication", "baselines"])
+def test_strategy_comparisons_print_time_and_cost_ratios(name: str, tmp_path: Path) -> None:
+    summary, report = run_experiment(name, tmp_path)
+    base = summary["relative_to"]
+    assert isinstance(base, str)
+    for key in ("time_ratio", "cost_ratio"):
+        ratios = summary[key]
+        assert isinstance(ratios, dict)
+        assert ratios[base] == 1.0
+        assert len(ratios) >= 3  # the base and the others
+    assert "## Findings" in (report / "summary.md").read_text()
+
+
+def test_cost_counts_replicas(tmp_path: Path) -> None:
+    summary, _ = run_experiment("cost", tmp_path)
+    assert 0 < summary["replica_share_of_canary_cost"] < 1
+
+
+def test_scale_checks_the_large_run_from_the_store(tmp_path: Path) -> None:
+    summary, _ = run_experiment("scale", tmp_path)
+    large = summary["large_run"]
+    assert isinstance(large, dict)
+    assert large["exactly_once"] is True
+    assert large["committed"] == large["units_in_store"] == large["invocations"] == 500
+    assert large["failures"] > 0
+    # A kill that lands after the commit costs no attempt: the unit is not run again.
+    assert large["invocations"] < large["attempts"] <= large["invocations"] + large["failures"]
+    assert large["controller_peak_rss_mb"] > 0
+    assert large["controller_cpu_s"] > 0
+
+
+@pytest.mark.tensorflow
+def test_disdel_compares_environments_pool_limits_and_a_batch(tmp_path: Path) -> None:
+    summary, _ = run_experiment("disdel", tmp_path)
+    assert set(summary["environments"]) == {"bare_metal", "default_serverless", "faasdl"}
+    assert summary["batch"]["jobs"] == 8
+
+
+def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["experiment", "nope", "--output", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "name: unknown experiment 'nope'" in result.output
+    assert "recovery" in result.output
+    assert not list(tmp_path.iterdir())

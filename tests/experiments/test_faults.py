@@ -1,0 +1,177 @@
+"""The experiments' parts: workloads resume to the same result, failure plans are seeded and
+validated, and every kind of fault ends with each invocation committed exactly once — read from
+the store — on the embedded platform."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from faasdl.canary.strategies import StrategyName
+from faasdl.errors import ValidationError as FaasdlValidationError
+from faasdl.experiments.inject import FailurePlan, Fault
+from faasdl.experiments.lab import Lab, ledger, open_lab
+from faasdl.experiments.runner import RunReport, RunSpec
+from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
+from tests.store.conftest import private_redis
+
+#: Four files of 512 KiB: four steps of ~70 ms, a checkpoint after each.
+SMALL = {"files": 4, "file_kb": 512}
+
+
+def expected(n: int, params: dict[str, Any] = SMALL, name: str = "compression") -> dict[int, str]:
+    found = workload(name)
+    out = {}
+    for i in range(n):
+        p = found.params.model_validate({**params, "seed": i})
+        out[i] = run_steps(found, p, found.context(p)).result()
+    return out
+
+
+@pytest.mark.parametrize("name", ["compression", "graph", "webservice"])
+def test_a_workload_resumed_from_any_checkpoint_ends_with_the_failure_free_result(
+    name: str,
+) -> None:
+    found = WORKLOADS[name]
+    params = found.params.model_validate({"seed": 3})
+    context = found.context(params)
+    whole = run_steps(found, params, context)
+    state = found.initial(params, context)
+    for _ in range(found.steps(params) // 2):
+        state = found.step(params, context, state)
+    resumed = run_steps(found, params, context, State.decode(state.encode()))
+    assert resumed.result() == whole.result()
+    assert whole.result().startswith(f"{found.steps(params)}:")
+    # A step applied twice would show: its output is chained into the digest.
+    again = found.step(params, context, state)
+    twice = State(state.done, again.digest, again.data, again.blob)
+    assert run_steps(found, params, context, twice).result() != whole.result()
+
+
+def test_an_unknown_workload_is_named_with_the_known_ones() -> None:
+    with pytest.raises(FaasdlValidationError, match=r"workload: unknown workload 'nope'.*graph"):
+        workload("nope")
+
+
+def test_a_plan_is_drawn_from_its_seed_and_round_trips(tmp_path: Path) -> None:
+    plan = FailurePlan.random(seed=7, invocations=100, rate=0.15)
+    assert plan == FailurePlan.random(seed=7, invocations=100, rate=0.15)
+    assert plan != FailurePlan.random(seed=8, invocations=100, rate=0.15)
+    assert len(plan.faults) == 15
+    assert len({f.invocation for f in plan.faults}) == 15
+    assert all(0 <= f.at <= 1 and f.kind == "kill" for f in plan.faults)
+    plan.write(tmp_path / "plan.json")
+    assert FailurePlan.read(tmp_path / "plan.json") == plan
+
+
+def test_a_bad_plan_names_its_field() -> None:
+    with pytest.raises(ValidationError, match="point: set exactly when kind is crash_point"):
+        Fault(invocation=0, kind="crash_point")
+    with pytest.raises(ValidationError, match="point: set exactly when kind is crash_point"):
+        Fault(invocation=0, kind="kill", point="committed")
+    with pytest.raises(ValidationError, match="at most one fault per invocation"):
+        FailurePlan(faults=[Fault(invocation=1), Fault(invocation=1, at=0.2)])
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        Fault(invocation=0, at=1.5)
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    with open_lab() as opened:
+        yield opened
+
+
+def run(
+    lab: Lab,
+    run_id: str,
+    strategy: StrategyName,
+    faults: list[Fault],
+    n: int = 3,
+    params: dict[str, Any] = SMALL,
+    **kw: Any,
+) -> RunReport:
+    spec = RunSpec(
+        run_id=run_id,
+        workload="compression",
+        params=params,
+        invocations=n,
+        strategy=strategy,
+        plan=FailurePlan(faults=faults),
+        expected_s=dict.fromkeys(range(n), 0.3),
+        **kw,
+    )
+    report = lab.run(spec)
+    results = expected(n, params)
+    found = ledger(lab.store, run_id, results)
+    assert found.exactly_once, found
+    assert found.units == found.committed == n
+    assert [o.result for o in report.outcomes] == [results[i] for i in range(n)]
+    return report
+
+
+@pytest.mark.parametrize("strategy", ["retry", "canary"])
+def test_killed_invocations_are_recovered_exactly_once(lab: Lab, strategy: StrategyName) -> None:
+    # Eight steps of ~80 ms: the kill, 0.3 s after the attempt's start, comes after a few.
+    eight = {**SMALL, "files": 8}
+    report = run(lab, f"kill-{strategy}", strategy, [Fault(invocation=1, at=1.0)], params=eight)
+    assert [h.invocation for h in report.injected] == [1]
+    hit = report.outcomes[1]
+    assert hit.attempts == 2
+    assert hit.failures == ["crash"]
+    if strategy == "canary":  # resumed from a checkpoint, not from the start
+        assert hit.final["resumed_from"]
+        assert hit.final["resumed_from"] >= 1
+    else:
+        assert hit.final["resumed_from"] is None
+
+
+@pytest.mark.parametrize("point", ["before_checkpoint", "blob_written", "committed"])
+def test_a_crash_at_each_point_of_the_protocol_commits_once(lab: Lab, point: str) -> None:
+    fault = Fault(invocation=0, kind="crash_point", point=point)
+    report = run(lab, f"crash-{point}", "canary", [fault])
+    first = report.outcomes[0]
+    if point == "committed":
+        # Crashed after its commit, before its reply: done, and not run again.
+        assert first.attempts == 1
+    else:
+        assert first.attempts == 2
+        assert first.failures == ["crash"]
+
+
+def test_a_zombie_is_caught_by_its_lease_and_fenced(lab: Lab) -> None:
+    report = run(lab, "zombie", "canary", [Fault(invocation=0, kind="zombie", at=0.5)])
+    first = report.outcomes[0]
+    assert first.detected_by == ["lease"]
+    assert first.attempts == 2
+    # The zombie woke after the takeover and was refused at its next write.
+    assert report.activations >= 4  # three invocations, the zombie's late record booked too
+
+
+def test_a_node_loss_kills_every_running_attempt_and_all_recover(lab: Lab) -> None:
+    report = run(
+        lab, "node", "canary", [Fault(invocation=1, kind="node_loss", at=0.5)], n=4, concurrency=2
+    )
+    assert len(report.injected) == 2  # both attempts in flight
+    assert sum(o.attempts for o in report.outcomes) == 6
+
+
+@pytest.mark.redis
+def test_a_store_restart_under_running_attempts_loses_nothing(tmp_path: Path) -> None:
+    server = private_redis(tmp_path / "redis")
+    server.start()
+
+    def restart() -> None:
+        server.kill()
+        server.start()  # same directory and port: it replays its AOF
+
+    try:
+        with open_lab(store_url=server.url) as lab:
+            lab.restart_store = restart
+            report = run(lab, "restart", "canary", [Fault(invocation=1, kind="store_restart")])
+        assert [h.kind for h in report.injected] == ["store_restart"]
+    finally:
+        server.stop()
