@@ -147,7 +147,7 @@ def disdel(size: Size, progress: Console) -> Result:
     ]
     return Result(
         name="disdel",
-        command=f"faasdl experiment disdel --{size}",
+        size=size,
         rows=rows,
         summary=summary,
         findings=findings,

@@ -32,7 +32,7 @@ def progress(
     return j - 1 + (elapsed_s - marks[j - 1]) / max(marks[j] - marks[j - 1], 1e-9)
 
 
-def reached_at(position: float, final: dict[str, Any]) -> float | None:
+def reached_at(position: float, final: dict[str, Any]) -> float:
     """When the attempt that answered ``final`` reached ``position`` (fractional steps)."""
     resumed = final.get("resumed_from") or 0
     marks = [final["first_step_at"], *final["step_ends"]]
@@ -53,5 +53,4 @@ def recovery_s(hit: Hit, outcome: Outcome, ideal: dict[str, Any]) -> float | Non
     done = progress(
         hit.at - hit.started_at, ideal["started_at"], ideal["first_step_at"], ideal["step_ends"]
     )
-    back = reached_at(done, final)
-    return None if back is None else max(back - hit.at, 0.0)
+    return max(reached_at(done, final) - hit.at, 0.0)

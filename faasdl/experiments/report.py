@@ -43,7 +43,7 @@ class Plot:
 @dataclass
 class Result:
     name: str
-    command: str
+    size: Size
     rows: list[dict[str, Any]]
     summary: dict[str, Any]
     plots: list[Plot] = field(default_factory=list)
@@ -52,6 +52,11 @@ class Result:
     plans: dict[str, FailurePlan] = field(default_factory=dict)
     #: What differs from the thesis' setup, said once.
     setup: list[str] = field(default_factory=list)
+
+    @property
+    def command(self) -> str:
+        """The command that regenerates the report."""
+        return f"faasdl experiment {self.name} --{self.size}"
 
 
 def environment() -> dict[str, Any]:

@@ -69,7 +69,6 @@ class RunSpec:
 class Attempt:
     index: int  # the invocation
     token: int
-    invoked_at: float
     fault: Fault | None = None
     started_ms: int | None = None  # its first heartbeat
     frozen: bool = False
@@ -86,8 +85,6 @@ class Outcome:
     failures: list[str] = field(default_factory=list)
     detected_by: list[str] = field(default_factory=list)
     result: str | None = None
-    resumed_from: list[int | None] = field(default_factory=list)
-    activations: list[str] = field(default_factory=list)
     final: dict[str, Any] = field(default_factory=dict)  # the committing attempt's answer
 
     @property
@@ -236,12 +233,10 @@ class InvocationRunner:
             if outcome.attempts == 0:
                 outcome.first_invoked_at = now
             outcome.attempts += 1
-            outcome.resumed_from.append(position if position >= 0 else None)
             self._attempts += 1
             self._position[index] = position
-            outcome.activations.extend(started)
             for activation_id in started:
-                self._in_flight[activation_id] = Attempt(index, token, now, fault)
+                self._in_flight[activation_id] = Attempt(index, token, fault)
 
     def _claim(self, index: int) -> tuple[int, int]:
         """A new attempt owns the unit (fencing the old); its token and checkpoint position."""

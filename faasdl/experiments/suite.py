@@ -24,7 +24,7 @@ from faasdl.canary.strategies import ReplicationMode, StrategyName
 from faasdl.config import Settings
 from faasdl.experiments.disdel import disdel
 from faasdl.experiments.inject import FailurePlan
-from faasdl.experiments.lab import Lab, ledger, open_lab
+from faasdl.experiments.lab import Lab, Ledger, ledger, open_lab
 from faasdl.experiments.measure import recovery_s
 from faasdl.experiments.report import Plot, Result, Size
 from faasdl.experiments.runner import RunReport, RunSpec
@@ -220,7 +220,7 @@ def recovery(size: Size, progress: Console) -> Result:
     ]
     return Result(
         name="recovery",
-        command=f"faasdl experiment recovery --{size}",
+        size=size,
         rows=rows,
         summary=summary,
         plans=plans,
@@ -287,7 +287,7 @@ def replication(size: Size, progress: Console) -> Result:
     findings = _findings(summary, "dynamic replication")
     return Result(
         name="replication",
-        command=f"faasdl experiment replication --{size}",
+        size=size,
         rows=rows,
         summary=summary,
         plans=plans,
@@ -321,7 +321,7 @@ def baselines(size: Size, progress: Console) -> Result:
     findings = _findings(summary, "Canary")
     return Result(
         name="baselines",
-        command=f"faasdl experiment baselines --{size}",
+        size=size,
         rows=rows,
         summary=summary,
         plans=plans,
@@ -468,7 +468,7 @@ def cost(size: Size, progress: Console) -> Result:
     ]
     return Result(
         name="cost",
-        command=f"faasdl experiment cost --{size}",
+        size=size,
         rows=rows,
         summary=summary,
         plans=plans,
@@ -515,7 +515,8 @@ def scale(size: Size, progress: Console) -> Result:
                 report = bench.run(
                     f"{strategy}-{workers}-{n}", strategy, plan, invocations=n, concurrency=workers
                 )
-                rows.append(_scale_row(lab, report, expected(n), f"{strategy}", workers))
+                read = ledger(lab.store, report.spec.run_id, expected(n))
+                rows.append(_scale_row(report, read, strategy, workers))
         progress.print(f"scale: {large} invocations with canary, 2 in flight, 15% failures")
         plan = plans[f"{name}-{large}"] = _plan(3000 + large, large, 0.15)
         reset_peak_rss()
@@ -525,9 +526,9 @@ def scale(size: Size, progress: Console) -> Result:
         )
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         peak = peak_rss_mb()
-        big = _scale_row(lab, report, expected(large), "canary", 2)
-        rows.append(big)
         checked = ledger(lab.store, report.spec.run_id, expected(large))
+        big = _scale_row(report, checked, "canary", 2)
+        rows.append(big)
     if not all(r["exactly_once"] for r in rows):
         raise RuntimeError("a scale run was not committed exactly once (read from the store)")
     summary = {
@@ -556,7 +557,7 @@ def scale(size: Size, progress: Console) -> Result:
     ]
     return Result(
         name="scale",
-        command=f"faasdl experiment scale --{size}",
+        size=size,
         rows=rows,
         summary=summary,
         plans=plans,
@@ -593,10 +594,7 @@ def scale(size: Size, progress: Console) -> Result:
     )
 
 
-def _scale_row(
-    lab: Lab, report: RunReport, expected: dict[int, str], strategy: str, workers: int
-) -> dict[str, Any]:
-    found = ledger(lab.store, report.spec.run_id, expected)
+def _scale_row(report: RunReport, found: Ledger, strategy: str, workers: int) -> dict[str, Any]:
     recovered = [o.latency_s for o in report.outcomes if o.failures]
     clean = statistics.median(o.latency_s for o in report.outcomes if not o.failures)
     return {
