@@ -2,7 +2,9 @@
 written next to every result so that a run can be repeated exactly (the tests use the same format).
 
 A plan is a list of :class:`Fault`, each tied to the first attempt of one invocation and fired
-when that attempt has run for ``at`` × its expected duration (from its first heartbeat):
+when that attempt has run for ``at`` × its expected duration (from its first heartbeat), or, with
+``after_checkpoint``, once its newest checkpoint holds that many steps (a trigger tied to progress,
+not to the clock, for tests that must know what a resumed attempt finds):
 
 * ``kill``: SIGKILL the attempt's container (a crash, an OOM kill by the kernel, a lost pod);
 * ``zombie``: SIGSTOP it, and SIGCONT it once a newer attempt owns the unit (or it has ended):
@@ -36,11 +38,16 @@ class Fault(BaseModel):
     kind: FaultKind = "kill"
     at: float = Field(0.5, ge=0, le=1, description="Fraction of the expected duration.")
     point: CrashPoint | None = Field(None, description="For crash_point: where.")
+    after_checkpoint: int | None = Field(
+        None, ge=1, description="Fire once the attempt has checkpointed this many steps."
+    )
 
     @model_validator(mode="after")
     def _point(self) -> Fault:
         if (self.kind == "crash_point") != (self.point is not None):
             raise ValueError("point: set exactly when kind is crash_point")
+        if self.kind == "crash_point" and self.after_checkpoint is not None:
+            raise ValueError("after_checkpoint: a crash point fires where it is, not after one")
         return self
 
 

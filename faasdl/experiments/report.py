@@ -27,7 +27,7 @@ Size = Literal["quick", "full"]
 @dataclass(frozen=True)
 class Plot:
     """A figure of ``y`` against ``x``, one line (or group of bars) per value of ``series``, one
-    panel per value of ``panel`` (if any), from the rows that have ``y``."""
+    panel per value of ``panel`` (if any), from the rows that have all of them."""
 
     file: str
     title: str
@@ -108,7 +108,8 @@ def _plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in rows if r.get(plot.y) is not None]
+    used = [plot.x, plot.y, plot.series, *([plot.panel] if plot.panel else [])]
+    rows = [r for r in rows if all(r.get(k) is not None for k in used)]
     panels = sorted({r[plot.panel] for r in rows}, key=str) if plot.panel else [None]
     fig, axes = plt.subplots(
         1, len(panels), figsize=(4.2 * len(panels) + 1, 3.6), squeeze=False, sharey=False

@@ -279,22 +279,28 @@ class InvocationRunner:
 
     def _inject(self) -> None:
         """Fire the faults that are due: an attempt's fault comes ``at`` × its expected
-        duration after its first heartbeat."""
-        now_ms = int(time.time() * 1000)
+        duration after its first heartbeat, or once it has checkpointed ``after_checkpoint``
+        steps."""
         for activation_id, attempt in list(self._in_flight.items()):
             fault = attempt.fault
             if fault is None or fault.kind == "crash_point" or attempt.frozen:
                 continue
-            if attempt.started_ms is None:
-                unit = self._unit(attempt.index)
-                if unit is None or unit.owner_epoch != attempt.token or unit.heartbeat_ms is None:
-                    continue
-                attempt.started_ms = unit.heartbeat_ms
-            expected_ms = 1000 * self.spec.expected_s.get(attempt.index, 1.0)
-            if now_ms < attempt.started_ms + fault.at * expected_ms:
+            if not self._due(attempt, fault):
                 continue
             attempt.fault = None  # fired (or moot): once
             self._fire(activation_id, attempt, fault)
+
+    def _due(self, attempt: Attempt, fault: Fault) -> bool:
+        if attempt.started_ms is None or fault.after_checkpoint is not None:
+            unit = self._unit(attempt.index)
+            if unit is None or unit.owner_epoch != attempt.token or unit.heartbeat_ms is None:
+                return False  # not started yet
+            if attempt.started_ms is None:
+                attempt.started_ms = unit.heartbeat_ms  # its first heartbeat
+            if fault.after_checkpoint is not None:
+                return bool(unit.heads) and unit.heads[-1].position >= fault.after_checkpoint
+        expected_ms = 1000 * self.spec.expected_s.get(attempt.index, 1.0)
+        return time.time() * 1000 >= attempt.started_ms + fault.at * expected_ms
 
     def _fire(self, activation_id: str, attempt: Attempt, fault: Fault) -> None:
         at = time.time()

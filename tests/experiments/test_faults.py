@@ -77,6 +77,8 @@ def test_a_bad_plan_names_its_field() -> None:
         FailurePlan(faults=[Fault(invocation=1), Fault(invocation=1, at=0.2)])
     with pytest.raises(ValidationError, match="less than or equal to 1"):
         Fault(invocation=0, at=1.5)
+    with pytest.raises(ValidationError, match="after_checkpoint: a crash point fires where it is"):
+        Fault(invocation=0, kind="crash_point", point="committed", after_checkpoint=1)
 
 
 @pytest.fixture(scope="module")
@@ -113,20 +115,28 @@ def run(
     return report
 
 
-@pytest.mark.parametrize("strategy", ["retry", "canary"])
-def test_killed_invocations_are_recovered_exactly_once(lab: Lab, strategy: StrategyName) -> None:
-    # Eight steps of ~80 ms: the kill, 0.3 s after the attempt's start, comes after a few.
+def test_a_killed_retry_invocation_starts_over_and_commits_once(lab: Lab) -> None:
+    # Eight steps of ~80 ms: the kill, 0.3 s after the attempt's start, comes mid-way.
     eight = {**SMALL, "files": 8}
-    report = run(lab, f"kill-{strategy}", strategy, [Fault(invocation=1, at=1.0)], params=eight)
+    report = run(lab, "kill-retry", "retry", [Fault(invocation=1, at=1.0)], params=eight)
     assert [h.invocation for h in report.injected] == [1]
     hit = report.outcomes[1]
     assert hit.attempts == 2
     assert hit.failures == ["crash"]
-    if strategy == "canary":  # resumed from a checkpoint, not from the start
-        assert hit.final["resumed_from"]
-        assert hit.final["resumed_from"] >= 1
-    else:
-        assert hit.final["resumed_from"] is None
+    assert hit.final["resumed_from"] is None  # retry keeps no checkpoint
+
+
+def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once(lab: Lab) -> None:
+    # Killed once its second checkpoint is in the store: the next attempt starts there.
+    eight = {**SMALL, "files": 8}
+    fault = Fault(invocation=1, after_checkpoint=2)
+    report = run(lab, "kill-canary", "canary", [fault], params=eight)
+    assert [h.invocation for h in report.injected] == [1]
+    hit = report.outcomes[1]
+    assert hit.attempts == 2
+    assert hit.failures == ["crash"]
+    assert hit.final["resumed_from"] >= 2
+    assert hit.final["steps_run"] == 8 - hit.final["resumed_from"]
 
 
 @pytest.mark.parametrize("point", ["before_checkpoint", "blob_written", "committed"])
