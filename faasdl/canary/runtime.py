@@ -101,6 +101,20 @@ class RuntimeManager:
             want = self._wants.get(owner)
             return want.ready if want else 0
 
+    def wait_ready(self, owner: str, timeout_s: float) -> int:
+        """Wait until the replicas ``owner`` wants are warm (or ``timeout_s`` passed); returns
+        how many are."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                want = self._wants.get(owner)
+                if want is None or want.ready >= want.replicas:
+                    return want.ready if want else 0
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    return want.ready
+                self._cond.wait(left)
+
     def _loop(self) -> None:
         last = time.monotonic()
         while True:
@@ -129,3 +143,4 @@ class RuntimeManager:
                     for want in self._wants.values():
                         if want.runtime == runtime:
                             want.ready = min(ready, want.replicas)
+                    self._cond.notify_all()

@@ -28,6 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from faasdl.experiments.action import CrashPoint
 
+#: How far into an attempt's expected execution a random fault may come.
+REACH = 0.9
+
 FaultKind = Literal["kill", "zombie", "node_loss", "store_restart", "crash_point"]
 
 
@@ -72,10 +75,11 @@ class FailurePlan(BaseModel):
         cls, *, seed: int, invocations: int, rate: float, kind: FaultKind = "kill"
     ) -> FailurePlan:
         """``round(rate × invocations)`` distinct invocations, each hit at a uniformly random
-        point of its execution."""
+        point of the first :data:`REACH` of its expected execution (an attempt a little faster
+        than its failure-free reference would otherwise end before a late blow)."""
         rng = random.Random(seed)
         hit = sorted(rng.sample(range(invocations), round(rate * invocations)))
-        faults = [Fault(invocation=i, kind=kind, at=round(rng.random(), 4)) for i in hit]
+        faults = [Fault(invocation=i, kind=kind, at=round(REACH * rng.random(), 4)) for i in hit]
         return cls(seed=seed, rate=rate, faults=faults)
 
     def by_invocation(self) -> dict[int, Fault]:

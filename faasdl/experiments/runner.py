@@ -173,6 +173,7 @@ class InvocationRunner:
             self.platform, WORKLOAD, memory_mb=self.memory_mb, timeout_ms=spec.timeout_s * 1000
         )
         self.variant = variant
+        self._deploy_replicas()
         started = time.time()
         try:
             while len(self._done) < spec.invocations:
@@ -260,12 +261,22 @@ class InvocationRunner:
         found = load(self.store, self._key(index), FunctionInfo)
         return found[0] if found else None
 
-    def _want_replicas(self) -> None:
+    def _deploy_replicas(self) -> None:
+        """Canary prepares a job's replicas as it deploys it: the run starts once the replicas
+        its first invocations want are warm (their warm-up is not the run's time)."""
+        first = min(self.spec.concurrency, self.spec.invocations)
+        if self._want_replicas(active=first):
+            self.runtimes.wait_ready(self.spec.run_id, timeout_s=self.spec.timeout_s)
+
+    def _want_replicas(self, active: int | None = None) -> int:
+        """Tell the runtime manager how many replicas the strategy wants now; returns that."""
         wanted = self.strategy.replicas(
-            active=self._active(), failures=self._failures, attempts=self._attempts
+            active=self._active() if active is None else active,
+            failures=self._failures,
+            attempts=self._attempts,
         )
         if wanted == 0 and self.runtimes.ready(self.spec.run_id) == 0:
-            return
+            return 0
         prime = {"workload": self.spec.workload, "params": self.spec.params}
         self.runtimes.want(
             self.spec.run_id,
@@ -274,6 +285,7 @@ class InvocationRunner:
             replicas=wanted,
             warmup={"warmup": True, "prime": prime},
         )
+        return wanted
 
     # ---- faults ---------------------------------------------------------------------------
 

@@ -269,7 +269,7 @@ class WebService(Workload):
 
 class TrainingParams(Params):
     epochs: int = Field(6, ge=1, le=1000, description="Epochs per invocation (one per step).")
-    examples: int = Field(512, ge=32, le=1437, description="Training digits used.")
+    examples: int = Field(1437, ge=32, le=1437, description="Training digits used.")
     batch_size: int = Field(32, ge=1, le=1024, description="Examples per batch.")
 
 

@@ -318,8 +318,10 @@ class Platform(Resource):
 
     @abstractmethod
     def prewarm(self, name: str, count: int = 1, params: Mapping[str, Any] | None = None) -> int:
-        """Get ``count`` initialized containers of ``name`` ready, so that the next activations skip
-        the cold start (Canary's runtime replicas). Returns how many are ready.
+        """Get ``count`` spare initialized containers of ``name`` ready, so that the next
+        activations skip the cold start (Canary's runtime replicas). Returns how many are ready.
+        A spare is used up by the activation that takes it: the containers activations leave
+        warm are not counted (they are the running work's own, not replicas).
 
         On the embedded platform these are real idle containers that reserve pool memory. On
         OpenWhisk they are warm-up invocations with ``{"warmup": true}``, which faasdl's actions

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from faasdl.canary.strategies import StrategyName
 from faasdl.errors import ValidationError as FaasdlValidationError
-from faasdl.experiments.inject import FailurePlan, Fault
+from faasdl.experiments.inject import REACH, FailurePlan, Fault
 from faasdl.experiments.lab import Lab, ledger, open_lab
 from faasdl.experiments.runner import RunReport, RunSpec
 from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
@@ -63,7 +63,7 @@ def test_a_plan_is_drawn_from_its_seed_and_round_trips(tmp_path: Path) -> None:
     assert plan != FailurePlan.random(seed=8, invocations=100, rate=0.15)
     assert len(plan.faults) == 15
     assert len({f.invocation for f in plan.faults}) == 15
-    assert all(0 <= f.at <= 1 and f.kind == "kill" for f in plan.faults)
+    assert all(0 <= f.at <= REACH and f.kind == "kill" for f in plan.faults)
     plan.write(tmp_path / "plan.json")
     assert FailurePlan.read(tmp_path / "plan.json") == plan
 

@@ -143,9 +143,11 @@ class ContainerPool:
     def prewarm(
         self, action_key: str, memory_mb: int, count: int, warm: Callable[[Container], bool]
     ) -> int:
-        """Make ``count`` idle initialized containers of ``action_key`` exist (counting those
-        already idle). ``warm`` starts and initializes one and answers whether it worked.
-        Returns how many are idle and ready; fewer when the pool has no room for more."""
+        """Make ``count`` spare initialized containers of ``action_key`` exist: prewarmed ones
+        no activation has used yet (an activation that takes one uses it up; the containers
+        that activations left warm are not spares). ``warm`` starts and initializes one and
+        answers whether it worked. Returns how many are spare and ready; fewer when the pool has
+        no room for more."""
         futures: list[tuple[Container, Future[bool]]] = []
         with self._cond:
             if self._closed or self._executor is None:
@@ -153,7 +155,7 @@ class ContainerPool:
             ready = sum(
                 1
                 for c, s in self._containers.values()
-                if c.action_key == action_key and s is State.IDLE
+                if c.action_key == action_key and s is State.IDLE and c.prewarmed
             )
             for _ in range(max(0, count - ready)):
                 if not self._make_room(memory_mb, keep_key=action_key):
@@ -235,6 +237,7 @@ class ContainerPool:
                     return  # FIFO: the head waits for memory, and everything behind it too
                 container = self._add(work.action_key, work.memory_mb, State.BUSY)
             self._queue.popleft()
+            container.prewarmed = False  # a spare no more
             self._containers[container.container_id] = (container, State.BUSY)
             self._running[work.activation_id] = container
             self._executor.submit(self._run, work, container)
