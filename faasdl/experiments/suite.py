@@ -288,19 +288,15 @@ def replication(size: Size, progress: Console) -> Result:
         concurrency=2,
         label=lambda s, m: m,
     )
-    summary = _ratios("replication", size, rows, "dynamic", 0.15 if size == "quick" else 0.25)
-    findings = _findings(summary, "dynamic replication")
-    return Result(
-        name="replication",
-        size=size,
-        rows=rows,
-        summary=summary,
-        plans=plans,
-        findings=findings,
-        setup=_setup(
+    return _compared(
+        "replication",
+        size,
+        rows,
+        plans,
+        ("dynamic", "dynamic replication", 0.15 if size == "quick" else 0.25),
+        _setup(
             n, "two invocations in flight (so that the modes keep different numbers of replicas)"
         ),
-        plots=_cost_time_plots(),
     )
 
 
@@ -322,16 +318,36 @@ def baselines(size: Size, progress: Console) -> Result:
         concurrency=1,
         label=lambda s, m: s,
     )
-    summary = _ratios("baselines", size, rows, "canary", 0.15)
-    findings = _findings(summary, "Canary")
+    return _compared(
+        "baselines",
+        size,
+        rows,
+        plans,
+        ("canary", "Canary", 0.15),
+        _setup(n, "one invocation in flight (request replication runs two copies of it)"),
+    )
+
+
+def _compared(
+    name: str,
+    size: Size,
+    rows: list[dict[str, Any]],
+    plans: dict[str, FailurePlan],
+    base: tuple[str, str, float],
+    setup: list[str],
+) -> Result:
+    """A strategy comparison's report: time and cost ratios against ``base`` (its row label,
+    its name in words, and the failure rate the ratios are read at)."""
+    label, words, rate = base
+    summary = _ratios(name, size, rows, label, rate)
     return Result(
-        name="baselines",
+        name=name,
         size=size,
         rows=rows,
         summary=summary,
         plans=plans,
-        findings=findings,
-        setup=_setup(n, "one invocation in flight (request replication runs two copies of it)"),
+        findings=_findings(summary, words),
+        setup=setup,
         plots=_cost_time_plots(),
     )
 
