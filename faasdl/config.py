@@ -85,6 +85,15 @@ class LocalPlatformSettings(BaseModel):
         "platform's own process: on a cluster actions run on invoker nodes, here they share the "
         "cores with the controller, which must stay responsive.",
     )
+    warmup_nice: int = Field(
+        9,
+        ge=0,
+        le=19,
+        description="How much lower still the CPU priority of a prewarmed container is while it "
+        "warms up (a replica's warm-up is background work; on a cluster it runs on another "
+        "node): running activations keep their cores. It gets the containers' priority back "
+        "once warm.",
+    )
     container_start_timeout_s: float = Field(
         30.0, gt=0, description="A container that has not started by then is a provisioning error."
     )

@@ -11,6 +11,9 @@ import time
 
 def main(args):
     if args.get("warmup"):
+        time.sleep(float(args.get("warm_s", 0)))
+        if args.get("fail"):
+            raise RuntimeError("the warm-up failed")
         return {"warm": True}
     time.sleep(float(args.get("seconds", 0)))
     return {"slept": args.get("seconds", 0)}

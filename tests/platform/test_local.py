@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
@@ -112,6 +114,48 @@ def test_prewarm_stops_at_the_pool_budget(make_local: MakeLocal) -> None:
     platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP, memory_mb=256))
 
     assert platform.prewarm("sleep", 5) == 2
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_an_activation_takes_a_replica_still_warming_rather_than_start_cold(
+    make_local: MakeLocal, fails: bool
+) -> None:
+    platform = make_local()
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+    warmup = {"warmup": True, "warm_s": 1, "fail": fails}
+    with ThreadPoolExecutor(1) as background:
+        spares = background.submit(platform.prewarm, "sleep", 1, warmup)
+        eventually(lambda: platform.pool_stats()["warming"] == 1, what="a replica warming")
+
+        record = platform.call("sleep", {"seconds": 0})
+
+        assert spares.result() == 0  # taken (or lost): no spare left
+    assert record.success, record.error
+    if fails:  # the activation waited for it, then started cold after all
+        assert record.init_time is not None
+    else:  # it ran on the replica, and no other container was started
+        assert record.init_time is None
+        assert len(platform.container_pids()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lifting a priority needs CAP_SYS_NICE (root)")
+def test_a_replica_warms_up_at_a_lower_priority_and_gets_its_own_back(
+    make_local: MakeLocal,
+) -> None:
+    platform = make_local(container_nice=5, warmup_nice=9)
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    with ThreadPoolExecutor(1) as background:
+        spares = background.submit(platform.prewarm, "sleep", 1, {"warmup": True, "warm_s": 1})
+        eventually(lambda: len(platform.container_pids()) == 1, what="a replica's process")
+        (pid,) = platform.container_pids()
+        lower = min(own + 5 + 9, 19)
+        eventually(lambda: psutil.Process(pid).nice() == lower, what="the warm-up's priority")
+        assert platform.pool_stats()["warming"] == 1
+
+        assert spares.result() == 1
+    threads = [t.id for t in psutil.Process(pid).threads()]
+    assert {os.getpriority(os.PRIO_PROCESS, tid) for tid in threads} == {own + 5}
 
 
 def test_idle_containers_of_other_actions_are_evicted_for_room(make_local: MakeLocal) -> None:

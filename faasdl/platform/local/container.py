@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import logging
 import os
 import select
 import shutil
@@ -24,6 +25,8 @@ from typing import IO, Any
 
 from faasdl.platform.local.memory import MemoryGuard
 from faasdl.platform.messages import ACTIVATION_LOG_SENTINEL
+
+log = logging.getLogger(__name__)
 
 RUNTIME_PATH = Path(__file__).with_name("runtime.py")
 
@@ -113,8 +116,10 @@ class Container:
     def started(self) -> bool:
         return self._process is not None
 
-    def start(self) -> None:
-        """Spawn the process, put it under its memory limit, and wait for its port."""
+    def start(self, *, lower_by: int = 0) -> None:
+        """Spawn the process, put it under its memory limit, and wait for its port. ``lower_by``:
+        the process starts with a priority lower than the container's by that much (a replica's
+        warm-up, background work); :meth:`restore_priority` lifts it back."""
         self._workdir = tempfile.mkdtemp(prefix=f"faasdl-{self.container_id}-")
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
@@ -138,14 +143,10 @@ class Container:
             raise ContainerStartError(f"cannot start a container process: {exc}") from exc
         os.close(write_fd)
         try:
-            if self._nice:
+            if self._nice or lower_by:
                 # Set while the interpreter is still starting, before the runtime has made a
                 # thread: every thread it makes inherits the priority.
-                os.setpriority(
-                    os.PRIO_PROCESS,
-                    self._process.pid,
-                    os.getpriority(os.PRIO_PROCESS, 0) + self._nice,
-                )
+                os.setpriority(os.PRIO_PROCESS, self._process.pid, self._priority() + lower_by)
             self._guard.attach(self.container_id, self._process.pid, self.memory_mb)
             port = self._read_port(read_fd)
         except (OSError, ContainerStartError) as exc:
@@ -242,6 +243,24 @@ class Container:
             return Reply(
                 CallResult.CONNECTION_LOST, started_ms=_ms(started), ended_ms=_ms(time.time())
             )
+
+    def _priority(self) -> int:
+        return min(os.getpriority(os.PRIO_PROCESS, 0) + self._nice, 19)
+
+    def restore_priority(self) -> None:
+        """Give every thread of the process the container's own priority again (Linux keeps one
+        per thread). Lifting a priority needs CAP_SYS_NICE: without it the process keeps the
+        lower one, which only matters while the cores are contended."""
+        if self._process is None:
+            return
+        priority = self._priority()
+        try:
+            for tid in os.listdir(f"/proc/{self._process.pid}/task"):
+                os.setpriority(os.PRIO_PROCESS, int(tid), priority)
+        except FileNotFoundError:
+            return  # it has ended
+        except PermissionError as exc:
+            log.debug("container %s keeps its lower priority: %s", self.container_id, exc)
 
     def oom_killed(self) -> bool:
         return self._guard.oom_killed(self.container_id)

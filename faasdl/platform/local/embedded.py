@@ -389,18 +389,23 @@ class LocalPlatform(Platform):
 
         def warm(container: Container) -> bool:
             try:
-                container.start()
+                container.start(lower_by=self.settings.warmup_nice)
             except Exception:
                 return False
-            reply = container.call("/init", self._init_message(deployed), limits.timeout / 1000)
-            container.initialized = reply.outcome is CallResult.OK and reply.status == 200
-            if not container.initialized or params is None:
-                return container.initialized
-            # The warm-up call: a run that is no activation (nothing records or bills it).
-            message = self._run_message(deployed, dict(params), uuid.uuid4().hex, limits.timeout)
-            reply = container.call("/run", message, limits.timeout / 1000)
-            status, _, _ = self._run_outcome(container, reply, limits.timeout)
-            return status is StatusCode.SUCCESS
+            try:
+                reply = container.call("/init", self._init_message(deployed), limits.timeout / 1000)
+                container.initialized = reply.outcome is CallResult.OK and reply.status == 200
+                if not container.initialized or params is None:
+                    return container.initialized
+                # The warm-up call: a run that is no activation (nothing records or bills it).
+                message = self._run_message(
+                    deployed, dict(params), uuid.uuid4().hex, limits.timeout
+                )
+                reply = container.call("/run", message, limits.timeout / 1000)
+                status, _, _ = self._run_outcome(container, reply, limits.timeout)
+                return status is StatusCode.SUCCESS
+            finally:
+                container.restore_priority()
 
         try:
             return pool.prewarm(deployed.key, limits.memory, count, warm)

@@ -1,7 +1,11 @@
 """The container pool of the embedded invoker (OpenWhisk ``ContainerPool``): a user-memory budget
 that every container reserves its limit from (prewarmed ones too), warm reuse per action version,
 eviction of idle containers when room is needed or after an idle timeout, and a FIFO queue of
-activations that wait, never fail, while the pool is full."""
+activations that wait, never fail, while the pool is full.
+
+An activation that finds no idle container of its action but a prewarmed one still warming takes
+that one once it is ready instead of starting a cold container: what is left of a warm-up is
+never longer than a whole cold start (Canary's replicas; OpenWhisk's pool cold-starts instead)."""
 
 from __future__ import annotations
 
@@ -58,6 +62,7 @@ class ContainerPool:
         self._queue: deque[Work] = deque()
         self._containers: dict[str, tuple[Container, State]] = {}
         self._running: dict[str, Container] = {}
+        self._awaiting: dict[str, Work] = {}  # by the id of the warming container promised
         self._reserved = 0
         self._peak_reserved = 0
         self._closed = False
@@ -84,8 +89,9 @@ class ContainerPool:
         that never started."""
         with self._cond:
             self._closed = True
-            never_started = list(self._queue)
+            never_started = [*self._awaiting.values(), *self._queue]
             self._queue.clear()
+            self._awaiting.clear()
             containers = [c for c, _ in self._containers.values()]
             self._cond.notify_all()
         for container in containers:
@@ -108,7 +114,7 @@ class ContainerPool:
     def in_flight(self) -> int:
         """Queued plus running activations (what OpenWhisk's concurrency throttle counts)."""
         with self._cond:
-            return len(self._queue) + len(self._running)
+            return len(self._queue) + len(self._awaiting) + len(self._running)
 
     def running_container(self, activation_id: str) -> Container | None:
         with self._cond:
@@ -121,7 +127,7 @@ class ContainerPool:
                 "reserved_mb": self._reserved,
                 "peak_reserved_mb": self._peak_reserved,
                 "budget_mb": self._budget,
-                "queued": len(self._queue),
+                "queued": len(self._queue) + len(self._awaiting),
                 "busy": states.count(State.BUSY),
                 "idle": states.count(State.IDLE),
                 "warming": states.count(State.WARMING),
@@ -148,7 +154,7 @@ class ContainerPool:
         that activations left warm are not spares). ``warm`` starts and initializes one and
         answers whether it worked. Returns how many are spare and ready; fewer when the pool has
         no room for more."""
-        futures: list[tuple[Container, Future[bool]]] = []
+        futures: list[Future[bool]] = []
         with self._cond:
             if self._closed or self._executor is None:
                 raise PoolClosed("the container pool is not running")
@@ -157,23 +163,46 @@ class ContainerPool:
                 for c, s in self._containers.values()
                 if c.action_key == action_key and s is State.IDLE and c.prewarmed
             )
-            for _ in range(max(0, count - ready)):
+            warming = sum(
+                1
+                for c, s in self._containers.values()
+                if c.action_key == action_key
+                and s is State.WARMING
+                and c.container_id not in self._awaiting
+            )
+            for _ in range(max(0, count - ready - warming)):
                 if not self._make_room(memory_mb, keep_key=action_key):
                     break
                 container = self._add(action_key, memory_mb, State.WARMING)
-                futures.append((container, self._executor.submit(warm, container)))
-        for container, future in futures:
-            ok = future.result()
-            with self._cond:
-                if ok and not self._closed:
-                    container.prewarmed = True
-                    container.last_used = time.monotonic()
-                    self._containers[container.container_id] = (container, State.IDLE)
-                    ready += 1
-                    self._pump()
-                else:
-                    self._remove(container, KillReason.EVICTED)
-        return ready
+                futures.append(self._executor.submit(self._warm, container, warm))
+        return ready + sum(future.result() for future in futures)
+
+    def _warm(self, container: Container, warm: Callable[[Container], bool]) -> bool:
+        """Warm ``container`` up; then hand it to the activation awaiting it, or keep it as a
+        spare. Answers whether it became a spare."""
+        ok = False
+        try:
+            ok = warm(container)
+        except Exception:
+            log.exception("warming container %s failed", container.container_id)
+        with self._cond:
+            work = self._awaiting.pop(container.container_id, None)
+            spare = False
+            if not ok or self._closed:
+                if work is not None:
+                    self._queue.appendleft(work)  # it goes first, as it would have
+                self._remove(container, KillReason.EVICTED)
+            elif work is not None:
+                self._start(work, container)
+            else:
+                container.prewarmed = True
+                container.last_used = time.monotonic()
+                self._containers[container.container_id] = (container, State.IDLE)
+                spare = True
+            if not self._closed:
+                self._pump()
+            self._cond.notify_all()
+            return spare
 
     def drop(self, action_key: str) -> None:
         """Destroy the idle containers of an action version that will never be used again."""
@@ -233,14 +262,36 @@ class ContainerPool:
             work = self._queue[0]
             container = self._take_idle(work.action_key)
             if container is None:
+                warming = self._warming(work.action_key)
+                if warming is not None:
+                    self._queue.popleft()
+                    self._awaiting[warming.container_id] = work
+                    continue
                 if not self._make_room(work.memory_mb):
                     return  # FIFO: the head waits for memory, and everything behind it too
                 container = self._add(work.action_key, work.memory_mb, State.BUSY)
             self._queue.popleft()
-            container.prewarmed = False  # a spare no more
-            self._containers[container.container_id] = (container, State.BUSY)
-            self._running[work.activation_id] = container
-            self._executor.submit(self._run, work, container)
+            self._start(work, container)
+
+    def _warming(self, action_key: str) -> Container | None:
+        """A prewarmed container of ``action_key`` still warming that no activation awaits."""
+        return next(
+            (
+                c
+                for c, s in self._containers.values()
+                if s is State.WARMING
+                and c.action_key == action_key
+                and c.container_id not in self._awaiting
+            ),
+            None,
+        )
+
+    def _start(self, work: Work, container: Container) -> None:
+        assert self._executor is not None
+        container.prewarmed = False  # a spare no more
+        self._containers[container.container_id] = (container, State.BUSY)
+        self._running[work.activation_id] = container
+        self._executor.submit(self._run, work, container)
 
     def _run(self, work: Work, container: Container) -> None:
         keep = False
