@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from faasdl.canary.checkpoint import (
+    WRITE_SWITCH_INTERVAL_S,
     CanaryArgs,
     Checkpointer,
     heads_to_keep,
@@ -125,6 +128,24 @@ def test_a_checkpoint_that_fails_to_persist_leaves_the_previous_head(store: Stat
             ck.flush()
 
         assert [h.position for h in unit(store).heads] == [1]
+
+
+def test_a_persist_runs_with_a_short_gil_switch_interval_and_restores_it(
+    store: StateStore,
+) -> None:
+    seen: list[float] = []
+    before = sys.getswitchinterval()
+
+    def probe(point: str) -> None:
+        if point == "blob_written":  # in the persist thread, mid-persist
+            seen.append(sys.getswitchinterval())
+
+    args = CanaryArgs(unit=UNIT, token=claim(store), blobs="ckpt/job", heartbeat_s=0)
+    with Checkpointer(store, args, probe=probe) as ck:
+        save(ck, 1)
+
+    assert seen == [pytest.approx(WRITE_SWITCH_INTERVAL_S)]
+    assert sys.getswitchinterval() == before
 
 
 def test_the_resumed_attempt_sees_its_predecessors_checkpoint_and_commits_once(
