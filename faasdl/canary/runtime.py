@@ -22,6 +22,10 @@ from faasdl.platform.base import Platform
 
 log = logging.getLogger(__name__)
 
+#: A prewarm call that took longer than this warmed a replica up (one with nothing to do answers
+#: at once); its duration is the runtime's warm-up time.
+WARMED_AFTER_S = 0.05
+
 
 @dataclass
 class _Want:
@@ -40,6 +44,7 @@ class RuntimeManager:
         self.platform = platform
         self.tick_s = tick_s
         self._wants: dict[str, _Want] = {}  # by owner (a job id)
+        self._warmup_s: dict[str, float] = {}  # by runtime: its latest replica's warm-up
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -101,6 +106,11 @@ class RuntimeManager:
             want = self._wants.get(owner)
             return want.ready if want else 0
 
+    def warmup_s(self, runtime: str) -> float | None:
+        """How long the latest replica of ``runtime`` took to warm up; ``None`` before one has."""
+        with self._cond:
+            return self._warmup_s.get(runtime)
+
     def wait_ready(self, owner: str, timeout_s: float) -> int:
         """Wait until the replicas ``owner`` wants are warm (or ``timeout_s`` passed); returns
         how many are."""
@@ -134,12 +144,16 @@ class RuntimeManager:
             for runtime, count in totals.items():
                 if count <= 0:
                     continue
+                started = time.monotonic()
                 try:
                     ready = self.platform.prewarm(runtime, count, warmups[runtime])
                 except FaasdlError as exc:  # a deleted variant, a platform shutting down
                     log.debug("cannot prewarm %s: %s", runtime, exc)
                     ready = 0
+                took = time.monotonic() - started
                 with self._cond:
+                    if ready > 0 and took > WARMED_AFTER_S:
+                        self._warmup_s[runtime] = took
                     for want in self._wants.values():
                         if want.runtime == runtime:
                             want.ready = min(ready, want.replicas)

@@ -35,12 +35,18 @@ class Recovery(StrEnum):
     FAIL = "fail"  # the job fails
 
 
-def replication_factor(mode: ReplicationMode, *, active: int, failures: int, attempts: int) -> int:
+def replication_factor(
+    mode: ReplicationMode, *, active: int, failures: int, attempts: int, overlap: float = 1.0
+) -> int:
     """Warm replicas to keep for ``active`` running units of one runtime.
 
     aggressive: one per active unit; lenient: one; dynamic (Canary's default): the replicas the
-    observed failure rate says will be needed at once, doubled for headroom — at least one, at
-    most one per active unit. The rate is smoothed towards 10% while there are few attempts.
+    observed failure rate says will be needed before a used one is replaced, doubled for
+    headroom — at least one. The rate is smoothed towards 10% while there are few attempts.
+    ``overlap`` is how many attempts a unit runs while one replica warms up (a replica's warm-up
+    time over an attempt's duration; 1 when shorter or unknown): a runtime that takes longer to
+    warm up than its attempts take to run needs more replicas, up to one per active unit per
+    attempt run during a warm-up.
     """
     if active <= 0:
         return 0
@@ -48,8 +54,9 @@ def replication_factor(mode: ReplicationMode, *, active: int, failures: int, att
         return active
     if mode == "lenient":
         return 1
+    overlap = max(1.0, overlap)
     rate = (failures + 1) / (attempts + 10)
-    return max(1, min(active, math.ceil(2 * rate * active)))
+    return max(1, min(active * math.ceil(overlap), math.ceil(2 * rate * active * overlap)))
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,9 @@ class RecoveryStrategy(ABC):
     copies: int = 1
     replication: ReplicationMode = "dynamic"
 
-    def replicas(self, *, active: int, failures: int, attempts: int) -> int:
-        """Warm replicas of the training runtime to keep while ``active`` units run."""
+    def replicas(self, *, active: int, failures: int, attempts: int, overlap: float = 1.0) -> int:
+        """Warm replicas of the training runtime to keep while ``active`` units run (``overlap``:
+        see :func:`replication_factor`)."""
         return 0
 
     def recover(self, failure: Failure, *, failures: int, live: int) -> Recovery:
@@ -91,9 +99,13 @@ class Canary(RecoveryStrategy):
     checkpoints: ClassVar[bool] = True
     heartbeats: ClassVar[bool] = True
 
-    def replicas(self, *, active: int, failures: int, attempts: int) -> int:
+    def replicas(self, *, active: int, failures: int, attempts: int, overlap: float = 1.0) -> int:
         return replication_factor(
-            self.replication, active=active, failures=failures, attempts=attempts
+            self.replication,
+            active=active,
+            failures=failures,
+            attempts=attempts,
+            overlap=overlap,
         )
 
 
@@ -113,7 +125,7 @@ class ActiveStandby(RecoveryStrategy):
     name: ClassVar[str] = "active_standby"
     heartbeats: ClassVar[bool] = True
 
-    def replicas(self, *, active: int, failures: int, attempts: int) -> int:
+    def replicas(self, *, active: int, failures: int, attempts: int, overlap: float = 1.0) -> int:
         return active
 
 

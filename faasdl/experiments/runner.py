@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -162,6 +163,8 @@ class InvocationRunner:
         self._attempts = 0
         self._gb_s = 0.0
         self._activations = 0
+        self._succeeded = 0  # activations that succeeded, and their seconds
+        self._succeeded_s = 0.0
         self._injected: list[Hit] = []
         self._next_lease_check = 0.0
 
@@ -263,10 +266,14 @@ class InvocationRunner:
 
     def _deploy_replicas(self) -> None:
         """Canary prepares a job's replicas as it deploys it: the run starts once the replicas
-        its first invocations want are warm (their warm-up is not the run's time)."""
+        its first invocations want are warm (their warm-up is not the run's time). Once the
+        first has warmed up, its warm-up time may call for more."""
         first = min(self.spec.concurrency, self.spec.invocations)
-        if self._want_replicas(active=first):
-            self.runtimes.wait_ready(self.spec.run_id, timeout_s=self.spec.timeout_s)
+        ready = 0
+        while (wanted := self._want_replicas(active=first)) > ready:
+            ready = self.runtimes.wait_ready(self.spec.run_id, timeout_s=self.spec.timeout_s)
+            if ready < wanted:
+                return  # no room for more in the pool, or they take too long
 
     def _want_replicas(self, active: int | None = None) -> int:
         """Tell the runtime manager how many replicas the strategy wants now; returns that."""
@@ -274,6 +281,7 @@ class InvocationRunner:
             active=self._active() if active is None else active,
             failures=self._failures,
             attempts=self._attempts,
+            overlap=self._overlap(),
         )
         if wanted == 0 and self.runtimes.ready(self.spec.run_id) == 0:
             return 0
@@ -286,6 +294,18 @@ class InvocationRunner:
             warmup={"warmup": True, "prime": prime},
         )
         return wanted
+
+    def _overlap(self) -> float:
+        """Attempts an invocation runs while one replica warms up: the runtime's warm-up time
+        over an attempt's mean duration (the expected one until attempts have ended)."""
+        warmup_s = self.runtimes.warmup_s(self.variant)
+        if self._succeeded:
+            attempt_s = self._succeeded_s / self._succeeded
+        elif self.spec.expected_s:
+            attempt_s = statistics.median(self.spec.expected_s.values())
+        else:
+            return 1.0
+        return warmup_s / attempt_s if warmup_s is not None and attempt_s > 0 else 1.0
 
     # ---- faults ---------------------------------------------------------------------------
 
@@ -438,6 +458,9 @@ class InvocationRunner:
         memory_mb = record.memory_mb or self.memory_mb
         self._gb_s += (record.duration or 0) / 1000 * memory_mb / 1024
         self._activations += 1
+        if record.success and record.duration:
+            self._succeeded += 1
+            self._succeeded_s += record.duration / 1000
 
     def _drain(self) -> None:
         """Wait for the abandoned attempts (fenced zombies, dropped copies) to end and book them."""

@@ -62,6 +62,18 @@ def test_replication_factors() -> None:
     assert replication_factor("dynamic", active=0, failures=5, attempts=5) == 0
 
 
+def test_dynamic_replication_covers_failures_while_a_replica_warms_up() -> None:
+    # One unit whose attempts take a tenth of a replica's warm-up: at a 10% failure rate, a
+    # second failure is likely before the used replica is replaced.
+    quick = replication_factor("dynamic", active=1, failures=0, attempts=0, overlap=0.5)
+    slow = replication_factor("dynamic", active=1, failures=0, attempts=0, overlap=10)
+    assert quick == 1
+    assert slow == 2
+    assert replication_factor("aggressive", active=1, failures=0, attempts=0, overlap=10) == 1
+    capped = replication_factor("dynamic", active=2, failures=90, attempts=100, overlap=2.5)
+    assert capped == 2 * 3
+
+
 def test_a_lease_lapses_only_for_the_owner_after_its_first_beat() -> None:
     unit = FunctionInfo(
         job_id="j", round=0, shard=0, state=UnitState.RUNNING, owner_epoch=2, heartbeat_ms=1000
