@@ -163,14 +163,7 @@ class ContainerPool:
                 for c, s in self._containers.values()
                 if c.action_key == action_key and s is State.IDLE and c.prewarmed
             )
-            warming = sum(
-                1
-                for c, s in self._containers.values()
-                if c.action_key == action_key
-                and s is State.WARMING
-                and c.container_id not in self._awaiting
-            )
-            for _ in range(max(0, count - ready - warming)):
+            for _ in range(max(0, count - ready - len(self._warming(action_key)))):
                 if not self._make_room(memory_mb, keep_key=action_key):
                     break
                 container = self._add(action_key, memory_mb, State.WARMING)
@@ -263,9 +256,9 @@ class ContainerPool:
             container = self._take_idle(work.action_key)
             if container is None:
                 warming = self._warming(work.action_key)
-                if warming is not None:
+                if warming:
                     self._queue.popleft()
-                    self._awaiting[warming.container_id] = work
+                    self._awaiting[warming[0].container_id] = work
                     continue
                 if not self._make_room(work.memory_mb):
                     return  # FIFO: the head waits for memory, and everything behind it too
@@ -273,18 +266,15 @@ class ContainerPool:
             self._queue.popleft()
             self._start(work, container)
 
-    def _warming(self, action_key: str) -> Container | None:
-        """A prewarmed container of ``action_key`` still warming that no activation awaits."""
-        return next(
-            (
-                c
-                for c, s in self._containers.values()
-                if s is State.WARMING
-                and c.action_key == action_key
-                and c.container_id not in self._awaiting
-            ),
-            None,
-        )
+    def _warming(self, action_key: str) -> list[Container]:
+        """The prewarmed containers of ``action_key`` still warming that no activation awaits."""
+        return [
+            c
+            for c, s in self._containers.values()
+            if s is State.WARMING
+            and c.action_key == action_key
+            and c.container_id not in self._awaiting
+        ]
 
     def _start(self, work: Work, container: Container) -> None:
         assert self._executor is not None
