@@ -71,7 +71,7 @@ def test_dynamic_replication_covers_failures_while_a_replica_warms_up() -> None:
     assert slow == 2
     assert replication_factor("aggressive", active=1, failures=0, attempts=0, overlap=10) == 1
     capped = replication_factor("dynamic", active=2, failures=90, attempts=100, overlap=2.5)
-    assert capped == 2 * 3
+    assert capped == 2 * 2
 
 
 def test_a_lease_lapses_only_for_the_owner_after_its_first_beat() -> None:

@@ -259,6 +259,8 @@ class ContainerPool:
                 if warming:
                     self._queue.popleft()
                     self._awaiting[warming[0].container_id] = work
+                    # An activation waits on it now: its warm-up is no background work any more.
+                    warming[0].restore_priority()
                     continue
                 if not self._make_room(work.memory_mb):
                     return  # FIFO: the head waits for memory, and everything behind it too
