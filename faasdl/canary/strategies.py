@@ -45,8 +45,9 @@ def replication_factor(
     headroom — at least one. The rate is smoothed towards 10% while there are few attempts.
     ``overlap`` is how many attempts a unit runs while one replica warms up (a replica's warm-up
     time over an attempt's duration; 1 when shorter or unknown): a runtime that takes longer to
-    warm up than its attempts take to run needs more replicas, up to two per active unit (more
-    could not be warmed up in time where failures come faster than that).
+    warm up than its attempts take to run needs more replicas: at most one per active unit, two
+    when a warm-up outlasts an attempt (more could not be warmed up in time where failures come
+    faster than that).
     """
     if active <= 0:
         return 0
@@ -56,7 +57,8 @@ def replication_factor(
         return 1
     overlap = max(1.0, overlap)
     rate = (failures + 1) / (attempts + 10)
-    return max(1, min(2 * active, math.ceil(2 * rate * active * overlap)))
+    most = active * min(2, math.ceil(overlap))
+    return max(1, min(most, math.ceil(2 * rate * active * overlap)))
 
 
 @dataclass(frozen=True)
