@@ -248,16 +248,15 @@ class Container:
         return min(os.getpriority(os.PRIO_PROCESS, 0) + self._nice, 19)
 
     def restore_priority(self) -> None:
-        """Give every thread of the process the container's own priority again (Linux keeps one
-        per thread). Lifting a priority needs CAP_SYS_NICE: without it the process keeps the
-        lower one, which only matters while the cores are contended."""
+        """Give every thread of every process of the container (its process group: a checkpoint
+        writer it started too) the container's own priority again (Linux keeps one per thread).
+        Lifting a priority needs CAP_SYS_NICE: without it the container keeps the lower one,
+        which only matters while the cores are contended."""
         if self._process is None:
             return
-        priority = self._priority()
         try:
-            for tid in os.listdir(f"/proc/{self._process.pid}/task"):
-                os.setpriority(os.PRIO_PROCESS, int(tid), priority)
-        except FileNotFoundError:
+            os.setpriority(os.PRIO_PGRP, self._process.pid, self._priority())
+        except ProcessLookupError:
             return  # it has ended
         except PermissionError as exc:
             log.debug("container %s keeps its lower priority: %s", self.container_id, exc)
