@@ -1,14 +1,18 @@
 """What every faasdl action shares: the warm-up answer, per-activation peak memory, errors as
-OpenWhisk application errors, and a store connection kept across warm activations."""
+OpenWhisk application errors, and a store connection (and a checkpoint writer process) kept
+across warm activations."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
+from faasdl.canary.checkpoint import write_checkpoint
+from faasdl.canary.writer import ProcessWriter
 from faasdl.config import StoreSettings
 from faasdl.errors import FaasdlError, ValidationError
 from faasdl.platform.base import RETRYABLE
@@ -16,6 +20,7 @@ from faasdl.store import StateStore, make_store
 from faasdl.training.usage import reset_peak_rss
 
 _stores: dict[str, StateStore] = {}
+_writers: dict[str, ProcessWriter] = {}
 
 
 def serve(
@@ -52,3 +57,13 @@ def action_store(url: str) -> StateStore:
         store.open()
         _stores[url] = store
     return store
+
+
+def action_writer(url: str) -> ProcessWriter:
+    """A checkpoint writer process for the store at ``url``, started by the container's first
+    call for it and kept while the container is warm (see :mod:`faasdl.canary.writer`)."""
+    writer = _writers.get(url)
+    if writer is None:
+        store = action_store(url)
+        writer = _writers[url] = ProcessWriter(url, functools.partial(write_checkpoint, store))
+    return writer

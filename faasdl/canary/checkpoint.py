@@ -21,12 +21,15 @@ back: next to a step of pure Python that holds the GIL, every win waits out the 
 switch interval (5 ms), and a 7 ms persist took 150 ms or more, so most checkpoints were replaced
 before they landed. While a background write runs, the switch interval is shortened
 (:data:`WRITE_SWITCH_INTERVAL_S`): the step gives the GIL up sooner and loses only the write's
-own CPU time.
+own CPU time. That CPU time (2-3 ms of Python a persist) still comes out of the function's steps;
+a function can hand its persists to a writer process instead (``writer``: see
+:mod:`faasdl.canary.writer`), which does :func:`write_checkpoint` on another core.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -36,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,6 +125,84 @@ def deadline_s() -> float | None:
     return None
 
 
+class WriteCheckpoint(Protocol):
+    """Persists one checkpoint of an attempt as :func:`write_checkpoint` does (here or in a
+    writer process); raises ``Superseded`` when the attempt is fenced."""
+
+    def __call__(
+        self,
+        args: CanaryArgs,
+        blob: str,
+        position: int,
+        data: bytes,
+        probe: Callable[[str], None] | None,
+    ) -> None: ...
+
+
+def write_checkpoint(
+    store: StateStore,
+    args: CanaryArgs,
+    blob: str,
+    position: int,
+    data: bytes,
+    probe: Callable[[str], None] | None = None,
+) -> None:
+    """Store ``data`` as ``blob`` and make it the unit's newest head at ``position``, fenced by the
+    attempt's token: the blob first, the head after (``probe("blob_written")`` in between), the
+    heads beyond ``keep`` dropped with their blobs. A fenced attempt's blob is deleted again: a
+    zombie's data never becomes a head."""
+    store.put_blob(blob, data)
+    if probe is not None:
+        probe("blob_written")
+    head = CheckpointHead(
+        blob=blob,
+        owner_epoch=args.token,
+        position=position,
+        size=len(data),
+        created_ms=_now_ms(),
+    )
+    keep = heads_to_keep(args.keep, len(data))
+    try:
+        fenced_update(
+            store, args, lambda u: u.model_copy(update={"heads": [*u.heads, head][-keep:]})
+        )
+    except Superseded:
+        store.delete_blob(blob)
+        raise
+
+
+def fenced_update(
+    store: StateStore,
+    args: CanaryArgs,
+    change: Callable[[FunctionInfo], FunctionInfo],
+    *,
+    keep_heads: bool = True,
+) -> FunctionInfo:
+    """Apply ``change`` to the unit while the attempt of ``args`` owns it and it is running; delete
+    the blobs of the heads it drops (all of them unless ``keep_heads``). Raises ``Superseded``."""
+    before: list[CheckpointHead] = []
+
+    def apply(u: FunctionInfo | None) -> FunctionInfo:
+        nonlocal before
+        if u is None or u.owner_epoch != args.token or u.state is not UnitState.RUNNING:
+            raise Superseded(fenced_message(args, u.owner_epoch if u else None))
+        before = u.heads
+        return change(u)
+
+    unit = update(store, args.unit, FunctionInfo, apply)
+    kept = {h.blob for h in unit.heads} if keep_heads else set()
+    for dropped in before:
+        if dropped.blob not in kept:
+            with contextlib.suppress(StoreError):
+                store.delete_blob(dropped.blob)
+    return unit
+
+
+def fenced_message(args: CanaryArgs, owner: int | None) -> str:
+    now = "gone" if owner is None else f"owned by epoch {owner}"
+    return f"attempt {args.token} of {args.unit} was superseded (the unit is {now})"
+
+
 @dataclass
 class _Pending:
     snapshot: Any
@@ -136,6 +217,9 @@ class Checkpointer:
 
     Thread-safe; :meth:`check` is cheap enough to call after every step.
 
+    ``writer`` persists the checkpoints (default: :func:`write_checkpoint` on ``store``, in the
+    persist thread); heartbeats and the commit always go to ``store`` from this process.
+
     ``probe``, if given, is called with the name of each crash point the attempt passes (failure
     injection, :mod:`faasdl.experiments.inject`): ``before_checkpoint`` (a checkpoint is asked
     for, nothing of it written), ``blob_written`` (its data is stored, the head not moved yet;
@@ -144,11 +228,18 @@ class Checkpointer:
     """
 
     def __init__(
-        self, store: StateStore, args: CanaryArgs, *, probe: Callable[[str], None] | None = None
+        self,
+        store: StateStore,
+        args: CanaryArgs,
+        *,
+        probe: Callable[[str], None] | None = None,
+        writer: WriteCheckpoint | None = None,
     ) -> None:
         self.store = store
         self.args = args
+        self._given_probe = probe
         self._probe = probe or (lambda point: None)
+        self._write: WriteCheckpoint = writer or functools.partial(write_checkpoint, store)
         self._cond = threading.Condition()
         self._pending: _Pending | None = None
         self._persisting = False
@@ -168,7 +259,7 @@ class Checkpointer:
     def __enter__(self) -> Checkpointer:
         unit = self._unit()
         if unit.owner_epoch != self.args.token:
-            raise Superseded(self._fenced_message(unit.owner_epoch))
+            raise Superseded(fenced_message(self.args, unit.owner_epoch))
         self.heartbeat()
         if self.args.heartbeat_s > 0:
             self._start(self._beat, "heartbeat")
@@ -331,20 +422,10 @@ class Checkpointer:
         data = pending.encode(pending.snapshot)
         self._seq += 1
         blob = f"{self.args.blobs}/a{self.args.token:04d}-{self._seq:06d}"
-        self.store.put_blob(blob, data)
-        self._probe("blob_written")
-        head = CheckpointHead(
-            blob=blob,
-            owner_epoch=self.args.token,
-            position=pending.position,
-            size=len(data),
-            created_ms=_now_ms(),
-        )
-        keep = heads_to_keep(self.args.keep, len(data))
         try:
-            self._fenced(lambda u: u.model_copy(update={"heads": [*u.heads, head][-keep:]}))
-        except Superseded:
-            self.store.delete_blob(blob)  # a zombie's data never becomes a head
+            self._write(self.args, blob, pending.position, data, self._given_probe)
+        except Superseded as exc:
+            self._superseded = str(exc)
             raise
         cost = time.perf_counter() - started
         previous = cost if self.cost_s is None else self.cost_s
@@ -362,34 +443,14 @@ class Checkpointer:
     def _fenced(
         self, change: Callable[[FunctionInfo], FunctionInfo], *, keep_heads: bool = True
     ) -> FunctionInfo:
-        """Apply ``change`` to the unit while it is owned by this attempt; delete the blobs of the
-        heads it drops. Raises ``Superseded`` (and remembers it) when the attempt is fenced."""
+        """:func:`fenced_update` for this attempt; a refusal is remembered (:meth:`check`)."""
         if self._superseded is not None:
             raise Superseded(self._superseded)
-        before: list[CheckpointHead] = []
-
-        def apply(u: FunctionInfo | None) -> FunctionInfo:
-            nonlocal before
-            if u is None or u.owner_epoch != self.args.token or u.state is not UnitState.RUNNING:
-                raise Superseded(self._fenced_message(u.owner_epoch if u else None))
-            before = u.heads
-            return change(u)
-
         try:
-            unit = update(self.store, self.args.unit, FunctionInfo, apply)
+            return fenced_update(self.store, self.args, change, keep_heads=keep_heads)
         except Superseded as exc:
             self._superseded = str(exc)
             raise
-        kept = {h.blob for h in unit.heads} if keep_heads else set()
-        for dropped in before:
-            if dropped.blob not in kept:
-                with contextlib.suppress(StoreError):
-                    self.store.delete_blob(dropped.blob)
-        return unit
-
-    def _fenced_message(self, owner: int | None) -> str:
-        now = "gone" if owner is None else f"owned by epoch {owner}"
-        return f"attempt {self.args.token} of {self.args.unit} was superseded (the unit is {now})"
 
 
 def _now_ms() -> int:

@@ -1,12 +1,14 @@
 """The workload action's logic, behind ``openwhisk_actions/workload/__main__.py``: one invocation
 of an experiment's workload (:mod:`.workloads`) as a Canary stateful function.
 
-* ``{"warmup": true, "prime": {"workload", "params"}}``: prepare the workload's context (a
-  warm replica of the training workload imports TensorFlow and builds its trainer) and answer;
+* ``{"warmup": true, "prime": {"workload", "params", "store_url"?}}``: prepare the workload's
+  context (a warm replica of the training workload imports TensorFlow and builds its trainer),
+  and start the checkpoint writer process for ``store_url`` if given, and answer;
 * ``{"workload", "params", "store_url", "canary", "crash"?}`` (:class:`WorkloadArgs`): resume
   from the unit's newest checkpoint (or start), run the remaining steps with a checkpoint after
-  each (when the attempt checkpoints), and commit the result through the fenced API; ``crash``
-  kills the container at a named crash point (failure injection).
+  each (when the attempt checkpoints; the container's writer process persists them, see
+  :mod:`faasdl.canary.writer`), and commit the result through the fenced API; ``crash`` kills the
+  container at a named crash point (failure injection).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from faasdl.actionkit import action_store, serve
+from faasdl.actionkit import action_store, action_writer, serve
 from faasdl.canary.checkpoint import HOST, CanaryArgs, Checkpointer
 from faasdl.experiments.workloads import Params, State, Workload, workload
 
@@ -44,6 +46,7 @@ class Prime(BaseModel):
 
     workload: str
     params: dict[str, Any] = Field(default_factory=dict)
+    store_url: str | None = Field(None, description="Start a checkpoint writer for this store.")
 
 
 class WorkloadArgs(BaseModel):
@@ -68,6 +71,8 @@ def _warm(args: dict[str, Any]) -> None:
         prime = Prime.model_validate(args["prime"])
         found = workload(prime.workload)
         _context(found, found.params.model_validate(prime.params))
+        if prime.store_url is not None:
+            action_writer(prime.store_url)
 
 
 def _context(found: Workload, params: Params) -> Any:
@@ -89,7 +94,9 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
     context = _context(found, params)
     context_ms = (time.perf_counter() - started) * 1000
     canary = args.canary
-    with Checkpointer(action_store(args.store_url), canary, probe=_crasher(args.crash)) as ckpt:
+    writer = action_writer(args.store_url) if canary.checkpoints else None
+    store = action_store(args.store_url)
+    with Checkpointer(store, canary, probe=_crasher(args.crash), writer=writer) as ckpt:
         started_at = time.time()  # the attempt's first heartbeat (faults are timed from it)
         restored = ckpt.restore(State.decode) if canary.checkpoints else None
         state = restored[0] if restored else found.initial(params, context)

@@ -285,7 +285,9 @@ class InvocationRunner:
         )
         if wanted == 0 and self.runtimes.ready(self.spec.run_id) == 0:
             return 0
-        prime = {"workload": self.spec.workload, "params": self.spec.params}
+        prime: dict[str, Any] = {"workload": self.spec.workload, "params": self.spec.params}
+        if self.strategy.checkpoints:  # the replica's checkpoint writer starts as it warms up
+            prime["store_url"] = self.store_url
         self.runtimes.want(
             self.spec.run_id,
             self.variant,

@@ -1,0 +1,203 @@
+"""A checkpoint writer process beside a function: it persists the function's checkpoints
+(:func:`~faasdl.canary.checkpoint.write_checkpoint`) on another core.
+
+A persist is some thirty short store calls (a chunk file and its fsync, the blob's manifest, the
+head's compare-and-set, the old blob's deletion) with 2-3 ms of Python between them. In the
+function's own process that Python takes the GIL from the function's steps: checkpoints after
+every step of a BFS (pure Python, 18 ms a step) made it 13% slower, and each store call waited to
+win the GIL back, so a 4 ms persist took 13. From a writer process the function only encodes its
+snapshot and sends the bytes over a socket: the BFS ran 6% slower and a persist took 3 ms.
+
+The writer is a child of the function's process (``python -m faasdl.canary.writer``), in its
+container: a kill of the container's process group kills it too, and its memory counts against
+the container's limit. It ends when the function's process does (the socket closes). It takes
+about half a second to start (imports, opening the store); until it says it is ready, and if it
+dies, writes are done in the calling thread. Writes go to the writer one at a time.
+
+Protocol (pickled tuples over a socket pair): the writer says ``("ready",)`` (or ``("failed",
+message)``); each ``("write", args, blob, position, data, probing)`` is answered ``("ok",)``,
+``("superseded", message)``, ``("store_error", message)`` or ``("error", message)``, after a
+``("point", "blob_written")`` that the function answers ``("go",)`` (or ``("stop",)``, its probe
+raised) when it asked to be probed (failure injection: the function may kill its container
+there).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from faasdl.canary.checkpoint import CanaryArgs, WriteCheckpoint, write_checkpoint
+from faasdl.errors import StoreError, StoreUnavailable, Superseded
+
+log = logging.getLogger(__name__)
+
+
+class ProcessWriter:
+    """Writes checkpoints through a writer process for the store at ``store_url`` (started at
+    once); ``fallback`` writes them in the calling thread while it is not ready, or once it is
+    gone. A :class:`~faasdl.canary.checkpoint.WriteCheckpoint`."""
+
+    def __init__(self, store_url: str, fallback: WriteCheckpoint) -> None:
+        self.store_url = store_url
+        self._fallback = fallback
+        self._lock = threading.Lock()
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "faasdl.canary.writer", str(theirs.fileno()), store_url],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
+        self._conn = Connection(ours.detach())
+        self._ready = False
+        self._gone = False
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The writer process's exit status; ``None`` while it runs."""
+        return self._process.poll()
+
+    def ready(self) -> bool:
+        """Whether writes go to the writer process now (it has started and not died)."""
+        with self._lock:
+            return self._usable()
+
+    def __call__(
+        self,
+        args: CanaryArgs,
+        blob: str,
+        position: int,
+        data: bytes,
+        probe: Callable[[str], None] | None,
+    ) -> None:
+        with self._lock:
+            if self._usable():
+                try:
+                    self._write(args, blob, position, data, probe)
+                    return
+                except (EOFError, OSError) as exc:
+                    self._lost(f"it stopped answering ({exc!r})")
+        self._fallback(args, blob, position, data, probe)
+
+    def close(self) -> None:
+        """End the writer process (it finishes the write it is doing)."""
+        with self._lock:
+            self._gone = True
+            self._conn.close()
+        self._process.wait()
+
+    def _usable(self) -> bool:
+        if self._gone:
+            return False
+        if not self._ready:
+            try:
+                if not self._conn.poll(0):
+                    return False
+                said = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                self._lost(f"it did not start ({exc!r})")
+                return False
+            if said[0] != "ready":
+                self._lost(f"it could not open the store: {said[1]}")
+                return False
+            self._ready = True
+        return True
+
+    def _write(
+        self,
+        args: CanaryArgs,
+        blob: str,
+        position: int,
+        data: bytes,
+        probe: Callable[[str], None] | None,
+    ) -> None:
+        self._conn.send(("write", args.model_dump(mode="json"), blob, position, data, bool(probe)))
+        while True:
+            reply = self._conn.recv()
+            match reply:
+                case ("point", point):
+                    assert probe is not None
+                    try:
+                        probe(point)
+                    except BaseException:
+                        self._conn.send(("stop",))  # the write ends here, as it would in-thread
+                        self._conn.recv()
+                        raise
+                    self._conn.send(("go",))
+                case ("ok",):
+                    return
+                case ("superseded", message):
+                    raise Superseded(message)
+                case ("store_error", message):
+                    raise StoreUnavailable(message)
+                case (_, message):
+                    raise RuntimeError(f"the checkpoint writer failed: {message}")
+
+    def _lost(self, why: str) -> None:
+        self._gone = True
+        self._conn.close()
+        log.warning(
+            "checkpoint writer %s for %s is gone (%s): writing in this process",
+            self._process.pid,
+            self.store_url,
+            why,
+        )
+
+
+def serve(conn: Connection, store_url: str) -> None:
+    """The writer process: open the store, say so, then write until the socket closes."""
+    from faasdl.config import StoreSettings
+    from faasdl.store import make_store
+
+    try:
+        store = make_store(StoreSettings(), store_url)
+        store.open()
+    except StoreError as exc:
+        conn.send(("failed", str(exc)))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            request: tuple[Any, ...] = conn.recv()
+        except EOFError:
+            return
+        _, raw, blob, position, data, probing = request
+        probe = _remote_probe(conn) if probing else None
+        try:
+            write_checkpoint(store, CanaryArgs.model_validate(raw), blob, position, data, probe)
+        except Superseded as exc:
+            conn.send(("superseded", str(exc)))
+        except StoreError as exc:
+            conn.send(("store_error", str(exc)))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        else:
+            conn.send(("ok",))
+
+
+class _Stopped(Exception):
+    """The function's probe raised at a crash point: the write stops there."""
+
+
+def _remote_probe(conn: Connection) -> Callable[[str], None]:
+    def probe(point: str) -> None:
+        conn.send(("point", point))
+        if conn.recv() != ("go",):  # the function passed the point, or killed us with it
+            raise _Stopped(point)
+
+    return probe
+
+
+if __name__ == "__main__":
+    serve(Connection(int(sys.argv[1])), sys.argv[2])

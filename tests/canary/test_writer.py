@@ -1,0 +1,153 @@
+"""The checkpoint writer process: checkpoints persisted from another process of the function's
+container, fenced the same way, with the function's crash points, and written in the function's
+own process while the writer is not there."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from faasdl.canary.checkpoint import CanaryArgs, Checkpointer, write_checkpoint
+from faasdl.canary.writer import ProcessWriter
+from faasdl.errors import Superseded
+from faasdl.store import StateStore
+from tests.canary.test_checkpoint import UNIT, claim, save, unit
+from tests.conftest import eventually
+
+
+class Fallback:
+    """The in-process writer, counting its calls."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.calls = 0
+        self._write = functools.partial(write_checkpoint, store)
+
+    def __call__(
+        self,
+        args: CanaryArgs,
+        blob: str,
+        position: int,
+        data: bytes,
+        probe: Callable[[str], None] | None,
+    ) -> None:
+        self.calls += 1
+        self._write(args, blob, position, data, probe)
+
+
+@pytest.fixture
+def fallback(store: StateStore) -> Fallback:
+    return Fallback(store)
+
+
+@pytest.fixture
+def writer(store_url: str, fallback: Fallback) -> Iterator[ProcessWriter]:
+    process = ProcessWriter(store_url, fallback)
+    eventually(process.ready, what="the writer process ready")
+    yield process
+    process.close()
+
+
+def attempt(
+    store: StateStore,
+    token: int,
+    writer: ProcessWriter,
+    probe: Callable[[str], None] | None = None,
+) -> Checkpointer:
+    args = CanaryArgs(unit=UNIT, token=token, blobs="ckpt/job", heartbeat_s=0)
+    return Checkpointer(store, args, probe=probe, writer=writer)
+
+
+def test_checkpoints_are_persisted_by_the_writer_process_and_restored(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback
+) -> None:
+    with attempt(store, claim(store), writer) as ck:
+        save(ck, 1)
+        save(ck, 2)
+        assert ck.persisted == 2
+    with attempt(store, claim(store), writer) as successor:
+        restored = successor.restore(lambda b: int(b))
+
+    assert restored is not None
+    assert restored[0] == 2
+    assert [h.position for h in unit(store).heads] == [1, 2]
+    assert fallback.calls == 0
+
+
+def test_a_fenced_attempt_gets_superseded_from_the_writer_and_leaves_no_blob(
+    store: StateStore, writer: ProcessWriter
+) -> None:
+    first = claim(store)
+    with attempt(store, first, writer) as zombie:
+        save(zombie, 1)
+        claim(store)  # recovered elsewhere
+        zombie.checkpoint(lambda: 2, lambda v: str(v).encode(), position=2)
+        with pytest.raises(Superseded):
+            zombie.flush()
+
+    assert [h.position for h in unit(store).heads] == [1]
+    assert store.blob_manifest(f"ckpt/job/a{first:04d}-000002") is None
+
+
+def test_the_blob_written_crash_point_runs_in_the_function_and_can_stop_the_write(
+    store: StateStore, writer: ProcessWriter
+) -> None:
+    seen: list[int] = []  # the heads there were at each blob_written
+
+    def probe(point: str) -> None:
+        if point != "blob_written":
+            return
+        seen.append(len(unit(store).heads))
+        if len(seen) == 2:
+            raise RuntimeError("crashed at blob_written")
+
+    with attempt(store, claim(store), writer, probe) as ck:
+        save(ck, 1)
+        ck.checkpoint(lambda: 2, lambda v: str(v).encode(), position=2)
+        with pytest.raises(RuntimeError, match="crashed at blob_written"):
+            ck.flush()
+        save(ck, 3)  # the writer is in step with the function again
+
+    assert seen == [0, 1, 1]  # each before its head moved
+    assert [h.position for h in unit(store).heads] == [1, 3]
+
+
+def test_writes_are_done_in_the_function_once_the_writer_is_gone(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback
+) -> None:
+    os.kill(writer.pid, signal.SIGKILL)
+    eventually(lambda: writer.returncode is not None, what="the writer dead")
+
+    with attempt(store, claim(store), writer) as ck:
+        save(ck, 1)
+
+    assert not writer.ready()
+    assert fallback.calls == 1
+    assert [h.position for h in unit(store).heads] == [1]
+
+
+def test_a_writer_that_cannot_open_its_store_leaves_the_writes_to_the_function(
+    store: StateStore, fallback: Fallback
+) -> None:
+    broken = ProcessWriter("redis://127.0.0.1:1/0", fallback)  # nothing listens on port 1
+    try:
+        eventually(lambda: broken.returncode is not None, what="the writer gave up")
+        with attempt(store, claim(store), broken) as ck:
+            save(ck, 1)
+    finally:
+        broken.close()
+
+    assert fallback.calls == 1
+    assert [h.position for h in unit(store).heads] == [1]
+
+
+def test_the_writer_ends_with_its_socket(store_url: str, fallback: Fallback) -> None:
+    process = ProcessWriter(store_url, fallback)
+    eventually(process.ready, what="the writer process ready")
+
+    process.close()
+
+    assert process.returncode == 0
