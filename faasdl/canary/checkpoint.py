@@ -418,6 +418,8 @@ class Checkpointer:
                     self._cond.notify_all()
 
     def _persist(self, pending: _Pending) -> None:
+        if self._superseded is not None:  # a heartbeat was refused: nothing more to write
+            raise Superseded(self._superseded)
         started = time.perf_counter()
         data = pending.encode(pending.snapshot)
         self._seq += 1
