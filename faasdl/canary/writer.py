@@ -83,8 +83,9 @@ class ProcessWriter:
     ) -> None:
         with self._lock:
             if self._usable():
+                request = ("write", args.model_dump(mode="json"), blob, position, data, bool(probe))
                 try:
-                    self._write(args, blob, position, data, probe)
+                    self._exchange(request, probe)
                     return
                 except (EOFError, OSError) as exc:
                     self._lost(f"it stopped answering ({exc!r})")
@@ -114,15 +115,9 @@ class ProcessWriter:
             self._ready = True
         return True
 
-    def _write(
-        self,
-        args: CanaryArgs,
-        blob: str,
-        position: int,
-        data: bytes,
-        probe: Callable[[str], None] | None,
-    ) -> None:
-        self._conn.send(("write", args.model_dump(mode="json"), blob, position, data, bool(probe)))
+    def _exchange(self, request: tuple[Any, ...], probe: Callable[[str], None] | None) -> None:
+        """Send one write and see it through its crash point to the writer's answer."""
+        self._conn.send(request)
         while True:
             reply = self._conn.recv()
             match reply:
