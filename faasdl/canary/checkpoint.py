@@ -237,8 +237,7 @@ class Checkpointer:
     ) -> None:
         self.store = store
         self.args = args
-        self._given_probe = probe
-        self._probe = probe or (lambda point: None)
+        self._probe = probe
         self._write: WriteCheckpoint = writer or functools.partial(write_checkpoint, store)
         self._cond = threading.Condition()
         self._pending: _Pending | None = None
@@ -320,7 +319,8 @@ class Checkpointer:
         """Take a snapshot now (``take``, the blocking part) and persist ``encode(snapshot)`` in
         the background as the head at ``position``. Raises ``Superseded`` if fenced."""
         self.check()
-        self._probe("before_checkpoint")
+        if self._probe is not None:
+            self._probe("before_checkpoint")
         started = time.perf_counter()
         snapshot = take()
         with self._cond:
@@ -360,7 +360,8 @@ class Checkpointer:
             ),
             keep_heads=False,
         )
-        self._probe("committed")
+        if self._probe is not None:
+            self._probe("committed")
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -425,7 +426,7 @@ class Checkpointer:
         self._seq += 1
         blob = f"{self.args.blobs}/a{self.args.token:04d}-{self._seq:06d}"
         try:
-            self._write(self.args, blob, pending.position, data, self._given_probe)
+            self._write(self.args, blob, pending.position, data, self._probe)
         except Superseded as exc:
             self._superseded = str(exc)
             raise
