@@ -12,8 +12,13 @@ that no step was lost or applied twice.
 * ``compression``: zlib over generated files, a checkpoint after each file;
 * ``graph``: breadth-first search over a generated binary tree, a checkpoint every ``every``
   vertices (the frontier is the state);
-* ``webservice``: a sequence of queries against a local SQLite database (generated in the
-  container on its first request), a checkpoint after each request.
+* ``webservice``: a sequence of requests, each a few queries, against a local SQLite database
+  (generated in the container on its first request), a checkpoint after each request.
+
+Their default sizes follow the thesis's granularity (its BFS checkpoints every million of 50
+million vertices, its compression after each of 50 ~1 GB files, its web service after each of 50
+requests of five queries): an invocation is a few seconds of a few dozen steps (a checkpoint's
+worth of work), each tens of milliseconds or more.
 """
 
 from __future__ import annotations
@@ -110,8 +115,8 @@ class Workload(ABC):
 
 
 class CompressionParams(Params):
-    files: int = Field(12, ge=1, le=10_000, description="Files compressed per invocation.")
-    file_kb: int = Field(512, ge=1, le=65_536, description="Size of each generated file (KiB).")
+    files: int = Field(16, ge=1, le=10_000, description="Files compressed per invocation.")
+    file_kb: int = Field(1024, ge=1, le=65_536, description="Size of each generated file (KiB).")
     level: int = Field(6, ge=0, le=9, description="zlib's compression level.")
 
 
@@ -141,8 +146,8 @@ class Compression(Workload):
 
 
 class GraphParams(Params):
-    depth: int = Field(17, ge=1, le=22, description="Depth of the generated binary tree.")
-    every: int = Field(16384, ge=1, description="Vertices visited between two checkpoints.")
+    depth: int = Field(20, ge=1, le=22, description="Depth of the generated binary tree.")
+    every: int = Field(65_536, ge=1, description="Vertices visited between two checkpoints.")
 
 
 class GraphSearch(Workload):
@@ -195,17 +200,21 @@ class GraphSearch(Workload):
 
 
 class WebServiceParams(Params):
-    requests: int = Field(60, ge=1, le=100_000, description="Queries per invocation.")
+    requests: int = Field(50, ge=1, le=100_000, description="Requests per invocation.")
+    queries: int = Field(5, ge=1, le=100, description="Queries per request.")
     rows: int = Field(50_000, ge=1, le=5_000_000, description="Rows of the generated table.")
 
 
 class WebService(Workload):
     """Requests against a SQLite database the container generates on its first request (an
-    ``orders`` table with an index); each request is one of a few seeded query shapes."""
+    ``orders`` table with an index); each request is ``queries`` queries of a few seeded shapes
+    (the thesis's requests are five queries each)."""
 
     name = "webservice"
     params = WebServiceParams
-    description = "a sequence of queries against a local SQLite database, a checkpoint after each"
+    description = (
+        "requests of a few queries against a local SQLite database, a checkpoint after each"
+    )
 
     def context(self, params: Params) -> Any:
         assert isinstance(params, WebServiceParams)
@@ -240,28 +249,34 @@ class WebService(Workload):
         return params.requests
 
     def step(self, params: Params, context: Any, state: State) -> State:
+        assert isinstance(params, WebServiceParams)
         rng = np.random.default_rng([params.seed, state.done])
-        shape = int(rng.integers(0, 3))
-        db: sqlite3.Connection = context
-        if shape == 0:  # a customer's orders (the index)
-            rows = db.execute(
-                "SELECT id, price * quantity FROM orders WHERE customer = ? ORDER BY id",
-                (int(rng.integers(0, 5000)),),
-            ).fetchall()
-        elif shape == 1:  # revenue per category in a price band (a scan)
-            low = float(rng.uniform(1, 400))
-            rows = db.execute(
-                "SELECT category, COUNT(*), ROUND(SUM(price * quantity), 2) FROM orders"
-                " WHERE price BETWEEN ? AND ? GROUP BY category ORDER BY category",
-                (low, low + 100),
-            ).fetchall()
-        else:  # the top customers of a category (a scan and a sort)
-            rows = db.execute(
-                "SELECT customer, ROUND(SUM(price * quantity), 2) AS spent FROM orders"
-                " WHERE category = ? GROUP BY customer ORDER BY spent DESC, customer LIMIT 10",
-                (int(rng.integers(0, 40)),),
-            ).fetchall()
-        return State(state.done + 1, chain(state.digest, json.dumps(rows).encode()), {})
+        answers = [_query(context, rng) for _ in range(params.queries)]
+        return State(state.done + 1, chain(state.digest, json.dumps(answers).encode()), {})
+
+
+def _query(db: sqlite3.Connection, rng: np.random.Generator) -> list[Any]:
+    """One query of a seeded shape."""
+    shape = int(rng.integers(0, 3))
+    if shape == 0:  # a customer's orders (the index)
+        rows = db.execute(
+            "SELECT id, price * quantity FROM orders WHERE customer = ? ORDER BY id",
+            (int(rng.integers(0, 5000)),),
+        ).fetchall()
+    elif shape == 1:  # revenue per category in a price band (a scan)
+        low = float(rng.uniform(1, 400))
+        rows = db.execute(
+            "SELECT category, COUNT(*), ROUND(SUM(price * quantity), 2) FROM orders"
+            " WHERE price BETWEEN ? AND ? GROUP BY category ORDER BY category",
+            (low, low + 100),
+        ).fetchall()
+    else:  # the top customers of a category (a scan and a sort)
+        rows = db.execute(
+            "SELECT customer, ROUND(SUM(price * quantity), 2) AS spent FROM orders"
+            " WHERE category = ? GROUP BY customer ORDER BY spent DESC, customer LIMIT 10",
+            (int(rng.integers(0, 40)),),
+        ).fetchall()
+    return rows
 
 
 # ---- deep learning --------------------------------------------------------------------------

@@ -50,6 +50,7 @@ def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Pa
     for figures in workloads.values():
         assert isinstance(figures["recovery_time_reduction_vs_retry"], float)
         assert isinstance(figures["overhead_vs_ideal"], float)
+        assert figures["ideal_spread"] >= 0
     assert summary["failure_rate"] == 0.15
     assert len(list((report / "plans").glob("*.json"))) == 4
 
