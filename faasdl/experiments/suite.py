@@ -32,8 +32,8 @@ from faasdl.experiments.workloads import WORKLOADS, run_steps, workload
 from faasdl.training.usage import peak_rss_mb, reset_peak_rss
 
 PRICE_PER_GB_S = Settings.model_fields["price_per_gb_s"].default
-#: Per workload, its parameters in a quick run (a full run takes the workloads' defaults): half
-#: the default invocation (~1.2 s, 8-24 steps), with the default step. Training keeps its defaults,
+#: Per workload, its parameters in a quick run (a full run takes the workloads' defaults): about
+#: half the default invocation (~1 s, 8-24 steps) of default steps. Training keeps its defaults,
 #: 6 epochs over the 1,437 training digits (~0.7 s an invocation): shorter, and failures come
 #: faster than a used replica's successor can import TensorFlow (~5 s on the busy second core).
 QUICK_PARAMS: dict[str, dict[str, Any]] = {
@@ -44,9 +44,9 @@ QUICK_PARAMS: dict[str, dict[str, Any]] = {
 }
 #: The light workload of the scale experiment: a BFS of 8,191 vertices in 8 steps (~30 ms).
 LIGHT: tuple[str, dict[str, Any]] = ("graph", {"depth": 12, "every": 1024})
-#: The workload the strategy comparisons run, and its size in both their sizes (which differ in
-#: invocations and failure rates): six files of 512 KiB, a checkpoint every ~70 ms, ~0.45 s an
-#: invocation (smaller than the recovery experiment's, so that their many runs stay quick).
+#: The workload the strategy comparisons run and its parameters, the same in their quick and full
+#: runs (which differ in invocations and failure rates): six files of 512 KiB, a checkpoint every
+#: ~70 ms, ~0.45 s an invocation (smaller than the recovery experiment's: they make many runs).
 COMPARED: tuple[str, dict[str, Any]] = ("compression", {"files": 6, "file_kb": 512})
 TARGETS = {"recovery_time_reduction_vs_retry": 0.90, "overhead_vs_ideal": 0.05}
 
