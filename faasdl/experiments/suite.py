@@ -32,15 +32,16 @@ from faasdl.experiments.workloads import WORKLOADS, run_steps, workload
 from faasdl.training.usage import peak_rss_mb, reset_peak_rss
 
 PRICE_PER_GB_S = Settings.model_fields["price_per_gb_s"].default
-#: Per workload, its parameters in a quick run (a full run takes the workloads' defaults): about
-#: half the default invocation (~1 s, 8-24 steps) of default steps. Training keeps its defaults,
-#: 6 epochs over the 1,437 training digits (~0.7 s an invocation): shorter, and failures come
-#: faster than a used replica's successor can import TensorFlow (~5 s on the busy second core).
+#: Per workload, its parameters in a quick run (a full run takes the workloads' defaults): ~0.6 s
+#: invocations of 8-16 steps (half the defaults' step for compression and graph, so that a quick run
+#: keeps enough steps to resume from). Training keeps its defaults, 6 epochs over the 1,437
+#: training digits (~0.7 s an invocation): shorter, and failures come faster than a used replica's
+#: successor can import TensorFlow (~5 s on the busy second core).
 QUICK_PARAMS: dict[str, dict[str, Any]] = {
     "training": {},
-    "compression": {"files": 8},
-    "graph": {"depth": 19},
-    "webservice": {"requests": 24},
+    "compression": {"files": 8, "file_kb": 512},
+    "graph": {"depth": 18, "every": 32_768},
+    "webservice": {"requests": 16},
 }
 #: The light workload of the scale experiment: a BFS of 8,191 vertices in 8 steps (~30 ms).
 LIGHT: tuple[str, dict[str, Any]] = ("graph", {"depth": 12, "every": 1024})
