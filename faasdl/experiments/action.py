@@ -3,7 +3,7 @@ of an experiment's workload (:mod:`.workloads`) as a Canary stateful function.
 
 * ``{"warmup": true, "prime": {"workload", "params", "store_url"?}}``: prepare the workload's
   context (a warm replica of the training workload imports TensorFlow and builds its trainer),
-  and start the checkpoint writer process for ``store_url`` if given, and answer;
+  start the checkpoint writer process for ``store_url`` if given, and answer;
 * ``{"workload", "params", "store_url", "canary", "crash"?}`` (:class:`WorkloadArgs`): resume
   from the unit's newest checkpoint (or start), run the remaining steps with a checkpoint after
   each (when the attempt checkpoints; the container's writer process persists them, see
