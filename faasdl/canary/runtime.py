@@ -47,6 +47,7 @@ class RuntimeManager:
         self._warmup_s: dict[str, float] = {}  # by runtime: its latest replica's warm-up
         self._cond = threading.Condition()
         self._closed = False
+        self._warming = False  # a prewarm call is in flight
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -125,6 +126,13 @@ class RuntimeManager:
                     return want.ready
                 self._cond.wait(left)
 
+    def settle(self, timeout_s: float) -> bool:
+        """Wait until no replica is warming up (or ``timeout_s`` passed); returns whether none
+        is. A warm-up goes on after its job has released its replicas: an experiment waits for
+        it, so that one run's warm-ups do not slow the next."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._warming or self._closed, timeout_s)
+
     def _loop(self) -> None:
         last = time.monotonic()
         while True:
@@ -141,20 +149,31 @@ class RuntimeManager:
                 for want in self._wants.values():
                     totals[want.runtime] = totals.get(want.runtime, 0) + want.replicas
                     warmups.setdefault(want.runtime, want.warmup)
-            for runtime, count in totals.items():
-                if count <= 0:
-                    continue
-                started = time.monotonic()
-                try:
-                    ready = self.platform.prewarm(runtime, count, warmups[runtime])
-                except FaasdlError as exc:  # a deleted variant, a platform shutting down
-                    log.debug("cannot prewarm %s: %s", runtime, exc)
-                    ready = 0
-                took = time.monotonic() - started
+                self._warming = any(count > 0 for count in totals.values())
+            try:
+                self._prewarm(totals, warmups)
+            finally:
                 with self._cond:
-                    if ready > 0 and took > WARMED_AFTER_S:
-                        self._warmup_s[runtime] = took
-                    for want in self._wants.values():
-                        if want.runtime == runtime:
-                            want.ready = min(ready, want.replicas)
+                    self._warming = False
                     self._cond.notify_all()
+
+    def _prewarm(
+        self, totals: dict[str, int], warmups: dict[str, Mapping[str, Any] | None]
+    ) -> None:
+        for runtime, count in totals.items():
+            if count <= 0:
+                continue
+            started = time.monotonic()
+            try:
+                ready = self.platform.prewarm(runtime, count, warmups[runtime])
+            except FaasdlError as exc:  # a deleted variant, a platform shutting down
+                log.debug("cannot prewarm %s: %s", runtime, exc)
+                ready = 0
+            took = time.monotonic() - started
+            with self._cond:
+                if ready > 0 and took > WARMED_AFTER_S:
+                    self._warmup_s[runtime] = took
+                for want in self._wants.values():
+                    if want.runtime == runtime:
+                        want.ready = min(ready, want.replicas)
+                self._cond.notify_all()

@@ -4,6 +4,7 @@ with the helpers every experiment shares (run a workload, check a run from the s
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,11 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, absolute_url, make_store
 from faasdl.store.records import FunctionInfo, UnitState
 
+log = logging.getLogger(__name__)
+
+#: How long a run waits for the replicas of the runs before it to finish warming up.
+SETTLE_TIMEOUT_S = 120.0
+
 
 @dataclass
 class Lab:
@@ -26,6 +32,14 @@ class Lab:
     restart_store: Callable[[], None] | None = None
 
     def run(self, spec: RunSpec) -> RunReport:
+        """Run ``spec`` once the replicas earlier runs asked for have warmed up (a warm-up takes
+        a core for seconds: TensorFlow's import)."""
+        if not self.runtimes.settle(timeout_s=SETTLE_TIMEOUT_S):
+            log.warning(
+                "replicas still warming up after %s s: %s starts anyway",
+                SETTLE_TIMEOUT_S,
+                spec.run_id,
+            )
         runner = InvocationRunner(
             self.platform,
             self.store,
