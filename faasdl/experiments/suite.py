@@ -189,8 +189,8 @@ def recovery(size: Size, progress: Console) -> Result:
             # Canary and the failure-free run again, in reverse order: a steady drift of the
             # machine's speed across the runs (10-15% here) weighs on both pairs alike.
             progress.print(f"recovery: {name}: canary at 15% failures again")
-            plan = plans[f"{name}-0.15"]
-            rows.append(bench.row(bench.run("canary-again", "canary", plan), "canary-again", 0.15))
+            again = bench.run("canary-again", "canary", plans[f"{name}-0.15"])
+            rows.append(bench.row(again, "canary-again", 0.15))
             progress.print(f"recovery: {name}: the failure-free run again")
             rows.append(bench.row(bench.run("ideal-again", "retry"), "ideal-again", 0.0))
         per_workload[name] = _recovery_figures(
