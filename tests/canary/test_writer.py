@@ -71,6 +71,29 @@ def test_checkpoints_are_persisted_by_the_writer_process_and_restored(
     assert fallback.calls == 0
 
 
+def test_checkpoints_of_any_size_pass_through_the_shared_buffer_whole(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback
+) -> None:
+    # Growing (small, then 3 MiB: the buffer grows; the writer maps it anew), shrinking (the
+    # end of the larger one must not leak into the smaller), empty.
+    sizes = [10, 3 * 1024 * 1024 + 7, 100, 0]
+    restored: list[bytes] = []
+    for i, size in enumerate(sizes):
+        data = os.urandom(size)
+        with attempt(store, claim(store), writer) as ck:
+            ck.checkpoint(functools.partial(bytes, data), bytes, position=i + 1)
+            ck.flush()
+            assert ck.persisted == 1
+        with attempt(store, claim(store), writer) as successor:
+            found = successor.restore(bytes)
+        assert found is not None
+        assert found[0] == data
+        restored.append(found[0])
+
+    assert [len(r) for r in restored] == sizes
+    assert fallback.calls == 0
+
+
 def test_a_fenced_attempt_gets_superseded_from_the_writer_and_leaves_no_blob(
     store: StateStore, writer: ProcessWriter
 ) -> None:
