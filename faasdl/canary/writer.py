@@ -97,10 +97,10 @@ class ProcessWriter:
     ) -> None:
         with self._lock:
             if self._usable():
-                request = ("write", args.model_dump(mode="json"), blob, position, len(data))
+                raw = args.model_dump(mode="json")
                 try:
                     self._shared.put(data)
-                    self._exchange((*request, bool(probe)), probe)
+                    self._exchange(("write", raw, blob, position, len(data), bool(probe)), probe)
                     return
                 except (EOFError, OSError) as exc:
                     self._lost(f"it stopped answering ({exc!r})")
@@ -185,8 +185,9 @@ class SharedBuffer:
         """Copy ``data`` to the start of the buffer (growing it to twice what it was, at least)."""
         if not data:
             return
-        if self._size() < len(data):
-            os.ftruncate(self.fd, max(len(data), 2 * self._size(), mmap.PAGESIZE))
+        mapped = len(self._map) if self._map is not None else 0  # the file's size: we grow it
+        if mapped < len(data):
+            os.ftruncate(self.fd, max(len(data), 2 * mapped, mmap.PAGESIZE))
         self._mapped(len(data))[: len(data)] = data
 
     def get(self, size: int) -> bytes:
