@@ -47,7 +47,8 @@ WORKLOAD = "workload"
 @dataclass(frozen=True)
 class RunSpec:
     """One run: ``invocations`` of ``workload`` (its parameters, the seed varied per invocation)
-    under ``strategy``, with ``plan``'s faults."""
+    under ``strategy``, with ``plan``'s faults. The invocations are numbered from ``first``: a
+    run can be one block of a longer sequence (its seeds and faults those of its indices)."""
 
     run_id: str
     workload: str
@@ -64,6 +65,11 @@ class RunSpec:
     max_attempts: int = 6
     #: Per invocation, how long its work takes without failures (for the faults' timing).
     expected_s: dict[int, float] = field(default_factory=dict)
+    first: int = 0
+
+    @property
+    def indices(self) -> range:
+        return range(self.first, self.first + self.invocations)
 
 
 @dataclass
@@ -120,6 +126,9 @@ class RunReport:
     def makespan_s(self) -> float:
         return self.ended_at - self.started_at
 
+    def outcome(self, index: int) -> Outcome:
+        return self.outcomes[index - self.spec.first]
+
 
 class InvocationRunner:
     """Runs one :class:`RunSpec` to its end (:meth:`run`)."""
@@ -152,8 +161,8 @@ class InvocationRunner:
         self.faults = spec.plan.by_invocation()
         if any(f.kind == "store_restart" for f in spec.plan.faults) and restart_store is None:
             raise ValueError("plan: a store_restart fault needs a store the runner can restart")
-        self.outcomes = [Outcome(i) for i in range(spec.invocations)]
-        self._queue: deque[int] = deque(range(spec.invocations))
+        self.outcomes = [Outcome(i) for i in spec.indices]
+        self._queue: deque[int] = deque(spec.indices)
         self._in_flight: dict[str, Attempt] = {}
         self._abandoned: dict[str, Attempt] = {}  # fenced out: their records are still booked
         self._fruitless: dict[int, int] = {}
@@ -201,6 +210,9 @@ class InvocationRunner:
     def _key(self, index: int) -> str:
         return fn_key(self.spec.run_id, 0, index)
 
+    def _outcome(self, index: int) -> Outcome:
+        return self.outcomes[index - self.spec.first]
+
     def _active(self) -> int:
         return len({a.index for a in self._in_flight.values()})
 
@@ -209,7 +221,7 @@ class InvocationRunner:
         while self._queue and self._active() < spec.concurrency:
             index = self._queue[0]
             token, position = self._claim(index)
-            outcome = self.outcomes[index]
+            outcome = self._outcome(index)
             fault = self.faults.get(index) if outcome.attempts == 0 else None
             canary = CanaryArgs(
                 unit=self._key(index),
@@ -422,7 +434,7 @@ class InvocationRunner:
         if unit is not None and unit.state is UnitState.COMMITTED:
             # Committed (by this attempt, or by a copy with the same token): whatever the
             # activation says, the invocation is done exactly once.
-            outcome = self.outcomes[index]
+            outcome = self._outcome(index)
             outcome.committed_at = time.time() if record is None else record.end / 1000
             outcome.result = unit.committed_result
             if record is not None and isinstance(record.response.result, dict):
@@ -434,7 +446,7 @@ class InvocationRunner:
             failure = Failure(FailureKind.CRASH, "the attempt answered without committing")
         live = sum(1 for a in self._in_flight.values() if a.index == index)
         self._failures += 1
-        outcome = self.outcomes[index]
+        outcome = self._outcome(index)
         outcome.failures.append(str(failure.kind))
         outcome.detected_by.append(by)
         head = unit.heads[-1].position if unit and unit.heads else -1

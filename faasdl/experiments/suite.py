@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -27,7 +27,7 @@ from faasdl.experiments.inject import FailurePlan
 from faasdl.experiments.lab import Lab, Ledger, ledger, open_lab
 from faasdl.experiments.measure import recovery_s
 from faasdl.experiments.report import Plot, Result, Size
-from faasdl.experiments.runner import RunReport, RunSpec
+from faasdl.experiments.runner import Outcome, RunReport, RunSpec
 from faasdl.experiments.workloads import WORKLOADS, run_steps, workload
 from faasdl.training.usage import peak_rss_mb, reset_peak_rss
 
@@ -49,6 +49,9 @@ LIGHT: tuple[str, dict[str, Any]] = ("graph", {"depth": 12, "every": 1024})
 #: runs (which differ in invocations and failure rates): six files of 512 KiB, a checkpoint every
 #: ~70 ms, ~0.45 s an invocation (smaller than the recovery experiment's: they make many runs).
 COMPARED: tuple[str, dict[str, Any]] = ("compression", {"files": 6, "file_kb": 512})
+#: Invocations per block when the recovery experiment interleaves runs (:meth:`_Bench.interleaved`):
+#: one, as this machine's speed changes by up to half within seconds.
+BLOCK = 1
 TARGETS = {"recovery_time_reduction_vs_retry": 0.90, "overhead_vs_ideal": 0.05}
 
 
@@ -65,7 +68,8 @@ class _Bench:
     params: dict[str, Any]
     invocations: int
     concurrency: int
-    ideal: RunReport | None = None
+    #: The failure-free outcomes by invocation, the first measured of each: the reference.
+    ideal: dict[int, Outcome] = field(default_factory=dict)
 
     def warm_up(self) -> None:
         """Warm the containers the runs share. With checkpoints: a container starts its
@@ -80,19 +84,20 @@ class _Bench:
         plan: FailurePlan | None = None,
         *,
         invocations: int | None = None,
+        first: int = 0,
         replication: ReplicationMode = "dynamic",
         concurrency: int | None = None,
     ) -> RunReport:
         n = invocations or self.invocations
         expected: dict[int, float] = {}
-        if self.ideal is not None:
-            # Faults are timed from an attempt's first heartbeat: its work, not its latency.
+        if self.ideal:
+            # Faults are timed from an attempt's first heartbeat: its work, not its latency
+            # (an invocation not measured yet: the typical one's).
             work = {
-                o.index: o.final["step_ends"][-1] - o.final["started_at"]
-                for o in self.ideal.outcomes
+                i: o.final["step_ends"][-1] - o.final["started_at"] for i, o in self.ideal.items()
             }
             typical = statistics.median(work.values())
-            expected = {i: work.get(i, typical) for i in range(n)}
+            expected = {i: work.get(i, typical) for i in range(first, first + n)}
         return self.lab.run(
             RunSpec(
                 run_id=f"{self.workload}-{label}",
@@ -104,44 +109,77 @@ class _Bench:
                 concurrency=concurrency or self.concurrency,
                 replication=replication,
                 expected_s=expected,
+                first=first,
             )
         )
 
-    def reference(self) -> RunReport:
-        self.ideal = self.run("ideal", "retry")
-        return self.ideal
+    def reference(
+        self, label: str = "ideal", *, invocations: int | None = None, first: int = 0
+    ) -> RunReport:
+        """A failure-free run without checkpoints; its outcomes are the reference where none
+        was measured before."""
+        report = self.run(label, "retry", invocations=invocations, first=first)
+        for o in report.outcomes:
+            self.ideal.setdefault(o.index, o)
+        return report
 
-    def row(self, report: RunReport, label: str, rate: float) -> dict[str, Any]:
-        assert self.ideal is not None
-        expected = {o.index: o.result or "" for o in self.ideal.outcomes}
-        found = ledger(self.lab.store, report.spec.run_id, expected)
+    def interleaved(
+        self, labels: tuple[str, str], plan: FailurePlan, *, canary_first: bool
+    ) -> tuple[list[RunReport], list[RunReport]]:
+        """The failure-free run and canary's run under ``plan``, in blocks of :data:`BLOCK`
+        invocations that take turns (ideal, canary, canary, ideal, ideal, ... or, with
+        ``canary_first``, the mirror), so that both meet the same changes of the machine's
+        speed; the blocks of each (labelled ``labels``: ideal's, canary's)."""
+        ideal: list[RunReport] = []
+        canary: list[RunReport] = []
+        for k, first in enumerate(range(0, self.invocations, BLOCK)):
+            n = min(BLOCK, self.invocations - first)
+            for ideal_turn in (True, False) if (k % 2 == 0) != canary_first else (False, True):
+                if ideal_turn:
+                    ideal.append(self.reference(f"{labels[0]}-b{k}", invocations=n, first=first))
+                else:
+                    canary.append(
+                        self.run(f"{labels[1]}-b{k}", "canary", plan, invocations=n, first=first)
+                    )
+        return ideal, canary
+
+    def row(self, reports: RunReport | list[RunReport], label: str, rate: float) -> dict[str, Any]:
+        """One row of the results: a run, or the blocks of one (their times and costs summed)."""
+        blocks = reports if isinstance(reports, list) else [reports]
+        expected = {i: o.result or "" for i, o in self.ideal.items()}
+        found = [
+            ledger(self.lab.store, r.spec.run_id, {i: expected[i] for i in r.spec.indices})
+            for r in blocks
+        ]
         recoveries = [
-            r
-            for hit in report.injected
-            if (r := recovery_s(hit, report.outcomes[hit.invocation], self._final(hit.invocation)))
+            s
+            for r in blocks
+            for hit in r.injected
+            if (s := recovery_s(hit, r.outcome(hit.invocation), self.ideal[hit.invocation].final))
             is not None
         ]
-        gb_s = report.activation_gb_s + report.replica_gb_s
+        injected = sum(len(r.injected) for r in blocks)
+        activation_gb_s = sum(r.activation_gb_s for r in blocks)
+        replica_gb_s = sum(r.replica_gb_s for r in blocks)
+        invocations = sum(r.spec.invocations for r in blocks)
         return {
             "workload": self.workload,
             "strategy": label,
             "failure_rate": rate,
-            "invocations": report.spec.invocations,
-            "concurrency": report.spec.concurrency,
-            "makespan_s": round(report.makespan_s, 3),
-            "failures": len(report.injected),
-            "attempts": found.attempts,
+            "invocations": invocations,
+            "concurrency": blocks[0].spec.concurrency,
+            "blocks": len(blocks),
+            "makespan_s": round(sum(r.makespan_s for r in blocks), 3),
+            "failures": injected,
+            "attempts": sum(f.attempts for f in found),
             "recovery_s_mean": round(statistics.mean(recoveries), 4) if recoveries else None,
-            "recovery_s_total": round(sum(recoveries), 3) if report.injected else 0.0,
-            "activation_gb_s": round(report.activation_gb_s, 3),
-            "replica_gb_s": round(report.replica_gb_s, 3),
-            "cost_usd": round(gb_s * PRICE_PER_GB_S, 7),
-            "exactly_once": found.exactly_once and found.committed == report.spec.invocations,
+            "recovery_s_total": round(sum(recoveries), 3) if injected else 0.0,
+            "activation_gb_s": round(activation_gb_s, 3),
+            "replica_gb_s": round(replica_gb_s, 3),
+            "cost_usd": round((activation_gb_s + replica_gb_s) * PRICE_PER_GB_S, 7),
+            "exactly_once": all(f.exactly_once for f in found)
+            and sum(f.committed for f in found) == invocations,
         }
-
-    def _final(self, index: int) -> dict[str, Any]:
-        assert self.ideal is not None
-        return self.ideal.outcomes[index].final
 
 
 def _plan(seed: int, invocations: int, rate: float) -> FailurePlan:
@@ -176,23 +214,23 @@ def recovery(size: Size, progress: Console) -> Result:
     for name in WORKLOADS:
         with open_lab() as lab:
             bench = _Bench(lab, name, _params(name, size), n, concurrency=1)
-            progress.print(f"recovery: {name}: warm-up, failure-free reference")
+            progress.print(f"recovery: {name}: warm-up")
             bench.warm_up()
-            rows.append(bench.row(bench.reference(), "ideal", 0.0))
+            # The failure-free run and canary at 15% failures take turns, twice, the second
+            # time in mirrored order: the machine's CPU speed changes by up to half within
+            # seconds here, far more than the overhead measured; so it weighs on both alike.
+            plan = plans[f"{name}-0.15"] = _plan(1015, n, 0.15)
+            first = _taking_turns(bench, ("ideal", "canary"), plan, progress, canary_first=False)
             for rate in rates:
-                plan = plans[f"{name}-{rate:.2f}"] = _plan(1000 + int(rate * 100), n, rate)
-                for strategy in ("canary", "retry"):
+                plan_at = plans.setdefault(
+                    f"{name}-{rate:.2f}", _plan(1000 + int(rate * 100), n, rate)
+                )
+                for strategy in ("canary", "retry") if rate != 0.15 else ("retry",):
                     progress.print(f"recovery: {name}: {strategy} at {rate:.0%} failures")
-                    rows.append(
-                        bench.row(bench.run(f"{strategy}-{rate}", strategy, plan), strategy, rate)
-                    )
-            # Canary and the failure-free run again, in reverse order: a steady drift of the
-            # machine's speed across the runs (10-15% here) weighs on both pairs alike.
-            progress.print(f"recovery: {name}: canary at 15% failures again")
-            again = bench.run("canary-again", "canary", plans[f"{name}-0.15"])
-            rows.append(bench.row(again, "canary-again", 0.15))
-            progress.print(f"recovery: {name}: the failure-free run again")
-            rows.append(bench.row(bench.run("ideal-again", "retry"), "ideal-again", 0.0))
+                    report = bench.run(f"{strategy}-{rate}", strategy, plan_at)
+                    rows.append(bench.row(report, strategy, rate))
+            again = _taking_turns(bench, AGAIN, plan, progress, canary_first=True)
+            rows.extend(bench.row(blocks, label, rate) for label, rate, blocks in [*first, *again])
         per_workload[name] = _recovery_figures(
             {
                 r["strategy"]: r
@@ -200,7 +238,7 @@ def recovery(size: Size, progress: Console) -> Result:
                 if r["workload"] == name
                 and r["failure_rate"] == (0.0 if r["strategy"].startswith("ideal") else 0.15)
             }
-        )
+        ) | _overhead_parts(first, again)
     _check(rows)
     worst_reduction = min(w["recovery_time_reduction_vs_retry"] for w in per_workload.values())
     worst_overhead = max(w["overhead_vs_ideal"] for w in per_workload.values())
@@ -223,7 +261,10 @@ def recovery(size: Size, progress: Console) -> Result:
         f"{w['recovery_s_mean']['retry']} s per failure) and takes "
         f"{w['overhead_vs_ideal']:+.1%} longer than the failure-free run "
         f"(retry: {w['retry_overhead_vs_ideal']:+.1%}); measured twice each, the failure-free "
-        f"runs came out {w['ideal_spread']:.1%} apart and canary's {w['canary_spread']:.1%}."
+        f"runs came out {w['ideal_spread']:.1%} apart and canary's {w['canary_spread']:.1%}; "
+        f"of the overhead, the invocations without failures account for "
+        f"{w['overhead_checkpoints']:+.1%} (the checkpoints' cost), those with failures for "
+        f"{w['overhead_failures']:+.1%}."
         for name, w in per_workload.items()
     ]
     return Result(
@@ -239,11 +280,19 @@ def recovery(size: Size, progress: Console) -> Result:
                 "one invocation in flight at a time",
                 {name: _params(name, size) for name in WORKLOADS},
             ),
-            "Each workload's runs go ideal, canary, retry, canary-again, ideal-again: canary and "
-            "the failure-free run are measured twice, in mirrored order, so that a steady drift "
-            "of the machine's speed weighs on both alike. Overhead and canary's recovery time "
-            "are the means of the two runs; how far apart the two measured (ideal_spread, "
-            "canary_spread) is this machine's noise.",
+            "Each workload's failure-free run and canary's run at 15% failures take turns "
+            "invocation by invocation (ideal, canary, canary, ideal, ...; each invocation a run "
+            "of its own, canary's on its warm replicas), then retry runs, then both again in "
+            "mirrored turns (canary, ideal, ideal, canary, ...): this machine's CPU speed "
+            "changes by up to half within seconds, and so weighs on both alike. Overhead and "
+            "canary's recovery time are the means of the two passes; how far apart the two "
+            "passes measured (ideal_spread, canary_spread) is what noise is left. The overhead "
+            "is split in two that add up to it: the invocations without failures' "
+            "(overhead_checkpoints) and those with failures' (overhead_failures), each over the "
+            "failure-free run's time. Between two turns a run waits for the replicas still "
+            "warming up (a replica that took over from a killed attempt is replaced): canary's "
+            "time is that of its invocations, not of its replicas' warm-ups, which on a cluster "
+            "run on other invokers.",
         ],
         plots=[
             Plot(
@@ -269,6 +318,43 @@ def recovery(size: Size, progress: Console) -> Result:
             ),
         ],
     )
+
+
+#: The labels of the second pass of the recovery experiment's interleaved runs.
+AGAIN = ("ideal-again", "canary-again")
+#: A pass of interleaved runs: per label, its failure rate and its blocks.
+Turns = list[tuple[str, float, list[RunReport]]]
+
+
+def _taking_turns(
+    bench: _Bench,
+    labels: tuple[str, str],
+    plan: FailurePlan,
+    progress: Console,
+    *,
+    canary_first: bool,
+) -> Turns:
+    progress.print(
+        f"recovery: {bench.workload}: {labels[0]} and {labels[1]} at 15% failures, taking "
+        f"turns ({BLOCK} invocation at a time)"
+    )
+    ideal, canary = bench.interleaved(labels, plan, canary_first=canary_first)
+    return [(labels[0], 0.0, ideal), (labels[1], 0.15, canary)]
+
+
+def _overhead_parts(*passes: Turns) -> dict[str, float]:
+    """Canary's overhead over the failure-free run split in two that add up to it: the blocks
+    without failures (the checkpoints' own cost) and those with (the failures' cost), each over
+    the failure-free run's whole time (both passes summed)."""
+    ideal_s = {"checkpoints": 0.0, "failures": 0.0}
+    canary_s = {"checkpoints": 0.0, "failures": 0.0}
+    for (_, _, ideal), (_, _, canary) in passes:
+        for plain, checkpointed in zip(ideal, canary, strict=True):
+            part = "failures" if checkpointed.injected else "checkpoints"
+            ideal_s[part] += plain.makespan_s
+            canary_s[part] += checkpointed.makespan_s
+    total = sum(ideal_s.values())
+    return {f"overhead_{k}": round((canary_s[k] - ideal_s[k]) / total, 4) for k in ideal_s}
 
 
 def _recovery_figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

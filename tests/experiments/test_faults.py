@@ -139,6 +139,29 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert hit.final["steps_run"] == 8 - hit.final["resumed_from"]
 
 
+def test_a_block_of_a_longer_run_makes_its_own_invocations_with_their_faults(lab: Lab) -> None:
+    # Invocations 3 and 4 of a plan over five: their seeds, and the fault of invocation 4 only.
+    faults = [Fault(invocation=1, after_checkpoint=1), Fault(invocation=4, after_checkpoint=1)]
+    spec = RunSpec(
+        run_id="block",
+        workload="compression",
+        params=SMALL,
+        invocations=2,
+        first=3,
+        strategy="canary",
+        plan=FailurePlan(faults=faults),
+    )
+    report = lab.run(spec)
+    results = expected(5)
+    found = ledger(lab.store, "block", {3: results[3], 4: results[4]})
+    assert found.exactly_once
+    assert found.units == found.committed == 2
+    assert [o.index for o in report.outcomes] == [3, 4]
+    assert [h.invocation for h in report.injected] == [4]
+    assert report.outcome(4).failures == ["crash"]
+    assert report.outcome(3).attempts == 1
+
+
 @pytest.mark.parametrize("point", ["before_checkpoint", "blob_written", "committed"])
 def test_a_crash_at_each_point_of_the_protocol_commits_once(lab: Lab, point: str) -> None:
     fault = Fault(invocation=0, kind="crash_point", point=point)
