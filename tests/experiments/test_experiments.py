@@ -42,7 +42,7 @@ def run_experiment(name: str, tmp_path: Path) -> tuple[dict[str, Any], Path]:
 
 
 @pytest.mark.tensorflow
-@pytest.mark.timeout(900)  # four workloads, five runs each and a warm-up: ~six minutes
+@pytest.mark.timeout(900)  # four workloads, 100 invocations each and a warm-up: ~six minutes
 def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Path) -> None:
     summary, report = run_experiment("recovery", tmp_path)
     workloads = summary["workloads"]
