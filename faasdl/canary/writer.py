@@ -199,15 +199,12 @@ class SharedBuffer:
             self._map.close()
         os.close(self.fd)
 
-    def _size(self) -> int:
-        return os.fstat(self.fd).st_size
-
     def _mapped(self, size: int) -> mmap.mmap:
         """The mapping, remapped if it is shorter than ``size`` (the file has grown since)."""
         if self._map is None or len(self._map) < size:
             if self._map is not None:
                 self._map.close()
-            self._map = mmap.mmap(self.fd, self._size())
+            self._map = mmap.mmap(self.fd, os.fstat(self.fd).st_size)
         return self._map
 
 
