@@ -150,8 +150,10 @@ def write_checkpoint(
     """Store ``data`` as ``blob`` and make it the unit's newest head at ``position``, fenced by the
     attempt's token: the blob first, the head after (``probe("blob_written")`` in between), the
     heads beyond ``keep`` dropped with their blobs. A fenced attempt's blob is deleted again: a
-    zombie's data never becomes a head."""
-    store.put_blob(blob, data)
+    zombie's data never becomes a head. The blob is not forced to disk (``durable=False``): a
+    machine crash that tears it leaves a head whose blob fails its checksum, and :meth:`restore
+    <Checkpointer.restore>` falls back to the one before."""
+    store.put_blob(blob, data, durable=False)
     if probe is not None:
         probe("blob_written")
     head = CheckpointHead(

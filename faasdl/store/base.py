@@ -220,11 +220,18 @@ class StateStore(Resource):
 
     # -- blobs -----------------------------------------------------------------------------
 
-    def put_blob(self, name: str, data: bytes) -> BlobManifest:
+    def put_blob(self, name: str, data: bytes, *, durable: bool = True) -> BlobManifest:
         """Store ``data`` under ``name``, replacing any previous blob atomically.
 
         Chunks (or the spill file) are written first under a fresh write id, then the manifest is
         published with one record write; the previous blob's chunks are deleted afterwards.
+
+        ``durable=False`` lets the store skip forcing the chunks to disk before the manifest is
+        published (the SQLite store's fsyncs: most of a large blob's write). A crash of the
+        machine (not of a process) can then lose or tear the blob; :meth:`get_blob` finds that
+        out by its checksums and raises ``BlobCorrupted``, never returning wrong data. For data
+        that can be made again: checkpoints (a lost one costs the work since the one before).
+        Redis and Ignite write every blob as their servers are configured to.
         """
         check_key(name, "name")
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -234,7 +241,7 @@ class StateStore(Resource):
         previous = self._manifest(name)
         spill = self.spill_bytes is not None and len(data) > self.spill_bytes
         if spill:
-            manifest = self._write_spill(name, write_id, data)
+            manifest = self._write_spill(name, write_id, data, durable=durable)
         else:
             view = memoryview(data)
             pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
@@ -244,7 +251,8 @@ class StateStore(Resource):
                     lambda: tuple(hashlib.sha256(p).hexdigest() for p in pieces)
                 )
                 self._write_chunks(
-                    [(self._chunk_key(name, write_id, i), piece) for i, piece in enumerate(pieces)]
+                    [(self._chunk_key(name, write_id, i), piece) for i, piece in enumerate(pieces)],
+                    durable=durable,
                 )
                 digests = hashing.result()
             manifest = BlobManifest(
@@ -347,7 +355,9 @@ class StateStore(Resource):
     def _chunk_key(name: str, write_id: str, index: int) -> str:
         return f"{_blob_id(name)}/{write_id}/{index:08d}"
 
-    def _write_spill(self, name: str, write_id: str, data: bytes) -> BlobManifest:
+    def _write_spill(
+        self, name: str, write_id: str, data: bytes, *, durable: bool = True
+    ) -> BlobManifest:
         if self.spill_dir is None:
             raise ValidationError(
                 f"blob of {len(data)} bytes is over the store's {self.spill_bytes}-byte value "
@@ -359,8 +369,9 @@ class StateStore(Resource):
         path = folder / write_id
         with open(path, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         digest = hashlib.sha256(data).hexdigest()
         return BlobManifest(
             name=name,
@@ -401,8 +412,11 @@ class StateStore(Resource):
         """Records under ``prefix`` (duplicates and extra keys are fine: the caller filters)."""
 
     @abstractmethod
-    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
-        """Durably write every chunk before returning (chunks are immutable once written)."""
+    def _write_chunks(
+        self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True
+    ) -> None:
+        """Write every chunk before returning (chunks are immutable once written): durably,
+        unless ``durable`` is false and the backend can skip that (see :meth:`put_blob`)."""
 
     @abstractmethod
     def _read_chunk(self, key: str) -> bytes | None: ...

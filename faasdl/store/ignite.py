@@ -188,7 +188,9 @@ class IgniteStore(StateStore):
 
         return self._call(collect)
 
-    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
+    def _write_chunks(
+        self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True
+    ) -> None:
         # One put_all per few chunks keeps each thin-client message small.
         for start in range(0, len(chunks), 4):
             batch = {key: bytes(data) for key, data in chunks[start : start + 4]}

@@ -218,7 +218,9 @@ class RedisStore(StateStore):
                     out.append((raw_key.decode()[len(RECORD) :], bytes(data), int(version)))
         return out
 
-    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
+    def _write_chunks(
+        self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True
+    ) -> None:
         client = self._redis()
 
         def write() -> None:

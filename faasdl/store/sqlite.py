@@ -1,6 +1,6 @@
 """``SqliteStore``: the embedded default. Records in one SQLite database in WAL mode, safe for many
 processes on one machine; blob chunks as files beside it, fsynced before their manifest is
-published."""
+published (unless the blob is written ``durable=False``: see :meth:`StateStore.put_blob`)."""
 
 from __future__ import annotations
 
@@ -131,7 +131,9 @@ class SqliteStore(StateStore):
     def _chunk_path(self, key: str) -> Path:
         return self.chunk_dir / key  # <blob id>/<write id>/<index>
 
-    def _write_chunks(self, chunks: list[tuple[str, bytes | memoryview]]) -> None:
+    def _write_chunks(
+        self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True
+    ) -> None:
         folders = set()
         for key, data in chunks:
             path = self._chunk_path(key)
@@ -141,10 +143,11 @@ class SqliteStore(StateStore):
             tmp = path.with_suffix(".tmp")
             with open(tmp, "wb") as fh:
                 fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
             tmp.replace(path)
-        for folder in folders:
+        for folder in folders if durable else ():
             fd = os.open(folder, os.O_RDONLY)
             try:
                 os.fsync(fd)

@@ -4,10 +4,12 @@ Ignite wherever FAASDL_TEST_IGNITE_URL is set (the ``store_url`` fixture)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -144,6 +146,53 @@ def test_blob_round_trip_and_replace(make_store_for: StoreFactory) -> None:
     assert not store.delete_blob("ckpt/a")
     with pytest.raises(BlobNotFound):
         store.get_blob("ckpt/a")
+
+
+@pytest.mark.parametrize("spill_bytes", [256 * 1024 * 1024, 10_000])
+def test_a_blob_not_forced_to_disk_reads_back_whole(
+    make_store_for: StoreFactory, spill_bytes: int
+) -> None:
+    store = make_store_for(chunk_bytes=16 * 1024, spill_bytes=spill_bytes)
+    data = bytes(range(256)) * 200  # 51 200 bytes: 4 chunks, or a spill file
+
+    store.put_blob("ckpt/n", b"old", durable=False)
+    manifest = store.put_blob("ckpt/n", data, durable=False)
+
+    assert (manifest.spill_path is not None) == (spill_bytes < len(data))
+    assert store.get_blob("ckpt/n") == data
+    assert store.collect_garbage(grace_s=0) == 0  # the replaced blob went, as with any write
+
+
+@pytest.mark.parametrize("spill_bytes", [256 * 1024 * 1024, 10_000])
+def test_sqlite_forces_a_blob_to_disk_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spill_bytes: int
+) -> None:
+    from faasdl.store.sqlite import SqliteStore
+
+    store = SqliteStore(
+        path=tmp_path / "state.db",
+        chunk_bytes=16 * 1024,
+        spill_bytes=spill_bytes,
+        spill_dir=tmp_path / "spill",
+    )
+    store.open()
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:  # the real call, counted
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    data = bytes(range(256)) * 200  # 4 chunks of 16 KiB, or one spill file
+
+    store.put_blob("ckpt/d", data)
+    durable = len(synced)
+    store.put_blob("ckpt/e", data, durable=False)
+
+    assert durable >= (1 if spill_bytes < len(data) else 4)  # each chunk (its folder), or the spill
+    assert len(synced) == durable  # none for the blob that may be lost in a machine crash
+    assert store.get_blob("ckpt/e") == data
 
 
 def test_a_blob_write_killed_before_its_manifest_is_invisible_and_collected(
