@@ -35,7 +35,7 @@ PRICE_PER_GB_S = Settings.model_fields["price_per_gb_s"].default
 #: Per workload, its parameters in a quick run (a full run takes the workloads' defaults): ~0.6 s
 #: invocations of 8-16 steps (half the defaults' step for compression and graph, so that a quick run
 #: keeps enough steps to resume from). Training keeps its defaults, 6 epochs over the 1,437
-#: training digits (~0.7 s an invocation): shorter, and failures come faster than a used replica's
+#: training digits (~0.5 s an invocation): shorter, and failures come faster than a used replica's
 #: successor can import TensorFlow (~5 s on the busy second core).
 QUICK_PARAMS: dict[str, dict[str, Any]] = {
     "training": {},
