@@ -14,8 +14,7 @@ from pydantic import ValidationError as PydanticValidationError
 from faasdl.canary.checkpoint import write_checkpoint
 from faasdl.canary.writer import ProcessWriter
 from faasdl.config import StoreSettings
-from faasdl.errors import FaasdlError, ValidationError
-from faasdl.platform.base import RETRYABLE
+from faasdl.errors import RETRYABLE, FaasdlError, ValidationError
 from faasdl.store import StateStore, make_store
 from faasdl.training.usage import reset_peak_rss
 

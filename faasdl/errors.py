@@ -44,6 +44,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic import ValidationError as PydanticValidationError
 
+#: Key of an action's error result that says a later attempt may succeed (faasdl's convention;
+#: actions set it from :attr:`FaasdlError.retryable`, the platform's classifier reads it).
+RETRYABLE = "retryable"
+
 
 class FaasdlError(Exception):
     """Root of every faasdl error."""

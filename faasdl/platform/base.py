@@ -24,8 +24,6 @@ from faasdl.lifecycle import Resource
 #: ``response.status`` for each OpenWhisk status code (``ActivationResponse.messageForCode``).
 SUCCESS = "success"
 APPLICATION_ERROR = "application error"
-#: Key of an action's error result that says a later attempt may succeed (faasdl's convention).
-RETRYABLE = "retryable"
 DEVELOPER_ERROR = "action developer error"
 WHISK_ERROR = "whisk internal error"
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from faasdl.errors import RETRYABLE
 from faasdl.platform import messages
-from faasdl.platform.base import APPLICATION_ERROR, RETRYABLE, WHISK_ERROR, Activation
+from faasdl.platform.base import APPLICATION_ERROR, WHISK_ERROR, Activation
 
 
 class FailureKind(StrEnum):

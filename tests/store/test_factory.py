@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,27 @@ def test_redis_password_is_not_in_errors() -> None:
         make_store(StoreSettings(), url).open()
 
     assert "s3cret-pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize("module", ["faasdl.experiments.action", "faasdl.canary.writer"])
+def test_an_action_and_a_checkpoint_writer_load_only_the_store_they_open(
+    module: str, tmp_path: Path
+) -> None:
+    # Execute: what a container (or its checkpoint writer) imports to open a SQLite store.
+    code = (
+        f"import sys, {module}\n"
+        "from faasdl.config import StoreSettings\n"
+        "from faasdl.store import make_store\n"
+        f"make_store(StoreSettings(), 'sqlite:///{tmp_path}/s.db').open()\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        ).stdout.split()
+    )
+
+    # Assert: neither the other backends' clients nor the platforms (a third of a second or
+    # more of every replica's warm-up, on the cores the functions use).
+    assert "faasdl.store.sqlite" in loaded
+    assert not loaded & {"redis", "pyignite", "requests", "faasdl.platform", "kubernetes"}
