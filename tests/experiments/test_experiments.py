@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from faasdl.cli import app
+from faasdl.experiments.suite import _recovered, _recovery_figures
 
 runner = CliRunner()
 
@@ -39,6 +40,25 @@ def run_experiment(name: str, tmp_path: Path) -> tuple[dict[str, Any], Path]:
     if copy_to:
         shutil.copytree(report, Path(copy_to) / name, dirs_exist_ok=True)
     return summary, report
+
+
+def recovery_runs(canary: float | None, again: float | None) -> dict[str, dict[str, Any]]:
+    """One workload's rows by label, as the recovery experiment reads them."""
+    means = {"ideal": None, "ideal-again": None, "canary": canary, "canary-again": again}
+    runs = {label: {"makespan_s": 10.0, "recovery_s_mean": m} for label, m in means.items()}
+    return runs | {"retry": {"makespan_s": 12.0, "recovery_s_mean": 2.0}}
+
+
+def test_recovery_figures_take_the_passes_that_measured_a_recovery() -> None:
+    # A pass whose faults all landed after their attempts had ended measured no recovery.
+    one = _recovery_figures(recovery_runs(0.2, None))
+    neither = _recovery_figures(recovery_runs(None, None))
+
+    assert one["recovery_s_mean"] == {"retry": 2.0, "canary": 0.2}
+    assert one["recovery_time_reduction_vs_retry"] == 0.9
+    assert neither["recovery_time_reduction_vs_retry"] is None
+    assert "no failure whose recovery could be measured" in _recovered(neither)
+    assert _recovered(one).startswith("recovers 90% faster than retry")
 
 
 @pytest.mark.tensorflow
