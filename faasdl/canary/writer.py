@@ -1,8 +1,8 @@
 """A checkpoint writer process beside a function: it persists the function's checkpoints
 (:func:`~faasdl.canary.checkpoint.write_checkpoint`) on another core.
 
-A persist is some thirty short store calls (a chunk file and its fsync, the blob's manifest, the
-head's compare-and-set, the old blob's deletion) with 2-3 ms of Python between them. In the
+A persist is some thirty short store calls (a chunk file, the blob's manifest, the head's
+compare-and-set, the old blob's deletion) with 2-3 ms of Python between them. In the
 function's own process that Python takes the GIL from the function's steps: checkpoints after
 every step of a BFS (pure Python, 18 ms a step) made it 13% slower, and each store call waited to
 win the GIL back, so a 4 ms persist took 13. From a writer process the function only encodes its
