@@ -109,6 +109,27 @@ def test_dropping_the_idle_containers_like_a_running_one_leaves_only_it(
         platform.drop_idle_like(running)
 
 
+def test_dropping_the_spares_keeps_the_containers_activations_left_warm(
+    make_local: MakeLocal,
+) -> None:
+    # Prepare: two spares of sleep, one of them then used by an activation; a warm echo.
+    platform = make_local()
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+    platform.deploy(ActionSpec(name="echo", code=actions.ECHO))
+    platform.call("echo")
+    platform.prewarm("sleep", 2)
+    assert platform.call("sleep", {"seconds": 0}).init_time is None  # took a spare
+
+    # Execute
+    dropped = platform.drop_spares()
+
+    # Assert: only the unused spare went; the used one and echo's stay warm.
+    assert dropped == 1
+    assert platform.pool_stats()["idle"] == 2
+    assert platform.call("sleep", {"seconds": 0}).init_time is None
+    assert platform.drop_spares() == 0
+
+
 def test_prewarm_stops_at_the_pool_budget(make_local: MakeLocal) -> None:
     platform = make_local(pool_memory_mb=512, memory_max_mb=512)
     platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP, memory_mb=256))

@@ -418,6 +418,12 @@ class LocalPlatform(Platform):
             raise ActivationNotFound(activation_id)
         container.kill(KillReason.INJECTED)
 
+    def drop_spares(self) -> int:
+        """Destroy the idle spare containers (replicas no activation has used), whoever asked
+        for them; returns how many. An experiment does so before a run of a strategy that keeps
+        no replicas: the replicas another run warmed (and paid for) are not its to use."""
+        return self._running_pool().drop_spares()
+
     def drop_idle_like(self, activation_id: str) -> None:
         """Destroy the idle containers of the action ``activation_id`` is running (failure
         injection: the next attempt then starts cold). Raises ``ActivationNotFound``."""

@@ -197,6 +197,16 @@ class ContainerPool:
             self._cond.notify_all()
             return spare
 
+    def drop_spares(self) -> int:
+        """Destroy the idle spares (prewarmed containers no activation has used), of every
+        action; returns how many."""
+        with self._cond:
+            spares = [c for c, s in self._containers.values() if s is State.IDLE and c.prewarmed]
+            for container in spares:
+                self._remove(container, KillReason.EVICTED)
+            self._pump()
+        return len(spares)
+
     def drop(self, action_key: str) -> None:
         """Destroy the idle containers of an action version that will never be used again."""
         with self._cond:
