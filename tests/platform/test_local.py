@@ -85,15 +85,21 @@ def test_prewarmed_containers_reserve_pool_memory(make_local: MakeLocal) -> None
     assert stats["reserved_mb"] == 768
 
 
-def test_dropping_the_idle_containers_like_a_running_one_leaves_only_it(
-    make_local: MakeLocal,
-) -> None:
-    # Prepare: one activation running, two idle containers of its action, one of another.
+def spares_and_a_warm_echo(make_local: MakeLocal, spares: int) -> LocalPlatform:
+    """A platform with ``spares`` prewarmed containers of ``sleep`` and a warm one of ``echo``."""
     platform = make_local()
     platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
     platform.deploy(ActionSpec(name="echo", code=actions.ECHO))
     platform.call("echo")
-    platform.prewarm("sleep", 3)
+    platform.prewarm("sleep", spares)
+    return platform
+
+
+def test_dropping_the_idle_containers_like_a_running_one_leaves_only_it(
+    make_local: MakeLocal,
+) -> None:
+    # Prepare: one activation running, two idle containers of its action, one of another.
+    platform = spares_and_a_warm_echo(make_local, 3)
     running = platform.invoke("sleep", {"seconds": 30})
     eventually(lambda: platform.pool_stats()["idle"] == 3, what="one sleep container busy")
 
@@ -113,11 +119,7 @@ def test_dropping_the_spares_keeps_the_containers_activations_left_warm(
     make_local: MakeLocal,
 ) -> None:
     # Prepare: two spares of sleep, one of them then used by an activation; a warm echo.
-    platform = make_local()
-    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
-    platform.deploy(ActionSpec(name="echo", code=actions.ECHO))
-    platform.call("echo")
-    platform.prewarm("sleep", 2)
+    platform = spares_and_a_warm_echo(make_local, 2)
     assert platform.call("sleep", {"seconds": 0}).init_time is None  # took a spare
 
     # Execute
