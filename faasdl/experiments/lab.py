@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faasdl.canary.runtime import RuntimeManager
-from faasdl.canary.strategies import make_strategy
 from faasdl.config import Settings
 from faasdl.experiments.runner import InvocationRunner, RunReport, RunSpec
 from faasdl.platform.local import LocalPlatform
@@ -42,21 +41,6 @@ class Lab:
                 SETTLE_TIMEOUT_S,
                 spec.run_id,
             )
-        strategy = make_strategy(
-            spec.strategy,
-            max_attempts=spec.max_attempts,
-            copies=spec.copies,
-            replication=spec.replication,
-        )
-        replicas = strategy.replicas(active=spec.concurrency, failures=0, attempts=0)
-        if spec.plan.faults and replicas == 0:
-            # A strategy without replicas recovers in the pool it would have on its own: the
-            # spares earlier runs warmed and released would recover it for free (a TensorFlow
-            # container in 0.25 s instead of a 5 s cold start). A failure-free run keeps them:
-            # it never looks for a spare, and the canary run after it would warm them again.
-            dropped = self.platform.drop_spares()
-            if dropped:
-                log.debug("%s: %d spare container(s) of earlier runs dropped", spec.run_id, dropped)
         runner = InvocationRunner(
             self.platform,
             self.store,
@@ -65,6 +49,15 @@ class Lab:
             spec,
             restart_store=self.restart_store,
         )
+        replicas = runner.strategy.replicas(active=spec.concurrency, failures=0, attempts=0)
+        if spec.plan.faults and replicas == 0:
+            # A strategy without replicas recovers in the pool it would have on its own: the
+            # spares earlier runs warmed and released would recover it for free (a TensorFlow
+            # container in 0.25 s instead of a 5 s cold start). A failure-free run keeps them:
+            # it never looks for a spare, and the canary run after it would warm them again.
+            dropped = self.platform.drop_spares()
+            if dropped:
+                log.debug("%s: %d spare container(s) of earlier runs dropped", spec.run_id, dropped)
         return runner.run()
 
 

@@ -200,20 +200,19 @@ class ContainerPool:
     def drop_spares(self) -> int:
         """Destroy the idle spares (prewarmed containers no activation has used), of every
         action; returns how many."""
-        with self._cond:
-            spares = [c for c, s in self._containers.values() if s is State.IDLE and c.prewarmed]
-            for container in spares:
-                self._remove(container, KillReason.EVICTED)
-            self._pump()
-        return len(spares)
+        return self._drop_idle(lambda c: c.prewarmed)
 
     def drop(self, action_key: str) -> None:
         """Destroy the idle containers of an action version that will never be used again."""
+        self._drop_idle(lambda c: c.action_key == action_key)
+
+    def _drop_idle(self, which: Callable[[Container], bool]) -> int:
         with self._cond:
-            for container, state in list(self._containers.values()):
-                if container.action_key == action_key and state is State.IDLE:
-                    self._remove(container, KillReason.EVICTED)
+            idle = [c for c, s in self._containers.values() if s is State.IDLE and which(c)]
+            for container in idle:
+                self._remove(container, KillReason.EVICTED)
             self._pump()
+        return len(idle)
 
     # -- internals (call with the lock held) ------------------------------------------------
 
