@@ -3,7 +3,9 @@ of an experiment's workload (:mod:`.workloads`) as a Canary stateful function.
 
 * ``{"warmup": true, "prime": {"workload", "params", "store_url"?}}``: prepare the workload's
   context (a warm replica of the training workload imports TensorFlow and builds its trainer),
-  start the checkpoint writer process for ``store_url`` if given, and answer;
+  run one step and drop it (:meth:`~.workloads.Workload.prime`: a first step in a fresh process
+  took 10-15 ms longer, for compression and the web service), start the checkpoint writer
+  process for ``store_url`` if given, and answer;
 * ``{"workload", "params", "store_url", "canary", "crash"?}`` (:class:`WorkloadArgs`): resume
   from the unit's newest checkpoint (or start), run the remaining steps with a checkpoint after
   each (when the attempt checkpoints; the container's writer process persists them, see
@@ -70,7 +72,8 @@ def _warm(args: dict[str, Any]) -> None:
     if args.get("prime") is not None:
         prime = Prime.model_validate(args["prime"])
         found = workload(prime.workload)
-        _context(found, found.params.model_validate(prime.params))
+        params = found.params.model_validate(prime.params)
+        found.prime(params, _context(found, params))
         if prime.store_url is not None:
             action_writer(prime.store_url)
 

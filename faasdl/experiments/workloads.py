@@ -106,6 +106,11 @@ class Workload(ABC):
     def step(self, params: Params, context: Any, state: State) -> State:
         """Step ``state.done`` (a new state; ``state`` itself is left as it was)."""
 
+    def prime(self, params: Params, context: Any) -> None:
+        """Run a step once and drop it: a warm replica's first step after a takeover is then as
+        fast as any (its code, allocator and caches have been through one)."""
+        self.step(params, context, self.initial(params, context))
+
     def checkpoint_after(self, params: Params, done: int) -> bool:
         """Whether to checkpoint after ``done`` steps (default: after every step)."""
         return True

@@ -52,6 +52,17 @@ def test_a_workload_resumed_from_any_checkpoint_ends_with_the_failure_free_resul
     assert run_steps(found, params, context, twice).result() != whole.result()
 
 
+@pytest.mark.parametrize("name", ["compression", "graph", "webservice"])
+def test_a_primed_context_gives_the_results_a_fresh_one_gives(name: str) -> None:
+    """A replica runs a step as it warms up (``prime``); what it then runs is unchanged."""
+    found = WORKLOADS[name]
+    params = found.params.model_validate({"seed": 4})
+    fresh = run_steps(found, params, found.context(params)).result()
+    context = found.context(params)
+    found.prime(found.params.model_validate({}), context)
+    assert run_steps(found, params, context).result() == fresh
+
+
 def test_an_unknown_workload_is_named_with_the_known_ones() -> None:
     with pytest.raises(FaasdlValidationError, match=r"workload: unknown workload 'nope'.*graph"):
         workload("nope")
