@@ -62,7 +62,7 @@ def test_recovery_figures_take_the_passes_that_measured_a_recovery() -> None:
 
 
 @pytest.mark.tensorflow
-@pytest.mark.timeout(900)  # four workloads, 100 invocations each and a warm-up: ~six minutes
+@pytest.mark.timeout(1200)  # four workloads, 100 invocations each and a warm-up: ~seven minutes
 def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Path) -> None:
     summary, report = run_experiment("recovery", tmp_path)
     workloads = summary["workloads"]
