@@ -397,7 +397,10 @@ class InvocationRunner:
             if record is not None:
                 del self._abandoned[activation_id]
                 self._book(record)
-        for activation_id, attempt in list(self._in_flight.items()):
+        for activation_id in list(self._in_flight):
+            attempt = self._in_flight.get(activation_id)
+            if attempt is None:
+                continue  # a copy of a unit committed in this pass: abandoned, booked later
             record = self.platform.get_activation(activation_id)
             if record is not None:
                 del self._in_flight[activation_id]

@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from faasdl.actions import deploy_variant
 from faasdl.canary.strategies import StrategyName
 from faasdl.errors import ValidationError as FaasdlValidationError
 from faasdl.experiments.inject import REACH, FailurePlan, Fault
 from faasdl.experiments.lab import Lab, ledger, open_lab
-from faasdl.experiments.runner import RunReport, RunSpec
+from faasdl.experiments.runner import WORKLOAD, InvocationRunner, RunReport, RunSpec
 from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
+from tests.conftest import eventually
 from tests.store.conftest import private_redis
 
 #: Four files of 512 KiB: four steps of ~70 ms, a checkpoint after each.
@@ -148,6 +150,39 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert hit.failures == ["crash"]
     assert hit.final["resumed_from"] >= 2
     assert hit.final["steps_run"] == 8 - hit.final["resumed_from"]
+
+
+def test_copies_that_end_together_are_settled_once_and_both_booked(lab: Lab) -> None:
+    """Request replication's two copies of an invocation both end before the runner looks: the
+    first it settles commits the unit and abandons the other, which the same pass must skip."""
+    # Arrange: the runner's steps driven by hand, so that both copies have ended when it looks.
+    spec = RunSpec(
+        run_id="copies-together",
+        workload="compression",
+        params={**SMALL, "files": 1},
+        invocations=1,
+        strategy="request_replication",
+    )
+    runner = InvocationRunner(lab.platform, lab.store, lab.store_url, lab.runtimes, spec)
+    runner.variant = deploy_variant(
+        lab.platform, WORKLOAD, memory_mb=runner.memory_mb, timeout_ms=spec.timeout_s * 1000
+    )
+    runner._launch()
+    copies = list(runner._in_flight)
+    assert len(copies) == 2
+    eventually(lambda: all(lab.platform.get_activation(c) for c in copies), what="both ended")
+
+    # Execute
+    runner._collect()
+    runner._drain()
+
+    # Assert: committed once, with the failure-free result, and both copies' time booked.
+    found = ledger(lab.store, spec.run_id, expected(1, spec.params))
+    assert found.exactly_once
+    assert found.committed == 1
+    assert runner._activations == 2
+    assert not runner._in_flight
+    assert not runner._abandoned
 
 
 def test_a_block_of_a_longer_run_makes_its_own_invocations_with_their_faults(lab: Lab) -> None:
