@@ -686,8 +686,8 @@ def scale(size: Size, progress: Console) -> Result:
     """Increasing invocations and workers at 15% failures, retry against canary, and one large
     run of a light workload checked unit by unit from the store (thesis Figs 6.10, 6.11)."""
     name, params = LIGHT
-    sizes = [100, 200] if size == "quick" else [200, 400, 800, 1000]
-    large = 500 if size == "quick" else 5000
+    sizes = [50, 100] if size == "quick" else [200, 400, 800, 1000]
+    large = 250 if size == "quick" else 5000
     found = workload(name)
     typed = found.params.model_validate(params)
     context_cache: dict[int, str] = {}

@@ -103,7 +103,7 @@ def test_scale_checks_the_large_run_from_the_store(tmp_path: Path) -> None:
     large = summary["large_run"]
     assert isinstance(large, dict)
     assert large["exactly_once"] is True
-    assert large["committed"] == large["units_in_store"] == large["invocations"] == 500
+    assert large["committed"] == large["units_in_store"] == large["invocations"] == 250
     assert large["failures"] > 0
     # A kill that lands after the commit costs no attempt: the unit is not run again.
     assert large["invocations"] < large["attempts"] <= large["invocations"] + large["failures"]
