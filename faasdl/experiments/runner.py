@@ -158,7 +158,14 @@ class InvocationRunner:
             replication=spec.replication,
         )
         self.memory_mb = spec.memory_mb or workload(spec.workload).memory_mb
-        self.faults = spec.plan.by_invocation()
+        self.faults = spec.plan.by_attempt()
+        extra = [f for f in spec.plan.faults if f.copy_index >= self.strategy.copies]
+        if extra:
+            raise ValueError(
+                f"plan: a fault hits copy {extra[0].copy_index} of invocation "
+                f"{extra[0].invocation}, but {spec.strategy} runs only {self.strategy.copies} "
+                "(copies are numbered from 0)"
+            )
         if any(f.kind == "store_restart" for f in spec.plan.faults) and restart_store is None:
             raise ValueError("plan: a store_restart fault needs a store the runner can restart")
         self.outcomes = [Outcome(i) for i in spec.indices]
@@ -222,7 +229,11 @@ class InvocationRunner:
             index = self._queue[0]
             token, position = self._claim(index)
             outcome = self._outcome(index)
-            fault = self.faults.get(index) if outcome.attempts == 0 else None
+            # A fault hits one copy of an invocation's first attempt.
+            faults = [
+                self.faults.get((index, copy)) if outcome.attempts == 0 else None
+                for copy in range(self.strategy.copies)
+            ]
             canary = CanaryArgs(
                 unit=self._key(index),
                 token=token,
@@ -236,12 +247,12 @@ class InvocationRunner:
                 "store_url": self.store_url,
                 "canary": canary.model_dump(mode="json"),
             }
-            if fault is not None and fault.kind == "crash_point":
-                params["crash"] = {"point": fault.point}
-            started: list[str] = []
+            started: list[tuple[str, Fault | None]] = []
             with contextlib.suppress(Throttled):
-                for _ in range(self.strategy.copies):
-                    started.append(self.platform.invoke(self.variant, params))
+                for fault in faults:
+                    crash = fault.point if fault is not None else None  # crash_point's only
+                    with_crash = params | {"crash": {"point": crash}} if crash else params
+                    started.append((self.platform.invoke(self.variant, with_crash), fault))
             if not started:
                 return
             self._queue.popleft()
@@ -251,7 +262,7 @@ class InvocationRunner:
             outcome.attempts += 1
             self._attempts += 1
             self._position[index] = position
-            for activation_id in started:
+            for activation_id, fault in started:
                 self._in_flight[activation_id] = Attempt(index, token, fault)
 
     def _claim(self, index: int) -> tuple[int, int]:

@@ -187,8 +187,8 @@ class _Bench:
         }
 
 
-def _plan(seed: int, invocations: int, rate: float) -> FailurePlan:
-    return FailurePlan.random(seed=seed, invocations=invocations, rate=rate)
+def _plan(seed: int, invocations: int, rate: float, copies: int = 1) -> FailurePlan:
+    return FailurePlan.random(seed=seed, invocations=invocations, rate=rate, copies=copies)
 
 
 def _check(rows: list[dict[str, Any]]) -> None:
@@ -498,7 +498,8 @@ def baselines(size: Size, progress: Console) -> Result:
         ("canary", "Canary", 0.15),
         _setup(
             n,
-            "one invocation in flight (request replication runs two copies of it)",
+            "one invocation in flight (request replication runs two copies of it, each "
+            "killed at the failure rate independently of the other: both at its square)",
             dict([COMPARED]),
         ),
     )
@@ -546,8 +547,12 @@ def _compare(
         bench.warm_up()
         rows.append(bench.row(bench.reference(), "ideal", 0.0))
         for rate in rates:
-            plan = plans[f"{compared}-{rate:.2f}"] = _plan(2000 + int(rate * 100), n, rate)
             for strategy, mode in variants:
+                # Every container fails at the same rate: request replication's second copy
+                # too, independently of the first (whose faults are every strategy's).
+                copies = RunSpec.copies if strategy == "request_replication" else 1
+                key = f"{compared}-{rate:.2f}" + (f"-{copies}-copies" if copies > 1 else "")
+                plan = plans.setdefault(key, _plan(2000 + int(rate * 100), n, rate, copies))
                 name = label(strategy, mode)
                 progress.print(f"{name} at {rate:.0%} failures")
                 report = bench.run(f"{name}-{rate}", strategy, plan, replication=mode)

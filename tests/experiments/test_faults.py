@@ -81,12 +81,22 @@ def test_a_plan_is_drawn_from_its_seed_and_round_trips(tmp_path: Path) -> None:
     assert FailurePlan.read(tmp_path / "plan.json") == plan
 
 
+def test_a_plan_for_copies_hits_each_copy_independently_and_the_first_as_with_one() -> None:
+    one = FailurePlan.random(seed=7, invocations=100, rate=0.15)
+    two = FailurePlan.random(seed=7, invocations=100, rate=0.15, copies=2)
+    assert [f for f in two.faults if f.copy_index == 0] == one.faults
+    second = {f.invocation for f in two.faults if f.copy_index == 1}
+    assert len(second) == 15
+    assert second != {f.invocation for f in one.faults}  # drawn apart from the first copy's
+    assert FailurePlan(faults=[Fault(invocation=1), Fault(invocation=1, copy_index=1)])
+
+
 def test_a_bad_plan_names_its_field() -> None:
     with pytest.raises(ValidationError, match="point: set exactly when kind is crash_point"):
         Fault(invocation=0, kind="crash_point")
     with pytest.raises(ValidationError, match="point: set exactly when kind is crash_point"):
         Fault(invocation=0, kind="kill", point="committed")
-    with pytest.raises(ValidationError, match="at most one fault per invocation"):
+    with pytest.raises(ValidationError, match=r"at most one fault per invocation \(and copy\)"):
         FailurePlan(faults=[Fault(invocation=1), Fault(invocation=1, at=0.2)])
     with pytest.raises(ValidationError, match="less than or equal to 1"):
         Fault(invocation=0, at=1.5)
@@ -150,6 +160,33 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert hit.failures == ["crash"]
     assert hit.final["resumed_from"] >= 2
     assert hit.final["steps_run"] == 8 - hit.final["resumed_from"]
+
+
+def test_a_killed_copy_leaves_the_other_to_commit_and_both_killed_start_again(lab: Lab) -> None:
+    # Request replication's copies are killed independently: invocation 1 loses its second copy
+    # only (the first goes on and commits), invocation 2 both (a new attempt runs).
+    eight = {**SMALL, "files": 8}
+    faults = [
+        Fault(invocation=1, copy_index=1, at=0.5),
+        Fault(invocation=2, at=0.5),
+        Fault(invocation=2, copy_index=1, at=0.5),
+    ]
+    report = run(lab, "kill-copies", "request_replication", faults, params=eight)
+    assert sorted(h.invocation for h in report.injected) == [1, 2, 2]
+    assert [o.attempts for o in report.outcomes] == [1, 1, 2]
+
+
+def test_a_plan_hitting_a_copy_the_strategy_does_not_run_is_refused(lab: Lab) -> None:
+    spec = RunSpec(
+        run_id="no-such-copy",
+        workload="compression",
+        params=SMALL,
+        invocations=2,
+        strategy="retry",
+        plan=FailurePlan(faults=[Fault(invocation=1, copy_index=1)]),
+    )
+    with pytest.raises(ValueError, match="plan: a fault hits copy 1 of invocation 1, but retry"):
+        lab.run(spec)
 
 
 def test_copies_that_end_together_are_settled_once_and_both_booked(lab: Lab) -> None:
