@@ -683,18 +683,36 @@ def experiment(
             "experiments/results for --full, experiments/quick for --quick."
         ),
     ] = None,
+    workload: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workload",
+            help="recovery only: run this workload alone (repeat it for more); the report goes "
+            "to recovery-NAME/. Default: all four.",
+        ),
+    ] = None,
 ) -> None:
     """Run an experiment of the thesis' evaluation and write its report (CSV, PNG plots, failure
     plans, a Markdown summary); its headline figures are the last line, as JSON."""
     if name not in EXPERIMENT_NAMES:
         fail(f"name: unknown experiment {name!r} (known: {', '.join(EXPERIMENT_NAMES)})")
     from faasdl.experiments import report
-    from faasdl.experiments.suite import EXPERIMENTS
+    from faasdl.experiments.suite import EXPERIMENTS, recovery
+    from faasdl.experiments.workloads import WORKLOADS
 
+    workloads = list(dict.fromkeys(workload or []))
+    if workloads and name != "recovery":
+        fail(f"--workload: only the recovery experiment runs per workload, not {name}")
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        fail(f"--workload: unknown workload {unknown[0]!r} (known: {', '.join(WORKLOADS)})")
     size: report.Size = "full" if full else "quick"
     directory = output or Path("experiments") / ("results" if full else "quick")
     try:
-        result = EXPERIMENTS[name](size, console)
+        if workloads:
+            result = recovery(size, console, workloads)
+        else:
+            result = EXPERIMENTS[name](size, console)
     except FaasdlError as exc:
         fail(str(exc))
     written = report.write(result, directory)

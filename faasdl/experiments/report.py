@@ -52,11 +52,20 @@ class Result:
     plans: dict[str, FailurePlan] = field(default_factory=dict)
     #: What differs from the thesis' setup, said once.
     setup: list[str] = field(default_factory=list)
+    #: The run's options beyond its size (``("--workload", "training")``): they are in its
+    #: command, and their values name its report (``recovery-training``), a part of the
+    #: experiment that sits beside the whole one's.
+    options: tuple[str, ...] = ()
 
     @property
     def command(self) -> str:
         """The command that regenerates the report."""
-        return f"faasdl experiment {self.name} --{self.size}"
+        return " ".join(["faasdl experiment", self.name, f"--{self.size}", *self.options])
+
+    @property
+    def report_name(self) -> str:
+        """The report's directory (and CSV's) name."""
+        return "-".join([self.name, *(o for o in self.options if not o.startswith("--"))])
 
 
 def environment() -> dict[str, Any]:
@@ -71,19 +80,21 @@ def environment() -> dict[str, Any]:
 
 
 def write(result: Result, directory: Path) -> Path:
-    """Write the report into ``directory/<name>`` (replaced whole); returns that directory."""
-    target = directory / result.name
-    staging = directory / f".{result.name}.partial"
+    """Write the report into ``directory/<report name>`` (replaced whole); returns that
+    directory."""
+    name = result.report_name
+    target = directory / name
+    staging = directory / f".{name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "plans").mkdir(parents=True)
-    _csv(result.rows, staging / f"{result.name}.csv")
+    _csv(result.rows, staging / f"{name}.csv")
     for label, plan in result.plans.items():
         plan.write(staging / "plans" / f"{label}.json")
     for plot in result.plots:
         _plot(plot, result.rows, staging / plot.file)
     (staging / "summary.md").write_text(_markdown(result))
     (staging / "summary.json").write_text(json.dumps(result.summary, indent=1) + "\n")
-    old = directory / f".{result.name}.old"
+    old = directory / f".{name}.old"
     shutil.rmtree(old, ignore_errors=True)
     if target.exists():
         target.rename(old)
@@ -144,6 +155,7 @@ def _plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
 
 def _markdown(result: Result) -> str:
     env = environment()
+    csv_name = f"{result.report_name}.csv"
     columns: list[str] = []
     for row in result.rows:
         columns.extend(k for k in row if k not in columns)
@@ -171,7 +183,7 @@ def _markdown(result: Result) -> str:
         "|" + "---|" * len(columns),
         *("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in result.rows),
         "",
-        f"Data: [`{result.name}.csv`]({result.name}.csv); failure plans (seeded, replayable): "
+        f"Data: [`{csv_name}`]({csv_name}); failure plans (seeded, replayable): "
         "[`plans/`](plans/).",
         "",
     ]

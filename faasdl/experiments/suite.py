@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,15 +208,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 # ---- recovery -------------------------------------------------------------------------------
 
 
-def recovery(size: Size, progress: Console) -> Result:
+def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Result:
     """Total execution and recovery time against the failure rate, ideal vs retry vs canary,
-    per workload (thesis Figs 6.3, 6.5, 6.6)."""
+    per workload (thesis Figs 6.3, 6.5, 6.6): those named in ``workloads``, or all of them."""
+    names = list(workloads or WORKLOADS)
     n = 20 if size == "quick" else 100
     rates = [0.15] if size == "quick" else [0.0, 0.10, 0.15, 0.25, 0.50]
     rows: list[dict[str, Any]] = []
     plans: dict[str, FailurePlan] = {}
     per_workload: dict[str, dict[str, Any]] = {}
-    for name in WORKLOADS:
+    for name in names:
         with open_lab() as lab:
             bench = _Bench(lab, name, _params(name, size), n, concurrency=1)
             progress.print(f"recovery: {name}: warm-up")
@@ -284,7 +285,7 @@ def recovery(size: Size, progress: Console) -> Result:
             *_setup(
                 n,
                 "one invocation in flight at a time",
-                {name: _params(name, size) for name in WORKLOADS},
+                {name: _params(name, size) for name in names},
             ),
             "Each workload's failure-free run and canary's run at 15% failures take turns "
             "invocation by invocation (ideal, canary, canary, ideal, ...; each invocation a run "
@@ -323,6 +324,7 @@ def recovery(size: Size, progress: Console) -> Result:
                 bars=True,
             ),
         ],
+        options=tuple(o for name in workloads for o in ("--workload", name)),
     )
 
 

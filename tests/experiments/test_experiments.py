@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from faasdl.cli import app
+from faasdl.experiments.report import Result, write
 from faasdl.experiments.suite import _recovered, _recovery_figures
 
 runner = CliRunner()
@@ -124,3 +125,39 @@ def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) ->
     assert "name: unknown experiment 'nope'" in result.output
     assert "recovery" in result.output
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["recovery", "--workload", "training", "--workload", "nope"], "unknown workload 'nope'"),
+        (["cost", "--workload", "training"], "only the recovery experiment runs per workload"),
+    ],
+)
+def test_a_bad_workload_option_is_refused_before_anything_runs(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    result = runner.invoke(app, ["experiment", *args, "--output", str(tmp_path)])
+    assert result.exit_code != 0
+    assert f"--workload: {message}" in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_report_of_some_workloads_names_them_and_keeps_the_whole_ones(tmp_path: Path) -> None:
+    whole = Result("recovery", "full", [{"workload": "graph", "makespan_s": 1.0}], {"a": 1})
+    part = Result(
+        "recovery",
+        "full",
+        [{"workload": "training", "makespan_s": 2.0}],
+        {"a": 2},
+        options=("--workload", "training"),
+    )
+
+    write(whole, tmp_path)
+    written = write(part, tmp_path)
+
+    assert written == tmp_path / "recovery-training"
+    summary = (written / "summary.md").read_text()
+    assert "    faasdl experiment recovery --full --workload training\n" in summary
+    assert (written / "recovery-training.csv").read_text().splitlines()[1] == "training,2.0"
+    assert json.loads((tmp_path / "recovery" / "summary.json").read_text()) == {"a": 1}
