@@ -217,6 +217,12 @@ class StoreSettings(BaseModel):
     spill_dir: str = Field(
         ".faasdl/spill", description="The spill tier: a directory every worker can read."
     )
+    sqlite_synchronous: Literal["EXTRA", "FULL", "NORMAL"] = Field(
+        "FULL",
+        description="SQLite's syncing: FULL forces every commit to disk; NORMAL only the "
+        "write-ahead log's checkpoints (a machine crash may lose the latest commits, never "
+        "consistency). Canary's checkpoint writers use NORMAL.",
+    )
     username: str | None = Field(None, description="Ignite user name.")
     password: SecretStr | None = Field(None, description="Redis AUTH or Ignite password.")
     password_file: Path | None = Field(

@@ -25,7 +25,11 @@ def _sqlite(url: str, s: StoreSettings) -> StateStore:
             "sqlite URLs need a path: sqlite:///relative.db or sqlite:////abs.db", field="store url"
         )
     return SqliteStore(
-        path=Path(path), chunk_bytes=s.chunk_bytes, spill_bytes=s.spill_bytes, spill_dir=s.spill_dir
+        path=Path(path),
+        synchronous=s.sqlite_synchronous,
+        chunk_bytes=s.chunk_bytes,
+        spill_bytes=s.spill_bytes,
+        spill_dir=s.spill_dir,
     )
 
 

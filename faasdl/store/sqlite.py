@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from faasdl.errors import StoreUnavailable
+from faasdl.errors import StoreUnavailable, ValidationError
 from faasdl.store.base import StateStore
 
 _SCHEMA = """
@@ -22,6 +22,9 @@ CREATE TABLE IF NOT EXISTS records (
     version INTEGER NOT NULL
 ) WITHOUT ROWID
 """
+
+#: SQLite's ``synchronous`` settings a store may use (OFF could corrupt the database on a crash).
+SYNCHRONOUS = ("EXTRA", "FULL", "NORMAL")
 
 
 class SqliteStore(StateStore):
@@ -38,6 +41,8 @@ class SqliteStore(StateStore):
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        if synchronous not in SYNCHRONOUS:
+            raise ValidationError(f"must be one of {', '.join(SYNCHRONOUS)}", field="synchronous")
         self.path = Path(path)
         self.chunk_dir = Path(f"{self.path}.chunks")
         self._synchronous = synchronous

@@ -99,3 +99,22 @@ def test_an_action_and_a_checkpoint_writer_load_only_the_store_they_open(
     # more of every replica's warm-up, on the cores the functions use).
     assert "faasdl.store.sqlite" in loaded
     assert not loaded & {"redis", "pyignite", "requests", "faasdl.platform", "kubernetes"}
+
+
+@pytest.mark.parametrize(("synchronous", "level"), [("FULL", 2), ("NORMAL", 1), ("EXTRA", 3)])
+def test_sqlite_syncs_commits_as_the_settings_say(
+    tmp_path: Path, synchronous: str, level: int
+) -> None:
+    settings = StoreSettings(sqlite_synchronous=synchronous)
+
+    with make_store(settings, f"sqlite:///{tmp_path}/x.db") as store:
+        assert isinstance(store, SqliteStore)
+        assert store._execute("PRAGMA synchronous").fetchone()[0] == level
+
+
+def test_sqlite_refuses_a_sync_setting_that_could_corrupt_it(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="must be one of EXTRA, FULL, NORMAL") as caught:
+        SqliteStore(path=tmp_path / "x.db", synchronous="OFF")
+
+    assert caught.value.field == "synchronous"
+    assert not (tmp_path / "x.db").exists()
