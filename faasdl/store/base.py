@@ -122,6 +122,17 @@ def _blob_id(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
 
 
+def fsync_dirs(*folders: Path) -> None:
+    """Force the entries of ``folders`` to disk: a file or folder made in one survives a machine
+    crash only once its folder is synced too."""
+    for folder in folders:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _write_id_age_s(write_id: str) -> float:
     try:
         return time.time() - int(write_id[:16], 16) / 1e9
@@ -372,6 +383,8 @@ class StateStore(Resource):
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
+        if durable:
+            fsync_dirs(folder, self.spill_dir)
         digest = hashlib.sha256(data).hexdigest()
         return BlobManifest(
             name=name,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from faasdl.errors import StoreUnavailable, ValidationError
-from faasdl.store.base import StateStore
+from faasdl.store.base import StateStore, fsync_dirs
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -139,11 +139,11 @@ class SqliteStore(StateStore):
     def _write_chunks(
         self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True
     ) -> None:
-        folders = set()
+        folders: set[Path] = set()
         for key, data in chunks:
             path = self._chunk_path(key)
             if path.parent not in folders:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                _make_folder(path.parent)
                 folders.add(path.parent)
             tmp = path.with_suffix(".tmp")
             with open(tmp, "wb") as fh:
@@ -152,12 +152,10 @@ class SqliteStore(StateStore):
                     fh.flush()
                     os.fsync(fh.fileno())
             tmp.replace(path)
-        for folder in folders if durable else ():
-            fd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if durable and folders:
+            # The chunks' folder, the blob's (the write's folder is new) and the chunk
+            # directory (the blob's folder may be).
+            fsync_dirs(*folders, *{f.parent for f in folders}, self.chunk_dir)
 
     def _read_chunk(self, key: str) -> bytes | None:
         try:
@@ -172,7 +170,9 @@ class SqliteStore(StateStore):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             folders.add(path.parent)
-        for folder in folders:
+        # The write's folder, then the blob's once it holds no other write (each checkpoint is a
+        # blob of its own name: its folder would be left behind for every one).
+        for folder in [*folders, *{f.parent for f in folders}]:
             with contextlib.suppress(OSError):  # not empty, or already gone
                 folder.rmdir()
 
@@ -181,6 +181,18 @@ class SqliteStore(StateStore):
             key = path.relative_to(self.chunk_dir).as_posix()
             if path.suffix != ".tmp" and key.startswith(prefix):
                 yield key
+
+
+def _make_folder(folder: Path) -> None:
+    """Make ``folder`` and its parents; again if another process's deletion removed a parent
+    that was left empty meanwhile."""
+    for _ in range(3):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            continue
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _prefix_end(prefix: str) -> str | None:

@@ -176,11 +176,11 @@ def test_sqlite_forces_a_blob_to_disk_only_when_asked(
         spill_dir=tmp_path / "spill",
     )
     store.open()
-    synced: list[int] = []
+    synced: list[str] = []
     real_fsync = os.fsync
 
-    def fsync(fd: int) -> None:  # the real call, counted
-        synced.append(fd)
+    def fsync(fd: int) -> None:  # the real call, recorded
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
@@ -191,8 +191,30 @@ def test_sqlite_forces_a_blob_to_disk_only_when_asked(
     store.put_blob("ckpt/e", data, durable=False)
 
     assert durable >= (1 if spill_bytes < len(data) else 4)  # each chunk (its folder), or the spill
+    # The folders the blob's file and folder were made in: else a crash can lose them.
+    top = tmp_path / "spill" if spill_bytes < len(data) else store.chunk_dir
+    assert str(top) in synced
     assert len(synced) == durable  # none for the blob that may be lost in a machine crash
     assert store.get_blob("ckpt/e") == data
+
+
+def test_sqlite_leaves_no_folder_behind_for_deleted_blobs(tmp_path: Path) -> None:
+    from faasdl.store.sqlite import SqliteStore
+
+    store = SqliteStore(path=tmp_path / "state.db", chunk_bytes=1024)
+    store.open()
+    for i in range(3):  # checkpoints: a blob of a new name each, the one before deleted
+        store.put_blob(f"ckpt/u/a{i}", os.urandom(3000))
+        if i:
+            store.delete_blob(f"ckpt/u/a{i - 1}")
+    store.put_blob("ckpt/u/a2", b"replaced")  # a new write of a name: the old write's folder
+    kept = [(p.is_dir(), p.relative_to(store.chunk_dir).parts) for p in store.chunk_dir.rglob("*")]
+
+    store.delete_blob("ckpt/u/a2")
+
+    assert sorted(len(parts) for _, parts in kept) == [1, 2, 3]  # the blob's, its write's, a chunk
+    assert [is_dir for is_dir, _ in sorted(kept, key=lambda k: len(k[1]))] == [True, True, False]
+    assert list(store.chunk_dir.iterdir()) == []
 
 
 def test_a_blob_write_killed_before_its_manifest_is_invisible_and_collected(
