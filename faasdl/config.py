@@ -200,6 +200,10 @@ class ServerSettings(BaseModel):
         return self
 
 
+#: SQLite's ``synchronous`` settings a store may use (OFF could corrupt the database on a crash).
+SqliteSynchronous = Literal["EXTRA", "FULL", "NORMAL"]
+
+
 class StoreSettings(BaseModel):
     """The state store (``faasdl.store``): the URL picks the backend."""
 
@@ -217,7 +221,7 @@ class StoreSettings(BaseModel):
     spill_dir: str = Field(
         ".faasdl/spill", description="The spill tier: a directory every worker can read."
     )
-    sqlite_synchronous: Literal["EXTRA", "FULL", "NORMAL"] = Field(
+    sqlite_synchronous: SqliteSynchronous = Field(
         "FULL",
         description="SQLite's syncing: FULL forces every commit to disk; NORMAL only the "
         "write-ahead log's checkpoints (a machine crash may lose the latest commits, never "

@@ -10,8 +10,9 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from faasdl.config import SqliteSynchronous
 from faasdl.errors import StoreUnavailable, ValidationError
 from faasdl.store.base import StateStore, fsync_dirs
 
@@ -23,8 +24,7 @@ CREATE TABLE IF NOT EXISTS records (
 ) WITHOUT ROWID
 """
 
-#: SQLite's ``synchronous`` settings a store may use (OFF could corrupt the database on a crash).
-SYNCHRONOUS = ("EXTRA", "FULL", "NORMAL")
+SYNCHRONOUS: tuple[str, ...] = get_args(SqliteSynchronous)
 
 
 class SqliteStore(StateStore):
@@ -36,7 +36,7 @@ class SqliteStore(StateStore):
         self,
         *,
         path: str | Path,
-        synchronous: str = "FULL",
+        synchronous: SqliteSynchronous = "FULL",
         busy_timeout_s: float = 60.0,
         **kw: Any,
     ) -> None:
@@ -186,13 +186,13 @@ class SqliteStore(StateStore):
 def _make_folder(folder: Path) -> None:
     """Make ``folder`` and its parents; again if another process's deletion removed a parent
     that was left empty meanwhile."""
-    for _ in range(3):
+    for attempt in range(3):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             return
         except FileNotFoundError:
-            continue
-    folder.mkdir(parents=True, exist_ok=True)
+            if attempt == 2:
+                raise
 
 
 def _prefix_end(prefix: str) -> str | None:
