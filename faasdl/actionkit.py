@@ -1,22 +1,31 @@
 """What every faasdl action shares: the warm-up answer, per-activation peak memory, errors as
-OpenWhisk application errors, and a store connection (and a checkpoint writer process) kept
-across warm activations."""
+OpenWhisk application errors, a stack dump before the time limit, and a store connection (and a
+checkpoint writer process) kept across warm activations."""
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import functools
 import os
-from collections.abc import Callable
+import sys
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
-from faasdl.canary.checkpoint import write_checkpoint
+from faasdl.canary.checkpoint import deadline_s, write_checkpoint
 from faasdl.canary.writer import ProcessWriter
 from faasdl.config import StoreSettings
 from faasdl.errors import RETRYABLE, FaasdlError, ValidationError
 from faasdl.store import StateStore, make_store
 from faasdl.training.usage import reset_peak_rss
+
+#: Share of the time left at the start of an activation after which its stacks are dumped
+#: (:func:`stacks_dumped_before_deadline`), and the most time left between the dump and the limit.
+STACK_DUMP_AT = 0.9
+STACK_DUMP_BEFORE_DEADLINE_S = 1.0
 
 _stores: dict[str, StateStore] = {}
 _writers: dict[str, ProcessWriter] = {}
@@ -41,11 +50,39 @@ def serve(
             if warm is not None:
                 warm(args)
             return {"warm": True, "pid": os.getpid()}
-        return handle(args)
+        with stacks_dumped_before_deadline():
+            return handle(args)
     except PydanticValidationError as exc:
         return {"error": str(ValidationError.from_pydantic(exc))}
     except FaasdlError as exc:
         return {"error": str(exc)} | ({RETRYABLE: True} if exc.retryable else {})
+
+
+@contextlib.contextmanager
+def stacks_dumped_before_deadline() -> Iterator[None]:
+    """Dump every thread's stack to stderr (the activation's logs) shortly before the activation's
+    deadline (``__OW_DEADLINE``), if it is still running then: the platform's kill at the time
+    limit leaves no trace of where an action was stuck. Nothing is armed without a deadline.
+
+    The dump comes once :data:`STACK_DUMP_AT` of the time left has passed, and at most
+    :data:`STACK_DUMP_BEFORE_DEADLINE_S` before the deadline; faulthandler's watchdog thread
+    writes it without the GIL, so it comes even while a thread holds that."""
+    deadline = deadline_s()
+    left_s = deadline - time.time() if deadline is not None else 0.0
+    armed = False
+    if left_s > 0:
+        # A stderr without a file descriptor (captured in a test, or none) cannot take a dump.
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            faulthandler.dump_traceback_later(
+                max(STACK_DUMP_AT * left_s, left_s - STACK_DUMP_BEFORE_DEADLINE_S),
+                file=sys.stderr,
+            )
+            armed = True
+    try:
+        yield
+    finally:
+        if armed:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def action_store(url: str) -> StateStore:

@@ -65,3 +65,17 @@ BIG_RESULT = """\
 def main(args):
     return {"blob": "x" * args["bytes"]}
 """
+
+# A faasdl action (faasdl.actionkit.serve) that waits `seconds` in a function of its own.
+FAASDL_STUCK = """\
+import time
+
+from faasdl.actionkit import serve
+
+def stuck_waiting(args):
+    time.sleep(float(args["seconds"]))
+    return {"waited": args["seconds"]}
+
+def main(args):
+    return serve(args, stuck_waiting)
+"""

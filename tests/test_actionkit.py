@@ -1,0 +1,32 @@
+"""What every faasdl action shares (faasdl.actionkit), run as actions on the embedded platform."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from faasdl.platform.base import ActionSpec
+from faasdl.platform.local import LocalPlatform
+from tests.platform import actions
+
+STACK_HEADER = "most recent call first"
+
+
+def test_an_action_killed_at_its_time_limit_leaves_every_threads_stack_in_its_logs(
+    make_local: Callable[..., LocalPlatform],
+) -> None:
+    # Arrange
+    platform = make_local()
+    platform.deploy(ActionSpec(name="stuck", code=actions.FAASDL_STUCK, timeout_ms=2000))
+
+    # Execute
+    stuck = platform.call("stuck", {"seconds": 30})
+    finished = platform.call("stuck", {"seconds": 0})
+
+    # Assert: the dump names where it waited; one that finishes in time dumps nothing (no dump
+    # armed to go off at once).
+    assert stuck.timed_out, stuck.error
+    dumped = "\n".join(stuck.logs)
+    assert STACK_HEADER in dumped
+    assert "in stuck_waiting" in dumped
+    assert finished.success, finished.error
+    assert not any(STACK_HEADER in line for line in finished.logs)
