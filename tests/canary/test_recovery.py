@@ -88,12 +88,15 @@ def run_with_chaos(
     return job, chaos.done
 
 
-def logs_of(controller: Controller, activation_ids: set[str]) -> str:
-    """The activations' records and logs, for a failure's message."""
-    records = [controller.platform.get_activation(a) for a in sorted(activation_ids)]
-    return "\n\n".join(
-        f"{r.activationId}: {r.error}\n" + "\n".join(r.logs) for r in records if r is not None
-    )
+def unexpected(controller: Controller, job: JobInfo, injected: set[str]) -> str:
+    """The job's failures that were not injected, each with its activation's logs."""
+    found = []
+    for failure in job.failures:
+        if failure.activation_id not in injected:
+            record = controller.platform.get_activation(failure.activation_id)
+            logs = "\n".join(record.logs) if record is not None else "(no activation record)"
+            found.append(f"{failure.model_dump_json()}\n{logs}")
+    return "\n\n".join(found)
 
 
 def test_fifty_kills_at_random_points_across_jobs_end_bit_identical(
@@ -109,7 +112,7 @@ def test_fifty_kills_at_random_points_across_jobs_end_bit_identical(
         killed = {i.activation_id for i in done}
         reported = {f.activation_id for f in job.failures}
         # No failure but the injected ones (one that timed out shows its stacks in its logs).
-        assert reported <= killed, logs_of(controller, reported - killed)
+        assert reported <= killed, unexpected(controller, job, killed)
         assert len(killed - reported) <= 1  # a kill racing the commit may count as a success
         assert all(f.classification == "crash" and f.recovery == "resume" for f in job.failures)
         kills.extend(done)
