@@ -1,7 +1,7 @@
-"""Every experiment's ``--quick`` run through the CLI (CI's smoke test): its report is written
-whole (CSV, plots, plans, summary) and its headline figures are the last line, as JSON. With
-``FAASDL_TEST_EXPERIMENT_DIR`` set, the reports are copied there (how the committed quick
-results were made)."""
+"""Every experiment's ``--quick`` run through the CLI (CI's smoke test; recovery's of two
+workloads, all four with ``-m slow``): its report is written whole (CSV, plots, plans, summary)
+and its headline figures are the last line, as JSON. With ``FAASDL_TEST_EXPERIMENT_DIR`` set,
+the reports are copied there (how the committed quick results were made)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Pa
 
 @pytest.mark.slow
 @pytest.mark.tensorflow
-@pytest.mark.timeout(1200)  # four workloads, 100 invocations each and a warm-up: ~seven minutes
+@pytest.mark.timeout(1200)  # four workloads, 100 invocations each and a warm-up: 7-9 min
 def test_recovery_quick_of_all_four_workloads(tmp_path: Path) -> None:
     summary, report = run_experiment("recovery", tmp_path)
     check_recovery(summary, report, ("training", "compression", "graph", "webservice"))
