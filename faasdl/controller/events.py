@@ -73,6 +73,12 @@ TICK_S = 0.5
 #: Longest wait for the record of an attempt that committed while the controller was down.
 UNSEEN_WAIT_S = 10.0
 
+#: Attempts of a unit in a row without progress, the last at the platform's largest limits, before
+#: the job fails for want of a larger limit: one such attempt may have lost its time to a cold
+#: start or a slow node; two show that the unit does not fit (checkpointing resumes a unit from
+#: what an attempt saved, so a unit longer than the limit fits if each attempt saves something).
+FRUITLESS_AT_MAX = 2
+
 Kind = Literal["train", "aggregate", "evaluate"]
 
 
@@ -613,7 +619,11 @@ class JobRunner:
         decision = self.strategy.recover(failure, failures=fruitless, live=live)
         limits = None
         if decision in (Recovery.RESUME, Recovery.RESTART):
-            limits = self._correct_limits(task, failure, tolerate=progressed)
+            try:
+                limits = self._correct_limits(task, failure, fruitless=fruitless)
+            except JobFailed:
+                self._report(ended, failure, Recovery.FAIL, resume_from, None)
+                raise
         self._report(ended, failure, decision, resume_from, limits)
         what = _describe(task)
         if decision is Recovery.FAIL:
@@ -680,10 +690,10 @@ class JobRunner:
             ),
         )
 
-    def _correct_limits(self, task: _Task, failure: Failure, *, tolerate: bool) -> str | None:
+    def _correct_limits(self, task: _Task, failure: Failure, *, fruitless: int) -> str | None:
         """Raise the limits a failure calls for; what changed, if anything. At the platform's
-        maximum the job fails, unless the attempt made progress (``tolerate``): then the next
-        one resumes with the same limits."""
+        maximum the job fails once ``fruitless`` (attempts in a row without progress) reaches
+        :data:`FRUITLESS_AT_MAX`; until then the next attempt runs with the same limits."""
         limits = self.rt.platform.limits()
         current = self._limits(task)
         try:
@@ -695,9 +705,11 @@ class JobRunner:
                 max_timeout_ms=limits.timeout_max_ms,
             )
         except EstimationError as exc:
-            if tolerate:
+            if fruitless < FRUITLESS_AT_MAX:
                 return None
-            raise JobFailed(f"{_describe(task)}: {exc}") from exc
+            raise JobFailed(
+                f"{_describe(task)}, {fruitless} attempts in a row without progress: {exc}"
+            ) from exc
         if fixed == current:
             return None
         plan = self.plan.model_copy(deep=True)

@@ -185,34 +185,66 @@ def test_a_container_the_cluster_reports_lost_is_recovered_long_before_its_lease
     assert frozen.fenced
 
 
-def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(
-    tmp_path: Path, controller: Controller, reference: bytes
-) -> None:
-    # Arrange: a platform whose longest time limit is shorter than one unit's training.
+@pytest.fixture(scope="module")
+def short(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
+    """A controller on a platform whose longest time limit (8 s) is shorter than a unit of
+    100 epochs' training."""
+    tmp = tmp_path_factory.mktemp("short")
     local = LocalPlatformSettings(
         pool_memory_mb=4096, memory_max_mb=2048, timeout_std_ms=8000, timeout_max_ms=8000
     )
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    spec = {**JOB, "workers": 1, "epochs": 100, "sync_every": 100}
+    url = f"sqlite:///{tmp / 'state.db'}"
     with (
         LocalPlatform(settings=local) as platform,
-        make_store(StoreSettings(spill_dir=str(tmp_path)), url) as store,
-        Controller(settings=Settings(), platform=platform, store=store, store_url=url) as short,
+        make_store(StoreSettings(spill_dir=str(tmp)), url) as store,
+        Controller(settings=Settings(), platform=platform, store=store, store_url=url) as c,
     ):
-        # Execute
-        job = run(short, spec)
+        yield c
 
-        # Assert: every attempt but the last ran out of time, each resumed further on, and the
-        # model is the one an unlimited run trains.
-        timeouts = [f for f in job.failures if f.classification == "out_of_time"]
-        assert job.state is JobState.DONE, job.error
-        assert len(timeouts) >= 2
-        assert all(f.recovery == "resume" for f in timeouts)
-        positions = [f.resume_from or 0 for f in timeouts]
-        assert positions == sorted(positions)
-        assert positions[-1] > 0
-        unlimited = run(controller, spec)
-        assert store.get_blob(job.model or "") == model_bytes(controller, unlimited)
+
+#: A unit of training longer than the short platform's time limit.
+LONG_UNIT: dict[str, Any] = {**JOB, "workers": 1, "epochs": 100, "sync_every": 100}
+
+
+def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(
+    short: Controller, controller: Controller
+) -> None:
+    # Execute
+    job = run(short, LONG_UNIT)
+
+    # Assert: every attempt but the last ran out of time, each resumed further on, and the
+    # model is the one an unlimited run trains.
+    timeouts = [f for f in job.failures if f.classification == "out_of_time"]
+    assert job.state is JobState.DONE, f"{job.error}\n{unexpected(short, job, set())}"
+    assert len(timeouts) >= 2
+    assert all(f.recovery == "resume" for f in timeouts)
+    positions = [f.resume_from or 0 for f in timeouts]
+    assert positions == sorted(positions)
+    assert positions[-1] > 0
+    unlimited = run(controller, LONG_UNIT)
+    assert model_bytes(short, job) == model_bytes(controller, unlimited)
+
+
+def test_a_unit_longer_than_the_longest_time_limit_fails_after_two_attempts_without_canary(
+    short: Controller,
+) -> None:
+    # Arrange: plain retries, which checkpoint nothing: every attempt starts over.
+    ft = {**JOB["fault_tolerance"], "policy": "retry"}
+
+    # Execute
+    job = run(short, {**LONG_UNIT, "fault_tolerance": ft})
+
+    # Assert: the first attempt without progress is tried again (with a longer limit, up to the
+    # platform's longest; a cold start or a slow node may have taken its time); the second fails
+    # the job, naming the limit, and is reported too.
+    assert job.state is JobState.FAILED
+    assert job.error is not None
+    assert "2 attempts in a row without progress" in job.error
+    assert "longest limit, 8000 ms" in job.error
+    assert [(f.attempt, f.classification, f.recovery) for f in job.failures] == [
+        (1, "out_of_time", "restart"),
+        (2, "out_of_time", "fail"),
+    ]
 
 
 def running_with_checkpoints(store: StateStore, job_id: str) -> list[FunctionInfo]:
