@@ -29,7 +29,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest --durations=15
+	$(BIN)/pytest --durations=30
 
 # The store tests start private redis-server processes themselves; this only makes sure the
 # binary is there (Debian's package) on a fresh machine.

@@ -32,7 +32,7 @@ def _job(size: Size, seed: int = 0) -> dict[str, Any]:
         "model": "mlp",
         "dataset": {"name": "digits"},
         "workers": 4,
-        "epochs": 2 if size == "quick" else 6,
+        "epochs": 1 if size == "quick" else 6,
         "sync_every": 1,
         "batch_size": 32,
         "seed": seed,
