@@ -73,10 +73,11 @@ TICK_S = 0.5
 #: Longest wait for the record of an attempt that committed while the controller was down.
 UNSEEN_WAIT_S = 10.0
 
-#: Attempts of a unit in a row without progress, the last at the platform's largest limits, before
-#: the job fails for want of a larger limit: one such attempt may have lost its time to a cold
-#: start or a slow node; two show that the unit does not fit (checkpointing resumes a unit from
-#: what an attempt saved, so a unit longer than the limit fits if each attempt saves something).
+#: Attempts of a unit in a row that ran out of time (or memory) at the platform's largest limit
+#: without progress before the job fails for want of a larger one: one such attempt may have lost
+#: its time to a cold start or a slow node; two show that the unit does not fit (checkpointing
+#: resumes a unit from what an attempt saved, so a unit longer than the limit fits if each attempt
+#: saves something).
 FRUITLESS_AT_MAX = 2
 
 Kind = Literal["train", "aggregate", "evaluate"]
@@ -113,6 +114,7 @@ class _Task:
     owner_epoch: int = 0
     deadline: float = 0.0
     fruitless: int = 0  # failures in a row without progress before this attempt
+    stuck_at_max: int = 0  # of those, the latest in a row at the platform's largest limit
     position: int = -1  # the unit's checkpoint position when the attempt was claimed
     done: bool = False
 
@@ -617,10 +619,10 @@ class JobRunner:
                 )
         fruitless = 0 if progressed else task.fruitless + 1
         decision = self.strategy.recover(failure, failures=fruitless, live=live)
-        limits = None
+        limits, stuck_at_max = None, 0
         if decision in (Recovery.RESUME, Recovery.RESTART):
             try:
-                limits = self._correct_limits(task, failure, fruitless=fruitless)
+                limits, stuck_at_max = self._correct_limits(task, failure, progressed=progressed)
             except JobFailed:
                 self._report(ended, failure, Recovery.FAIL, resume_from, None)
                 raise
@@ -645,6 +647,7 @@ class JobRunner:
             params=task.params,
             attempt=task.attempt + 1,
             fruitless=fruitless,
+            stuck_at_max=stuck_at_max,
         )
 
     def _report(
@@ -690,10 +693,13 @@ class JobRunner:
             ),
         )
 
-    def _correct_limits(self, task: _Task, failure: Failure, *, fruitless: int) -> str | None:
-        """Raise the limits a failure calls for; what changed, if anything. At the platform's
-        maximum the job fails once ``fruitless`` (attempts in a row without progress) reaches
-        :data:`FRUITLESS_AT_MAX`; until then the next attempt runs with the same limits."""
+    def _correct_limits(
+        self, task: _Task, failure: Failure, *, progressed: bool
+    ) -> tuple[str | None, int]:
+        """Raise the limits a failure calls for: what changed, if anything, and how many
+        attempts in a row have now failed at the platform's largest limit without progress. At
+        :data:`FRUITLESS_AT_MAX` of those the job fails; until then the next attempt runs with
+        the same limits."""
         limits = self.rt.platform.limits()
         current = self._limits(task)
         try:
@@ -705,13 +711,14 @@ class JobRunner:
                 max_timeout_ms=limits.timeout_max_ms,
             )
         except EstimationError as exc:
-            if fruitless < FRUITLESS_AT_MAX:
-                return None
+            stuck = 0 if progressed else task.stuck_at_max + 1
+            if stuck < FRUITLESS_AT_MAX:
+                return None, stuck
             raise JobFailed(
-                f"{_describe(task)}, {fruitless} attempts in a row without progress: {exc}"
+                f"{_describe(task)} made no progress in {stuck} attempts in a row: {exc}"
             ) from exc
         if fixed == current:
-            return None
+            return None, 0
         plan = self.plan.model_copy(deep=True)
         if task.kind == "aggregate":
             plan.aggregate_memory_mb, plan.aggregate_timeout_ms = fixed.memory_mb, fixed.timeout_ms
@@ -727,7 +734,7 @@ class JobRunner:
             lambda j: j.model_copy(update={"plan": plan.model_dump(mode="json")}),
             event=_line("limits_raised", change),
         )
-        return change
+        return change, 0
 
     def _booked(self, activation_id: str) -> ActivationUse | None:
         found = load(self.rt.store, ledger_key(self.job_id, activation_id), ActivationUse)
