@@ -225,7 +225,7 @@ def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(
     assert model_bytes(short, job) == model_bytes(controller, unlimited)
 
 
-def test_a_unit_longer_than_the_longest_time_limit_fails_after_two_attempts_without_canary(
+def test_a_unit_longer_than_the_longest_time_limit_fails_after_two_attempts_there_under_retry(
     short: Controller,
 ) -> None:
     # Arrange: plain retries, which checkpoint nothing: every attempt starts over.
