@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from faasdl.config import LocalPlatformSettings, OpenWhiskSettings, ServerSettings, StoreSettings
+from faasdl.errors import ActivationNotFound
 from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.platform.local.server import ServerThread
@@ -27,6 +28,19 @@ def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0, what: 
         if time.monotonic() > deadline:
             raise AssertionError(f"not true within {timeout_s} s: {what or condition}")
         time.sleep(0.01)
+
+
+def kill_when_running(platform: Platform, activation_id: str) -> None:
+    """Kill ``activation_id`` as soon as it has a container (it is refused while queued)."""
+
+    def killed() -> bool:
+        try:
+            platform.kill(activation_id)
+        except ActivationNotFound:
+            return False
+        return True
+
+    eventually(killed, what=f"kill {activation_id}")
 
 
 DEFAULTS: dict[str, Any] = {"pool_memory_mb": 2048, "memory_max_mb": 1024}

@@ -79,3 +79,17 @@ def stuck_waiting(args):
 def main(args):
     return serve(args, stuck_waiting)
 """
+
+# Leaves a file in the temporary directory (as TensorFlow leaves its traced functions' sources
+# for an exit hook), or sleeps `seconds`.
+LEAVES_A_TEMP_FILE = """\
+import tempfile
+import time
+
+def main(args):
+    if args.get("seconds"):
+        time.sleep(float(args["seconds"]))
+        return {}
+    fd, path = tempfile.mkstemp(prefix="left-behind-")
+    return {"path": path}
+"""

@@ -29,7 +29,7 @@ from faasdl.platform.base import (
     Platform,
 )
 from faasdl.platform.classify import FailureKind, classify
-from tests.conftest import PlatformFactory, eventually
+from tests.conftest import PlatformFactory, kill_when_running
 from tests.platform import actions
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr): ")
@@ -37,19 +37,6 @@ LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr):
 
 def deploy(platform: Platform, name: str, code: str | bytes, **limits: int) -> None:
     platform.deploy(ActionSpec(name=name, code=code, **limits))
-
-
-def kill_when_running(platform: Platform, activation_id: str) -> None:
-    """Kill ``activation_id`` as soon as it has a container (it is refused while queued)."""
-
-    def killed() -> bool:
-        try:
-            platform.kill(activation_id)
-        except ActivationNotFound:
-            return False
-        return True
-
-    eventually(killed, what=f"kill {activation_id}")
 
 
 def test_deploy_get_list_update_delete(platform: Platform) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psutil
 import pytest
@@ -12,10 +14,10 @@ import pytest
 from faasdl.config import LocalPlatformSettings
 from faasdl.errors import ActivationNotFound, PlatformUnavailable
 from faasdl.platform import messages
-from faasdl.platform.base import ActionSpec
+from faasdl.platform.base import DEVELOPER_ERROR, ActionSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.platform.local.memory import CgroupGuard, make_guard
-from tests.conftest import eventually
+from tests.conftest import eventually, kill_when_running
 from tests.platform import actions
 
 MakeLocal = Callable[..., LocalPlatform]
@@ -71,6 +73,25 @@ def test_close_leaves_no_container_process(make_local: MakeLocal) -> None:
     assert record.response.status == "whisk internal error"
     with pytest.raises(PlatformUnavailable):
         platform.invoke("echo")
+
+
+def test_a_killed_containers_temporary_files_go_with_it(make_local: MakeLocal) -> None:
+    # Prepare: a warm container with a file in its temporary directory; then it runs again.
+    platform = make_local()
+    platform.deploy(ActionSpec(name="temp", code=actions.LEAVES_A_TEMP_FILE))
+    left = Path(platform.call("temp").response.result["path"])
+    assert left.exists()
+    assert left.parent != Path(tempfile.gettempdir())  # the container's, not the machine's
+    running = platform.invoke("temp", {"seconds": 30})
+
+    # Execute: kill it (its exit hooks never run)
+    kill_when_running(platform, running)
+    record = platform.wait([running], timeout_s=20)[running]
+
+    # Assert: the container is gone, and its temporary directory with it
+    assert record.response.status == DEVELOPER_ERROR
+    eventually(lambda: not left.exists(), what=f"{left} removed with its container")
+    assert not left.parent.exists()
 
 
 def test_prewarmed_containers_reserve_pool_memory(make_local: MakeLocal) -> None:

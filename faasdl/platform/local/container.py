@@ -121,8 +121,13 @@ class Container:
         the process starts with a priority lower than the container's by that much (a replica's
         warm-up, background work); :meth:`restore_priority` lifts it back."""
         self._workdir = tempfile.mkdtemp(prefix=f"faasdl-{self.container_id}-")
+        # The container's own temporary directory, removed with it as a container's /tmp is: a
+        # killed process's exit hooks never run (TensorFlow leaves a file per traced function).
+        own_tmp = os.path.join(self._workdir, "tmp")
+        os.mkdir(own_tmp)
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
+        env["TMPDIR"] = own_tmp
         env["FAASDL_READY_FD"] = str(write_fd)
         env["FAASDL_PARENT_PID"] = str(os.getpid())
         env["HOSTNAME"] = self.container_id  # as a container engine names a container's host
