@@ -9,6 +9,7 @@ import faulthandler
 import functools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -65,24 +66,39 @@ def stacks_dumped_before_deadline() -> Iterator[None]:
     limit leaves no trace of where an action was stuck. Nothing is armed without a deadline.
 
     The dump comes once :data:`STACK_DUMP_AT` of the time left has passed, and at most
-    :data:`STACK_DUMP_BEFORE_DEADLINE_S` before the deadline; faulthandler's watchdog thread
-    writes it without the GIL, so it comes even while a thread holds that."""
+    :data:`STACK_DUMP_BEFORE_DEADLINE_S` before the deadline. A thread of its own writes it while
+    holding the GIL, so no other thread's frames change under it: faulthandler's watchdog, which
+    reads them without the GIL, crashed a training action mid-dump (its activation a crash, not
+    out of time). An action whose thread keeps the GIL until the deadline gets no dump."""
     deadline = deadline_s()
     left_s = deadline - time.time() if deadline is not None else 0.0
-    armed = False
-    if left_s > 0:
-        # A stderr without a file descriptor (captured in a test, or none) cannot take a dump.
-        with contextlib.suppress(OSError, ValueError, RuntimeError):
-            faulthandler.dump_traceback_later(
-                max(STACK_DUMP_AT * left_s, left_s - STACK_DUMP_BEFORE_DEADLINE_S),
-                file=sys.stderr,
-            )
-            armed = True
+    timer: threading.Timer | None = None
+    if left_s > 0 and _has_fd(sys.stderr):
+        timer = threading.Timer(
+            max(STACK_DUMP_AT * left_s, left_s - STACK_DUMP_BEFORE_DEADLINE_S), _dump_stacks
+        )
+        timer.name = "stack-dump"
+        timer.daemon = True
+        timer.start()
     try:
         yield
     finally:
-        if armed:
-            faulthandler.cancel_dump_traceback_later()
+        if timer is not None:
+            timer.cancel()
+
+
+def _has_fd(stream: Any) -> bool:
+    """Whether ``stream`` has a file descriptor (a stderr captured in a test, or none, has not)."""
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
+
+
+def _dump_stacks() -> None:
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
 
 
 def action_store(url: str) -> StateStore:

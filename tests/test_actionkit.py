@@ -30,3 +30,20 @@ def test_an_action_killed_at_its_time_limit_leaves_every_threads_stack_in_its_lo
     assert "in stuck_waiting" in dumped
     assert finished.success, finished.error
     assert not any(STACK_HEADER in line for line in finished.logs)
+
+
+def test_the_stack_dump_comes_while_every_thread_is_busy_in_python_and_leaves_it_timed_out(
+    make_local: Callable[..., LocalPlatform],
+) -> None:
+    # Arrange: four threads calling and returning all the time (their frames never still).
+    platform = make_local()
+    platform.deploy(ActionSpec(name="busy", code=actions.FAASDL_BUSY, timeout_ms=1000))
+
+    # Execute
+    busy = platform.call("busy", {"seconds": 30})
+
+    # Assert: killed at its limit (not crashed by the dump), every thread's stack in its logs.
+    assert busy.timed_out, busy.error
+    dumped = "\n".join(busy.logs)
+    assert "in busy_churning" in dumped
+    assert dumped.count("in churning") >= 4

@@ -93,3 +93,30 @@ def main(args):
     fd, path = tempfile.mkstemp(prefix="left-behind-")
     return {"path": path}
 """
+
+# A faasdl action busy in Python (calls starting and returning all the time) for `seconds`.
+FAASDL_BUSY = """\
+import threading
+import time
+
+from faasdl.actionkit import serve
+
+def churn(depth):
+    return churn(depth - 1) + 1 if depth else 0
+
+def churning(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        churn(50)
+
+def busy_churning(args):
+    others = [threading.Thread(target=churning, args=(float(args["seconds"]),), daemon=True)
+              for _ in range(3)]
+    for other in others:
+        other.start()
+    churning(float(args["seconds"]))
+    return {}
+
+def main(args):
+    return serve(args, busy_churning)
+"""
