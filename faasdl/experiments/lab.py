@@ -29,6 +29,8 @@ class Lab:
     store: StateStore
     store_url: str
     runtimes: RuntimeManager
+    #: Where what a run's containers share lives (a web service's database): the lab's own.
+    shared_dir: Path
     restart_store: Callable[[], None] | None = None
 
     def run(self, spec: RunSpec) -> RunReport:
@@ -79,7 +81,7 @@ def open_lab(*, pool_memory_mb: int = 8192, store_url: str | None = None) -> Ite
             runtimes = RuntimeManager(platform, tick_s=0.1)
             runtimes.start()
             try:
-                yield Lab(platform, store, absolute_url(url), runtimes)
+                yield Lab(platform, store, absolute_url(url), runtimes, Path(tmp))
             finally:
                 runtimes.close()
 

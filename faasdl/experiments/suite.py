@@ -103,11 +103,13 @@ class _Bench:
             }
             typical = statistics.median(work.values())
             expected = {i: work.get(i, typical) for i in range(first, first + n)}
+        found = workload(self.workload)
+        shared = found.shared(found.params.model_validate(self.params), self.lab.shared_dir)
         return self.lab.run(
             RunSpec(
                 run_id=f"{self.workload}-{label}",
                 workload=self.workload,
-                params=self.params,
+                params=self.params | shared,
                 invocations=n,
                 strategy=strategy,
                 plan=plan or FailurePlan(),

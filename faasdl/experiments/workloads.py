@@ -12,8 +12,9 @@ that no step was lost or applied twice.
 * ``compression``: zlib over generated files, a checkpoint after each file;
 * ``graph``: breadth-first search over a generated binary tree, a checkpoint every ``every``
   vertices (the frontier is the state);
-* ``webservice``: a sequence of requests, each a few queries, against a local SQLite database
-  (generated in the container on its first request), a checkpoint after each request.
+* ``webservice``: a sequence of requests, each a few queries, against a SQLite database (generated
+  on first use; an experiment's containers share one, as the thesis's front-ends share one
+  PostgreSQL server), a checkpoint after each request.
 
 Their default sizes follow the thesis's granularity (its BFS checkpoints every million of 50
 million vertices, its compression after each of 50 ~1 GB files, its web service after each of 50
@@ -115,6 +116,11 @@ class Workload(ABC):
         """Whether to checkpoint after ``done`` steps (default: after every step)."""
         return True
 
+    def shared(self, params: Params, directory: Path) -> dict[str, Any]:
+        """Parameters that keep what every container of a run uses, but none of them owns (a
+        database server's data), under ``directory``; by default there is none."""
+        return {}
+
 
 # ---- compression ----------------------------------------------------------------------------
 
@@ -213,6 +219,14 @@ class WebServiceParams(Params):
     requests: int = Field(50, ge=1, le=100_000, description="Requests per invocation.")
     queries: int = Field(5, ge=1, le=100, description="Queries per request.")
     rows: int = Field(50_000, ge=1, le=5_000_000, description="Rows of the generated table.")
+    database: str | None = Field(
+        None,
+        description=(
+            "The SQLite file the requests query, generated there if missing; containers that "
+            "name the same file share it as the thesis's front-ends share one PostgreSQL "
+            "server. Default: one in the container's temporary directory."
+        ),
+    )
 
 
 class WebService(Workload):
@@ -226,9 +240,17 @@ class WebService(Workload):
         "requests of a few queries against a local SQLite database, a checkpoint after each"
     )
 
+    def shared(self, params: Params, directory: Path) -> dict[str, Any]:
+        assert isinstance(params, WebServiceParams)
+        return {"database": str(directory / f"webservice-{params.rows}.db")}
+
     def context(self, params: Params) -> Any:
         assert isinstance(params, WebServiceParams)
-        path = Path(tempfile.gettempdir()) / f"faasdl-webservice-{params.rows}.db"
+        path = (
+            Path(params.database)
+            if params.database
+            else Path(tempfile.gettempdir()) / f"faasdl-webservice-{params.rows}.db"
+        )
         if not path.exists():
             partial = path.with_suffix(".part")
             partial.unlink(missing_ok=True)
