@@ -4,6 +4,7 @@ the store — on the embedded platform."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,14 @@ from faasdl.experiments.runner import WORKLOAD, InvocationRunner, RunReport, Run
 from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
 from tests.conftest import eventually
 from tests.store.conftest import private_redis
+
+
+@pytest.fixture(autouse=True)
+def own_temporary_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a workload generates in its temporary directory (a web service's database) goes
+    to the test's, not the machine's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
 
 #: Four files of 512 KiB: four steps of ~70 ms, a checkpoint after each.
 SMALL = {"files": 4, "file_kb": 512}
@@ -291,3 +300,24 @@ def test_a_store_restart_under_running_attempts_loses_nothing(tmp_path: Path) ->
         assert [h.kind for h in report.injected] == ["store_restart"]
     finally:
         server.stop()
+
+
+def test_web_service_containers_named_one_database_share_it(tmp_path: Path) -> None:
+    # Arrange: the parameters an experiment gives every container of a run, and a database of
+    # a container's own
+    found = WORKLOADS["webservice"]
+    base: dict[str, Any] = {"rows": 500, "requests": 3, "seed": 1}
+    named = base | found.shared(found.params.model_validate(base), tmp_path)
+    shared = found.params.model_validate(named)
+    own = found.params.model_validate(base | {"database": str(tmp_path / "own.db")})
+    database = Path(named["database"])
+
+    # Execute: one container generates it, the next finds it
+    first = run_steps(found, shared, found.context(shared)).result()
+    made = database.stat().st_mtime_ns
+    second = run_steps(found, shared, found.context(shared)).result()
+
+    # Assert: one file in the lab's directory, generated once, answering as another one does
+    assert database.parent == tmp_path
+    assert database.stat().st_mtime_ns == made
+    assert first == second == run_steps(found, own, found.context(own)).result()
