@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import tempfile
 import zlib
@@ -252,28 +253,35 @@ class WebService(Workload):
             else Path(tempfile.gettempdir()) / f"faasdl-webservice-{params.rows}.db"
         )
         if not path.exists():
-            partial = path.with_suffix(".part")
-            partial.unlink(missing_ok=True)
-            rng = np.random.default_rng(params.rows)
-            with sqlite3.connect(partial) as db:
-                db.execute(
-                    "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer INTEGER,"
-                    " category INTEGER, price REAL, quantity INTEGER)"
-                )
-                db.executemany(
-                    "INSERT INTO orders VALUES (?, ?, ?, ?, ?)",
-                    zip(
-                        range(params.rows),
-                        rng.integers(0, 5000, params.rows).tolist(),
-                        rng.integers(0, 40, params.rows).tolist(),
-                        np.round(rng.uniform(1, 500, params.rows), 2).tolist(),
-                        rng.integers(1, 10, params.rows).tolist(),
-                        strict=True,
-                    ),
-                )
-                db.execute("CREATE INDEX orders_customer ON orders (customer)")
-            db.close()
-            partial.replace(path)  # whole or not at all: another container may race us
+            # A partial file of this process's own: containers that share the database may
+            # generate it at once, and each renames a whole one into place.
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+            os.close(fd)
+            partial = Path(name)
+            try:
+                rng = np.random.default_rng(params.rows)
+                with sqlite3.connect(partial) as db:
+                    db.execute(
+                        "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer INTEGER,"
+                        " category INTEGER, price REAL, quantity INTEGER)"
+                    )
+                    db.executemany(
+                        "INSERT INTO orders VALUES (?, ?, ?, ?, ?)",
+                        zip(
+                            range(params.rows),
+                            rng.integers(0, 5000, params.rows).tolist(),
+                            rng.integers(0, 40, params.rows).tolist(),
+                            np.round(rng.uniform(1, 500, params.rows), 2).tolist(),
+                            rng.integers(1, 10, params.rows).tolist(),
+                            strict=True,
+                        ),
+                    )
+                    db.execute("CREATE INDEX orders_customer ON orders (customer)")
+                db.close()
+                partial.replace(path)  # whole or not at all
+            except BaseException:
+                partial.unlink(missing_ok=True)
+                raise
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
     def steps(self, params: Params) -> int:
