@@ -256,16 +256,20 @@ class StateStore(Resource):
         else:
             view = memoryview(data)
             pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
-            # Hash while the chunks travel: hashlib and socket writes both release the GIL.
-            with ThreadPoolExecutor(max_workers=1) as hasher:
-                hashing = hasher.submit(
-                    lambda: tuple(hashlib.sha256(p).hexdigest() for p in pieces)
-                )
-                self._write_chunks(
-                    [(self._chunk_key(name, write_id, i), piece) for i, piece in enumerate(pieces)],
-                    durable=durable,
-                )
-                digests = hashing.result()
+            chunks: list[tuple[str, bytes | memoryview]] = [
+                (self._chunk_key(name, write_id, i), p) for i, p in enumerate(pieces)
+            ]
+            if len(pieces) > 1:
+                # Hash while the chunks travel: hashlib and socket writes both release the GIL.
+                with ThreadPoolExecutor(max_workers=1) as hasher:
+                    hashing = hasher.submit(
+                        lambda: tuple(hashlib.sha256(p).hexdigest() for p in pieces)
+                    )
+                    self._write_chunks(chunks, durable=durable)
+                    digests = hashing.result()
+            else:  # a thread's start and join cost more than it saves on one chunk (a checkpoint)
+                digests = tuple(hashlib.sha256(p).hexdigest() for p in pieces)
+                self._write_chunks(chunks, durable=durable)
             manifest = BlobManifest(
                 name=name,
                 write_id=write_id,

@@ -134,28 +134,24 @@ class SqliteStore(StateStore):
         return [(str(k), bytes(v), int(n)) for k, v, n in rows]
 
     def _chunk_path(self, key: str) -> Path:
-        return self.chunk_dir / key  # <blob id>/<write id>/<index>
+        # One flat folder: <blob id>-<write id>-<index>. A folder per blob and per write cost each
+        # checkpoint (a blob of its own name) two mkdirs and two rmdirs, more than its file did.
+        return self.chunk_dir / key.replace("/", "-")
 
     def _write_chunks(
         self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True
     ) -> None:
-        folders: set[Path] = set()
         for key, data in chunks:
             path = self._chunk_path(key)
-            if path.parent not in folders:
-                _make_folder(path.parent)
-                folders.add(path.parent)
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_name(f"{path.name}.tmp")
             with open(tmp, "wb") as fh:
                 fh.write(data)
                 if durable:
                     fh.flush()
                     os.fsync(fh.fileno())
             tmp.replace(path)
-        if durable and folders:
-            # The chunks' folder, the blob's (the write's folder is new) and the chunk
-            # directory (the blob's folder may be).
-            fsync_dirs(*folders, *{f.parent for f in folders}, self.chunk_dir)
+        if durable and chunks:
+            fsync_dirs(self.chunk_dir)  # the chunks' entries
 
     def _read_chunk(self, key: str) -> bytes | None:
         try:
@@ -164,35 +160,15 @@ class SqliteStore(StateStore):
             return None
 
     def _delete_chunks(self, keys: Iterable[str]) -> None:
-        folders = set()
         for key in keys:
-            path = self._chunk_path(key)
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            folders.add(path.parent)
-        # The write's folder, then the blob's once it holds no other write (each checkpoint is a
-        # blob of its own name: its folder would be left behind for every one).
-        for folder in [*folders, *{f.parent for f in folders}]:
-            with contextlib.suppress(OSError):  # not empty, or already gone
-                folder.rmdir()
+                self._chunk_path(key).unlink()
 
     def _chunk_keys(self, prefix: str) -> Iterator[str]:
-        for path in self.chunk_dir.glob("*/*/*"):
-            key = path.relative_to(self.chunk_dir).as_posix()
-            if path.suffix != ".tmp" and key.startswith(prefix):
+        for path in self.chunk_dir.iterdir():
+            key = path.name.replace("-", "/")
+            if path.suffix != ".tmp" and key.count("/") == 2 and key.startswith(prefix):
                 yield key
-
-
-def _make_folder(folder: Path) -> None:
-    """Make ``folder`` and its parents; again if another process's deletion removed a parent
-    that was left empty meanwhile."""
-    for attempt in range(3):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            return
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
 
 
 def _prefix_end(prefix: str) -> str | None:

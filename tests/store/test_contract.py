@@ -198,7 +198,7 @@ def test_sqlite_forces_a_blob_to_disk_only_when_asked(
     assert store.get_blob("ckpt/e") == data
 
 
-def test_sqlite_leaves_no_folder_behind_for_deleted_blobs(tmp_path: Path) -> None:
+def test_sqlite_keeps_chunks_in_one_folder_and_nothing_of_deleted_blobs(tmp_path: Path) -> None:
     from faasdl.store.sqlite import SqliteStore
 
     store = SqliteStore(path=tmp_path / "state.db", chunk_bytes=1024)
@@ -207,13 +207,12 @@ def test_sqlite_leaves_no_folder_behind_for_deleted_blobs(tmp_path: Path) -> Non
         store.put_blob(f"ckpt/u/a{i}", os.urandom(3000))
         if i:
             store.delete_blob(f"ckpt/u/a{i - 1}")
-    store.put_blob("ckpt/u/a2", b"replaced")  # a new write of a name: the old write's folder
-    kept = [(p.is_dir(), p.relative_to(store.chunk_dir).parts) for p in store.chunk_dir.rglob("*")]
+    store.put_blob("ckpt/u/a2", b"replaced")  # a new write of a name: the old write's chunks go
+    kept = [(p.parent, p.is_file()) for p in store.chunk_dir.rglob("*")]
 
     store.delete_blob("ckpt/u/a2")
 
-    assert sorted(len(parts) for _, parts in kept) == [1, 2, 3]  # the blob's, its write's, a chunk
-    assert [is_dir for is_dir, _ in sorted(kept, key=lambda k: len(k[1]))] == [True, True, False]
+    assert kept == [(store.chunk_dir, True)]  # the one chunk, no folder
     assert list(store.chunk_dir.iterdir()) == []
 
 
