@@ -253,15 +253,24 @@ def bench_store(
     ] = None,
     repeats: Annotated[int, typer.Option(help="Runs per blob size (median kept).", min=1)] = 5,
     cas_ops: Annotated[int, typer.Option(help="CAS increments timed.", min=10)] = 2000,
+    checkpoints: Annotated[
+        int, typer.Option(help="Checkpoint-sized blobs (512 KiB) timed.", min=10)
+    ] = 200,
 ) -> None:
-    """Blob throughput (1, 16, 100 MiB) and CAS rate against the raw client; JSON last."""
+    """Blob throughput (1, 16, 100 MiB), CAS rate against the raw client and the cost of a
+    checkpoint's blob; JSON last."""
     from faasdl.bench.store import run_store_bench
 
     if backend not in ("sqlite", "redis"):
         fail(f"--backend: unknown backend '{backend}'; use sqlite or redis")
     try:
         result = run_store_bench(
-            backend=backend, url=url, repeats=repeats, cas_ops=cas_ops, progress=console
+            backend=backend,
+            url=url,
+            repeats=repeats,
+            cas_ops=cas_ops,
+            checkpoints=checkpoints,
+            progress=console,
         )
     except FaasdlError as exc:
         fail(str(exc))

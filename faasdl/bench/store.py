@@ -1,10 +1,13 @@
 """``faasdl bench store``: blob write/read throughput and CAS rate of a backend, against the raw
 client writing the same bytes in the same run (redis-py pipelined SETs of the same chunks; plain
-file writes with fsync), so the overhead of chunking, checksums and manifests is visible."""
+file writes with fsync), so the overhead of chunking, checksums and manifests is visible; and what
+a checkpoint's blob costs (a 512 KiB blob not forced to disk, the one before it deleted: the
+store's part of every Canary checkpoint), in time and in the writing process's CPU."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import statistics
@@ -24,6 +27,8 @@ from faasdl.store.base import StateStore
 from faasdl.store.redis_server import RedisServer
 
 MiB = 1024 * 1024
+#: The checkpoint-sized blob: a BFS frontier or a small model's weights.
+CHECKPOINT_BYTES = 512 * 1024
 
 
 def _median_rate(size: int, runs: list[float]) -> float:
@@ -94,9 +99,11 @@ def _one_run(
 def _measure(
     store: StateStore,
     raw: Raw,
+    *,
     sizes_mib: list[int],
     repeats: int,
     cas_ops: int,
+    checkpoints: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
@@ -128,7 +135,28 @@ def _measure(
         assert current is not None
         store.compare_and_set("bench/counter", current.version, {"n": current.value["n"] + 1})
     out["cas_ops_per_s"] = round(cas_ops / (time.perf_counter() - started), 1)
+    store.delete("bench/counter")  # nothing of the run is left in a store given by --url
+    say(f"{checkpoints} checkpoint-sized blobs")
+    out["checkpoint_ms"], out["checkpoint_cpu_ms"] = _checkpoints(store, checkpoints)
     return out
+
+
+def _checkpoints(store: StateStore, count: int) -> tuple[float, float]:
+    """Median wall and mean CPU milliseconds (of this process) of a checkpoint's blob: a new blob
+    of :data:`CHECKPOINT_BYTES` not forced to disk, the one before it deleted (as a checkpoint's
+    head moves on)."""
+    data = os.urandom(CHECKPOINT_BYTES)
+    store.put_blob("bench/ckpt/0", data, durable=False)
+    walls = []
+    cpu_started = time.process_time()
+    for i in range(1, count + 1):
+        started = time.perf_counter()
+        store.put_blob(f"bench/ckpt/{i}", data, durable=False)
+        store.delete_blob(f"bench/ckpt/{i - 1}")
+        walls.append(time.perf_counter() - started)
+    cpu_s = time.process_time() - cpu_started
+    store.delete_blob(f"bench/ckpt/{count}")
+    return round(1000 * statistics.median(walls), 3), round(1000 * cpu_s / count, 3)
 
 
 def run_store_bench(
@@ -138,9 +166,18 @@ def run_store_bench(
     sizes_mib: tuple[int, ...] = (1, 16, 100),
     repeats: int = 5,
     cas_ops: int = 2000,
+    checkpoints: int = 200,
     progress: Console | None = None,
 ) -> dict[str, Any]:
     say: Callable[[str], None] = progress.print if progress else (lambda _: None)
+    measure = functools.partial(
+        _measure,
+        sizes_mib=list(sizes_mib),
+        repeats=repeats,
+        cas_ops=cas_ops,
+        checkpoints=checkpoints,
+        say=say,
+    )
     settings = StoreSettings()
     with tempfile.TemporaryDirectory(prefix="faasdl-bench-store-") as tmp:
         folder = Path(tmp)
@@ -148,7 +185,7 @@ def run_store_bench(
         if backend == "sqlite":
             store = make_store(settings, url or f"sqlite:///{folder / 'bench.db'}")
             raw = _raw_files(folder / "raw", settings.chunk_bytes)
-            return _run(store, raw, backend, settings, sizes_mib, repeats, cas_ops, say)
+            return _run(store, raw, backend, settings, measure)
         if backend == "redis":
             with contextlib.ExitStack() as stack:
                 if url is None:
@@ -157,7 +194,7 @@ def run_store_bench(
                     url = server.url
                 raw = _raw_redis(url, settings.chunk_bytes)
                 store = make_store(settings, url)
-                return _run(store, raw, backend, settings, sizes_mib, repeats, cas_ops, say)
+                return _run(store, raw, backend, settings, measure)
     raise ValidationError(f"unknown backend '{backend}'; use sqlite or redis", field="backend")
 
 
@@ -166,11 +203,8 @@ def _run(
     raw: Raw,
     backend: str,
     settings: StoreSettings,
-    sizes_mib: tuple[int, ...],
-    repeats: int,
-    cas_ops: int,
-    say: Callable[[str], None],
+    measure: Callable[[StateStore, Raw], dict[str, Any]],
 ) -> dict[str, Any]:
     with store:
-        result = _measure(store, raw, list(sizes_mib), repeats, cas_ops, say)
+        result = measure(store, raw)
     return {"backend": backend, "chunk_bytes": settings.chunk_bytes, **result}

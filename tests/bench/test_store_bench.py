@@ -1,0 +1,42 @@
+"""The store benchmark on a store the user names: its figures, and nothing of it left there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from faasdl.bench.store import run_store_bench
+from faasdl.cli import app
+from faasdl.store.sqlite import SqliteStore
+
+
+def test_the_store_bench_measures_checkpoints_and_leaves_nothing_in_the_store(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(path=tmp_path / "state.db")
+    store.open()
+    store.put("jobs/kept", {"n": 1})  # what the store held before
+
+    result = run_store_bench(
+        backend="sqlite",
+        url=f"sqlite:///{store.path}",
+        sizes_mib=(1,),
+        repeats=1,
+        cas_ops=10,
+        checkpoints=10,
+    )
+
+    assert result["blob_write_mb_s"]["1"] > 0
+    assert result["cas_ops_per_s"] > 0
+    assert result["checkpoint_cpu_ms"] > 0
+    assert result["checkpoint_ms"] > 0
+    assert [key for key, _ in store.scan("")] == ["jobs/kept"]  # no manifest, no counter
+    assert list(store.chunk_dir.iterdir()) == []
+
+
+def test_the_store_bench_refuses_fewer_than_ten_checkpoints() -> None:
+    result = CliRunner().invoke(app, ["bench", "store", "--checkpoints", "5"])
+
+    assert result.exit_code == 2
+    assert "--checkpoints" in result.output
