@@ -19,11 +19,13 @@ re-tuned as C drifts, and always before the activation's deadline.
 The background writes are many short store calls, each of which gives up the GIL and must win it
 back: next to a step of pure Python that holds the GIL, every win waits out the interpreter's
 switch interval (5 ms), and a 7 ms persist took 150 ms or more, so most checkpoints were replaced
-before they landed. While a background write runs, the switch interval is shortened
-(:data:`WRITE_SWITCH_INTERVAL_S`): the step gives the GIL up sooner and loses only the write's
-own CPU time. That CPU time (2-3 ms of Python a persist) still comes out of the function's steps;
-a function can hand its persists to a writer process instead (``writer``: see
-:mod:`faasdl.canary.writer`), which does :func:`write_checkpoint` on another core.
+before they landed. While a background write runs, and while a checkpoint waits for the persist
+thread to take it up (which took 5.5 ms, a kill's window to lose it in), the switch interval is
+shortened (:data:`WRITE_SWITCH_INTERVAL_S`; 0.5 ms from the request to the write): the step gives
+the GIL up sooner and loses only the write's own CPU time. That CPU time (2-3 ms of Python a
+persist) still comes out of the function's steps; a function can hand its persists to a writer
+process instead (``writer``: see :mod:`faasdl.canary.writer`), which does
+:func:`write_checkpoint` on another core.
 """
 
 from __future__ import annotations
@@ -69,23 +71,33 @@ _writes = 0
 _switch_interval_s = sys.getswitchinterval()
 
 
-@contextlib.contextmanager
-def _eager_gil() -> Iterator[None]:
-    """Shorten the process's GIL switch interval while any background write of this module is
-    running (see the module's doc); the interval it had comes back after the last one."""
+def _eager_begin() -> None:
+    """Shorten the process's GIL switch interval until the matching :func:`_eager_end` (see the
+    module's doc); the interval it had comes back after the last one."""
     global _writes, _switch_interval_s
     with _writes_lock:
         if _writes == 0:
             _switch_interval_s = sys.getswitchinterval()
             sys.setswitchinterval(WRITE_SWITCH_INTERVAL_S)
         _writes += 1
+
+
+def _eager_end() -> None:
+    global _writes
+    with _writes_lock:
+        _writes -= 1
+        if _writes == 0:
+            sys.setswitchinterval(_switch_interval_s)
+
+
+@contextlib.contextmanager
+def _eager_gil() -> Iterator[None]:
+    """A short GIL switch interval while a background write (a heartbeat) runs."""
+    _eager_begin()
     try:
         yield
     finally:
-        with _writes_lock:
-            _writes -= 1
-            if _writes == 0:
-                sys.setswitchinterval(_switch_interval_s)
+        _eager_end()
 
 
 class CanaryArgs(BaseModel):
@@ -271,7 +283,7 @@ class Checkpointer:
     def __exit__(self, *exc: object) -> None:
         with self._cond:
             self._stopped = True
-            self._pending = None
+            self._queue(None)
             self._cond.notify_all()
         for thread in self._threads:
             thread.join()
@@ -326,7 +338,7 @@ class Checkpointer:
         started = time.perf_counter()
         snapshot = take()
         with self._cond:
-            self._pending = _Pending(snapshot, encode, position)
+            self._queue(_Pending(snapshot, encode, position))
             self._cond.notify_all()
         self._last_checkpoint = time.monotonic()
         self.stalls_s.append(time.perf_counter() - started)
@@ -349,7 +361,7 @@ class Checkpointer:
         exactly once: the unit is committed by the first attempt that gets here while owning it.
         Its checkpoints are deleted after. Raises ``Superseded`` if fenced."""
         with self._cond:
-            self._pending = None
+            self._queue(None)
         self.flush()
         self._fenced(
             lambda u: u.model_copy(
@@ -403,12 +415,12 @@ class Checkpointer:
                 self._cond.wait_for(lambda: self._stopped or self._pending is not None)
                 if self._stopped:
                     return
+                # The pending checkpoint's short switch interval goes with it (ended below).
                 pending, self._pending = self._pending, None
                 self._persisting = True
             assert pending is not None
             try:
-                with _eager_gil():
-                    self._persist(pending)
+                self._persist(pending)
             except Superseded:
                 pass
             except StoreError as exc:  # a store restart: the next checkpoint tries again
@@ -416,9 +428,21 @@ class Checkpointer:
             except Exception as exc:  # the caller's encoder: raised in its thread at next call
                 self._error = exc
             finally:
+                _eager_end()
                 with self._cond:
                     self._persisting = False
                     self._cond.notify_all()
+
+    def _queue(self, pending: _Pending | None) -> None:
+        """Make ``pending`` the checkpoint to persist next (``None``: drop the one waiting), with
+        ``self._cond`` held. While one waits the GIL switch interval is short, so that the persist
+        thread takes it up at once rather than after the function's step has held the GIL for
+        the interval (5 ms); the persist thread ends that when it is done with it."""
+        if pending is not None and self._pending is None:
+            _eager_begin()
+        elif pending is None and self._pending is not None:
+            _eager_end()
+        self._pending = pending
 
     def _persist(self, pending: _Pending) -> None:
         if self._superseded is not None:  # a heartbeat was refused: nothing more to write

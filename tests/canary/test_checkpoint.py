@@ -148,6 +148,29 @@ def test_a_persist_runs_with_a_short_gil_switch_interval_and_restores_it(
     assert sys.getswitchinterval() == before
 
 
+def test_a_waiting_checkpoint_has_the_short_switch_interval_until_taken_up_or_dropped(
+    store: StateStore,
+) -> None:
+    before = sys.getswitchinterval()
+    args = CanaryArgs(unit=UNIT, token=claim(store), blobs="ckpt/job", heartbeat_s=0)
+    with Checkpointer(store, args) as ck:
+        with ck._cond:  # the persist thread cannot take the checkpoint up yet
+            ck.checkpoint(lambda: 1, lambda v: str(v).encode(), position=1)
+            waiting = sys.getswitchinterval()
+        ck.flush()
+        persisted = sys.getswitchinterval()
+        heads = [h.position for h in unit(store).heads]
+        with ck._cond:  # dropped by the commit, never taken up
+            ck.checkpoint(lambda: 2, lambda v: str(v).encode(), position=2)
+            ck.commit("done")
+
+    assert waiting == pytest.approx(WRITE_SWITCH_INTERVAL_S)
+    assert persisted == before
+    assert heads == [1]
+    assert sys.getswitchinterval() == before
+    assert unit(store).committed_result == "done"
+
+
 def test_the_resumed_attempt_sees_its_predecessors_checkpoint_and_commits_once(
     store: StateStore,
 ) -> None:
