@@ -259,16 +259,18 @@ class StateStore(Resource):
             chunks: list[tuple[str, bytes | memoryview]] = [
                 (self._chunk_key(name, write_id, i), p) for i, p in enumerate(pieces)
             ]
+
+            def hashed() -> tuple[str, ...]:
+                return tuple(hashlib.sha256(p).hexdigest() for p in pieces)
+
             if len(pieces) > 1:
                 # Hash while the chunks travel: hashlib and socket writes both release the GIL.
                 with ThreadPoolExecutor(max_workers=1) as hasher:
-                    hashing = hasher.submit(
-                        lambda: tuple(hashlib.sha256(p).hexdigest() for p in pieces)
-                    )
+                    hashing = hasher.submit(hashed)
                     self._write_chunks(chunks, durable=durable)
                     digests = hashing.result()
             else:  # a thread's start and join cost more than it saves on one chunk (a checkpoint)
-                digests = tuple(hashlib.sha256(p).hexdigest() for p in pieces)
+                digests = hashed()
                 self._write_chunks(chunks, durable=durable)
             manifest = BlobManifest(
                 name=name,

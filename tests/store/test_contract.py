@@ -190,8 +190,8 @@ def test_sqlite_forces_a_blob_to_disk_only_when_asked(
     durable = len(synced)
     store.put_blob("ckpt/e", data, durable=False)
 
-    assert durable >= (1 if spill_bytes < len(data) else 4)  # each chunk (its folder), or the spill
-    # The folders the blob's file and folder were made in: else a crash can lose them.
+    assert durable >= (1 if spill_bytes < len(data) else 4)  # each chunk, or the spill file
+    # The folder the chunks (or the spill file) were made in: else a crash can lose them.
     top = tmp_path / "spill" if spill_bytes < len(data) else store.chunk_dir
     assert str(top) in synced
     assert len(synced) == durable  # none for the blob that may be lost in a machine crash
