@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -419,12 +420,7 @@ def _recovered(w: dict[str, Any]) -> str:
 
 def _setup(n: int, concurrency: str, workloads: dict[str, dict[str, Any]]) -> list[str]:
     sizes = "; ".join(
-        f"{name} "
-        + ", ".join(
-            f"{k}={v}"
-            for k, v in workload(name).params.model_validate(params).model_dump().items()
-            if k != "seed"
-        )
+        f"{name} " + ", ".join(f"{k}={v}" for k, v in _as_run(name, params).items() if k != "seed")
         for name, params in workloads.items()
     )
     return [
@@ -443,6 +439,14 @@ def _setup(n: int, concurrency: str, workloads: dict[str, dict[str, Any]]) -> li
         "checkpoint on a warm replica. Canary prepares its replicas as it deploys the function: "
         "a run starts once they are warm, and pays for them from then.",
     ]
+
+
+def _as_run(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A workload's parameters as its runs have them: what its containers share (see
+    :meth:`_Bench.run`) lies in the experiment's directory."""
+    found = workload(name)
+    model = found.params.model_validate(params)
+    return model.model_dump() | found.shared(model, Path("<experiment directory>"))
 
 
 # ---- replication ----------------------------------------------------------------------------

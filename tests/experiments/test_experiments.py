@@ -101,6 +101,10 @@ def check_recovery(summary: dict[str, Any], report: Path, names: tuple[str, ...]
         assert parts == pytest.approx(figures["overhead_vs_ideal"], abs=2e-4)
     assert summary["failure_rate"] == 0.15
     assert len(list((report / "plans").glob("*.json"))) == len(names)
+    if "webservice" in names:
+        # The setup names the database the runs' containers share, not the parameter's default.
+        shared = "database=<experiment directory>/webservice-50000.db"
+        assert shared in (report / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("name", ["replication", "baselines"])
