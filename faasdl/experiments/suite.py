@@ -104,13 +104,11 @@ class _Bench:
             }
             typical = statistics.median(work.values())
             expected = {i: work.get(i, typical) for i in range(first, first + n)}
-        found = workload(self.workload)
-        shared = found.shared(found.params.model_validate(self.params), self.lab.shared_dir)
         return self.lab.run(
             RunSpec(
                 run_id=f"{self.workload}-{label}",
                 workload=self.workload,
-                params=self.params | shared,
+                params=self.params | _shared(self.workload, self.params, self.lab.shared_dir),
                 invocations=n,
                 strategy=strategy,
                 plan=plan or FailurePlan(),
@@ -441,12 +439,16 @@ def _setup(n: int, concurrency: str, workloads: dict[str, dict[str, Any]]) -> li
     ]
 
 
-def _as_run(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A workload's parameters as its runs have them: what its containers share (see
-    :meth:`_Bench.run`) lies in the experiment's directory."""
+def _shared(name: str, params: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """The parameters that put what a run's containers share under ``directory``."""
     found = workload(name)
-    model = found.params.model_validate(params)
-    return model.model_dump() | found.shared(model, Path("<experiment directory>"))
+    return found.shared(found.params.model_validate(params), directory)
+
+
+def _as_run(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A workload's parameters as its runs have them (what they share in the lab's directory)."""
+    defaults = workload(name).params.model_validate(params).model_dump()
+    return defaults | _shared(name, params, Path("<experiment directory>"))
 
 
 # ---- replication ----------------------------------------------------------------------------
