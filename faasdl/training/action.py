@@ -167,7 +167,7 @@ class TrainerKey(NamedTuple):
 
 #: The warm container's trainer: built and traced once (by a warm-up call, or by the first unit),
 #: reused by the next activations that train the same model the same way.
-_trainers: dict[TrainerKey, tuple[Trainer, list[np.ndarray]]] = {}
+_trainers: dict[TrainerKey, Trainer] = {}
 
 
 def _trainer(key: TrainerKey, config: TrainConfig) -> tuple[Trainer, list[np.ndarray]]:
@@ -177,11 +177,10 @@ def _trainer(key: TrainerKey, config: TrainConfig) -> tuple[Trainer, list[np.nda
     if key not in _trainers:
         _trainers.clear()  # one model at a time: a container serves one action variant
         model = build_model(key.model, key.input_shape, key.classes, seed=0)
-        trainer = Trainer(model, config)
-        _trainers[key] = (trainer, [v.numpy() for v in trainer.optimizer.variables])
-    trainer, fresh = _trainers[key]
+        _trainers[key] = Trainer(model, config)
+    trainer = _trainers[key]
     trainer.config = config
-    return trainer, fresh
+    return trainer, trainer.fresh_optimizer
 
 
 #: The latest initial weights drawn in this container, by trainer and seed (every unit of a job's
