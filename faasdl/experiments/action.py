@@ -116,7 +116,7 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
                 and canary.checkpoints
                 and found.checkpoint_after(params, state.done)
             ):
-                ckpt.checkpoint(_taken(state), State.encode, state.done)
+                ckpt.checkpoint(_taken(found, params, context, state), State.encode, state.done)
         ckpt.commit(state.result())
     return {
         "result": state.result(),
@@ -134,9 +134,10 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _taken(state: State) -> Callable[[], State]:
-    """The snapshot of a state: the state itself (steps make new states, never change one)."""
-    return lambda: state
+def _taken(found: Workload, params: Params, context: Any, state: State) -> Callable[[], State]:
+    """The snapshot of the state a step just returned (its live part encoded: the next step
+    changes that part in place)."""
+    return lambda: found.snapshot(params, context, state)
 
 
 def _crasher(crash: CrashAt | None) -> Callable[[str], None] | None:

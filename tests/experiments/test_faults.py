@@ -43,24 +43,50 @@ def expected(n: int, params: dict[str, Any] = SMALL, name: str = "compression") 
     return out
 
 
-@pytest.mark.parametrize("name", ["compression", "graph", "webservice"])
+@pytest.mark.parametrize(
+    "name",
+    ["compression", "graph", "webservice", pytest.param("training", marks=pytest.mark.tensorflow)],
+)
 def test_a_workload_resumed_from_any_checkpoint_ends_with_the_failure_free_result(
     name: str,
 ) -> None:
     found = WORKLOADS[name]
-    params = found.params.model_validate({"seed": 3})
+    params = found.params.model_validate({"seed": 3, **SMALLER.get(name, {})})
     context = found.context(params)
     whole = run_steps(found, params, context)
     state = found.initial(params, context)
     for _ in range(found.steps(params) // 2):
         state = found.step(params, context, state)
-    resumed = run_steps(found, params, context, State.decode(state.encode()))
+    checkpoint = found.snapshot(params, context, state).encode()
+    # The run goes on from the state it snapshotted (its live part, changed in place) ...
+    assert run_steps(found, params, context, state).result() == whole.result()
+    # ... and leaves the snapshot as it was: an attempt resumed from it ends the same.
+    resumed = run_steps(found, params, context, State.decode(checkpoint))
     assert resumed.result() == whole.result()
     assert whole.result().startswith(f"{found.steps(params)}:")
     # A step applied twice would show: its output is chained into the digest.
-    again = found.step(params, context, state)
-    twice = State(state.done, again.digest, again.data, again.blob)
+    again = found.snapshot(params, context, found.step(params, context, State.decode(checkpoint)))
+    twice = State(found.steps(params) // 2, again.digest, again.data, again.blob)
     assert run_steps(found, params, context, twice).result() != whole.result()
+
+
+#: Smaller runs of the workloads whose default invocation takes seconds here.
+SMALLER: dict[str, dict[str, Any]] = {"training": {"epochs": 4, "batch_size": 64}}
+
+
+@pytest.mark.tensorflow
+def test_the_training_workload_learns() -> None:
+    """Its loss falls epoch by epoch: the optimizer it starts from has its learning rate (the
+    workload once set every optimizer variable to zero, the learning rate too, and learnt
+    nothing)."""
+    found = WORKLOADS["training"]
+    params = found.params.model_validate({"seed": 1, **SMALLER["training"]})
+    state = run_steps(found, params, found.context(params))
+    epochs = state.live.epochs
+    assert len(epochs) == 4
+    assert [e["loss"] for e in epochs] == sorted((e["loss"] for e in epochs), reverse=True)
+    assert epochs[-1]["loss"] < 0.8 * epochs[0]["loss"]
+    assert epochs[-1]["accuracy"] > 0.5
 
 
 @pytest.mark.parametrize("name", ["compression", "graph", "webservice"])
