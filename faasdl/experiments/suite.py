@@ -41,12 +41,13 @@ PRICE_PER_GB_S = Settings.model_fields["price_per_gb_s"].default
 #: Training: ten epochs in batches of 16 (~85 ms an epoch; batches of 32 halve the epoch, not
 #: the checkpoint; with six epochs the failures alone cost +3.6%, with ten +1.2%). Compression:
 #: 16 files of 512 KiB (the default's files, half their size).
-#: Graph: a tree of depth 18, a checkpoint every 32,768 vertices (larger steps make each failure
-#: redo more: its recovery then gains less on retry's). Web service: 16 requests.
+#: Graph: a tree of depth 19, a checkpoint every 65,536 vertices (~40 ms; frontiers of up to 2 MiB;
+#: larger steps make each failure redo more: its recovery then gains less on retry's). Web
+#: service: 16 requests.
 QUICK_PARAMS: dict[str, dict[str, Any]] = {
     "training": {"batch_size": 16, "epochs": 10},
     "compression": {"files": 16, "file_kb": 512},
-    "graph": {"depth": 18, "every": 32_768},
+    "graph": {"depth": 19, "every": 65_536},
     "webservice": {"requests": 16},
 }
 #: The light workload of the scale experiment: a BFS of 8,191 vertices in 8 steps (~30 ms).
