@@ -43,6 +43,10 @@ def expected(n: int, params: dict[str, Any] = SMALL, name: str = "compression") 
     return out
 
 
+#: Smaller runs of the workloads whose default invocation takes seconds here.
+SMALLER: dict[str, dict[str, Any]] = {"training": {"epochs": 4, "batch_size": 64}}
+
+
 @pytest.mark.parametrize(
     "name",
     ["compression", "graph", "webservice", pytest.param("training", marks=pytest.mark.tensorflow)],
@@ -68,10 +72,6 @@ def test_a_workload_resumed_from_any_checkpoint_ends_with_the_failure_free_resul
     again = found.snapshot(params, context, found.step(params, context, State.decode(checkpoint)))
     twice = State(found.steps(params) // 2, again.digest, again.data, again.blob)
     assert run_steps(found, params, context, twice).result() != whole.result()
-
-
-#: Smaller runs of the workloads whose default invocation takes seconds here.
-SMALLER: dict[str, dict[str, Any]] = {"training": {"epochs": 4, "batch_size": 64}}
 
 
 @pytest.mark.tensorflow
