@@ -10,17 +10,20 @@ of an experiment's workload (:mod:`.workloads`) as a Canary stateful function.
   from the unit's newest checkpoint (or start), run the remaining steps with a checkpoint after
   each (when the attempt checkpoints; the container's writer process persists them, see
   :mod:`faasdl.canary.writer`), and commit the result through the fenced API; ``crash`` kills the
-  container at a named crash point (failure injection).
+  container at a named crash point (failure injection); ``marks`` names a file the attempt
+  appends its progress to, a line ``<steps done> <unix time>`` as its first step starts and as
+  each step ends (the experiments read a killed attempt's to know how far it had got).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,6 +62,7 @@ class WorkloadArgs(BaseModel):
     store_url: str
     canary: CanaryArgs
     crash: CrashAt | None = None
+    marks: str | None = Field(None, description="A file to append the attempt's progress to.")
 
 
 _contexts: OrderedDict[str, Any] = OrderedDict()
@@ -99,17 +103,22 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
     canary = args.canary
     writer = action_writer(args.store_url) if canary.checkpoints else None
     store = action_store(args.store_url)
-    with Checkpointer(store, canary, probe=_crasher(args.crash), writer=writer) as ckpt:
+    with (
+        Checkpointer(store, canary, probe=_crasher(args.crash), writer=writer) as ckpt,
+        _marking(args.marks) as mark,
+    ):
         started_at = time.time()  # the attempt's first heartbeat (faults are timed from it)
         restored = ckpt.restore(State.decode) if canary.checkpoints else None
         state = restored[0] if restored else found.initial(params, context)
         resumed_from = state.done if restored else None
         first_step_at = time.time()
+        mark(state.done, first_step_at)
         step_ends: list[float] = []
         total = found.steps(params)
         while state.done < total:
             state = found.step(params, context, state)
             step_ends.append(time.time())
+            mark(state.done, step_ends[-1])
             ckpt.check()
             if (
                 state.done < total
@@ -138,6 +147,20 @@ def _taken(found: Workload, params: Params, context: Any, state: State) -> Calla
     """The snapshot of the state a step just returned (its live part encoded: the next step
     changes that part in place)."""
     return lambda: found.snapshot(params, context, state)
+
+
+@contextlib.contextmanager
+def _marking(path: str | None) -> Iterator[Callable[[int, float], object]]:
+    """Append ``<steps done> <time>`` lines to the file at ``path`` (nothing if ``None``): one
+    unbuffered write each, so that a kill of the container loses none written before it."""
+    if path is None:
+        yield lambda done, at: None
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        yield lambda done, at: os.write(fd, f"{done} {at:.6f}\n".encode())
+    finally:
+        os.close(fd)
 
 
 def _crasher(crash: CrashAt | None) -> Callable[[str], None] | None:

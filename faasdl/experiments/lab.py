@@ -31,6 +31,8 @@ class Lab:
     runtimes: RuntimeManager
     #: Where what a run's containers share lives (a web service's database): the lab's own.
     shared_dir: Path
+    #: Where the runs' attempts leave their progress marks (see :mod:`.runner`).
+    marks_dir: Path
     restart_store: Callable[[], None] | None = None
 
     def run(self, spec: RunSpec) -> RunReport:
@@ -50,6 +52,7 @@ class Lab:
             self.runtimes,
             spec,
             restart_store=self.restart_store,
+            marks_dir=self.marks_dir,
         )
         replicas = runner.strategy.replicas(active=spec.concurrency, failures=0, attempts=0)
         if spec.plan.faults and replicas == 0:
@@ -81,7 +84,9 @@ def open_lab(*, pool_memory_mb: int = 8192, store_url: str | None = None) -> Ite
             runtimes = RuntimeManager(platform, tick_s=0.1)
             runtimes.start()
             try:
-                yield Lab(platform, store, absolute_url(url), runtimes, Path(tmp))
+                marks = Path(tmp) / "marks"
+                marks.mkdir()
+                yield Lab(platform, store, absolute_url(url), runtimes, Path(tmp), marks)
             finally:
                 runtimes.close()
 

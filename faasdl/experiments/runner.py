@@ -8,6 +8,10 @@ before those not started. A failure is seen in the activation record (a killed c
 through a lapsed heartbeat lease (a frozen one), whichever comes first; the strategy then resumes
 the unit from its checkpoint, restarts it, waits for its other copies, or gives up. Warm replicas
 of the workload's runtime are kept by the :class:`~faasdl.canary.runtime.RuntimeManager`.
+
+Given a folder for them, every attempt appends its progress marks to a file of its own there
+(``marks`` of :mod:`.action`); a hit attempt's are read back into its :class:`Hit` once the run
+has ended, and the files removed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from faasdl.actions import deploy_variant
@@ -79,6 +84,11 @@ class Attempt:
     fault: Fault | None = None
     started_ms: int | None = None  # its first heartbeat
     frozen: bool = False
+    marks: Path | None = None  # the file it appends its progress marks to
+
+
+#: An attempt's progress: (steps done, unix time), as its first step starts and each step ends.
+Marks = tuple[tuple[int, float], ...]
 
 
 @dataclass
@@ -102,13 +112,15 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Hit:
-    """One attempt a fault hit: when, and when that attempt had started (its first heartbeat)."""
+    """One attempt a fault hit: when, when that attempt had started (its first heartbeat), and
+    its progress marks (none unless the runner had a folder for them)."""
 
     invocation: int
     activation_id: str
     kind: str
     at: float
     started_at: float | None
+    marks: Marks = ()
 
 
 @dataclass
@@ -143,6 +155,7 @@ class InvocationRunner:
         *,
         restart_store: Callable[[], None] | None = None,
         tick_s: float = 0.01,
+        marks_dir: Path | None = None,
     ) -> None:
         self.platform = platform
         self.store = store
@@ -151,6 +164,7 @@ class InvocationRunner:
         self.spec = spec
         self.restart_store = restart_store
         self.tick_s = tick_s
+        self.marks_dir = marks_dir
         self.strategy = make_strategy(
             spec.strategy,
             max_attempts=spec.max_attempts,
@@ -182,6 +196,7 @@ class InvocationRunner:
         self._succeeded = 0  # activations that succeeded, and their seconds
         self._succeeded_s = 0.0
         self._injected: list[Hit] = []
+        self._marks: dict[str, Path] = {}  # every attempt's marks file, by activation
         self._next_lease_check = 0.0
 
     # ---- the run ------------------------------------------------------------------------
@@ -203,6 +218,9 @@ class InvocationRunner:
             self._drain()
         finally:
             replica_gb_s = self.runtimes.release(spec.run_id)
+            injected = [replace(h, marks=self._read_marks(h.activation_id)) for h in self._injected]
+            for path in self._marks.values():
+                path.unlink(missing_ok=True)
         return RunReport(
             spec=spec,
             started_at=started,
@@ -211,8 +229,19 @@ class InvocationRunner:
             activation_gb_s=self._gb_s,
             replica_gb_s=replica_gb_s,
             activations=self._activations,
-            injected=self._injected,
+            injected=injected,
         )
+
+    def _read_marks(self, activation_id: str) -> Marks:
+        path = self._marks.get(activation_id)
+        if path is None or not path.exists():
+            return ()
+        marks = []
+        for line in path.read_text().splitlines():
+            done, _, at = line.partition(" ")
+            with contextlib.suppress(ValueError):  # a line cut short by the kill
+                marks.append((int(done), float(at)))
+        return tuple(marks)
 
     def _key(self, index: int) -> str:
         return fn_key(self.spec.run_id, 0, index)
@@ -247,12 +276,17 @@ class InvocationRunner:
                 "store_url": self.store_url,
                 "canary": canary.model_dump(mode="json"),
             }
-            started: list[tuple[str, Fault | None]] = []
+            started: list[tuple[str, Fault | None, Path | None]] = []
             with contextlib.suppress(Throttled):
-                for fault in faults:
-                    crash = fault.point if fault is not None else None  # crash_point's only
-                    with_crash = params | {"crash": {"point": crash}} if crash else params
-                    started.append((self.platform.invoke(self.variant, with_crash), fault))
+                for copy, fault in enumerate(faults):
+                    args = dict(params)
+                    if fault is not None and fault.point is not None:  # crash_point's only
+                        args["crash"] = {"point": fault.point}
+                    marks = None
+                    if self.marks_dir is not None:
+                        marks = self.marks_dir / f"{spec.run_id}-{index:05d}-{token:04d}-{copy}"
+                        args["marks"] = str(marks)
+                    started.append((self.platform.invoke(self.variant, args), fault, marks))
             if not started:
                 return
             self._queue.popleft()
@@ -262,8 +296,10 @@ class InvocationRunner:
             outcome.attempts += 1
             self._attempts += 1
             self._position[index] = position
-            for activation_id, fault in started:
-                self._in_flight[activation_id] = Attempt(index, token, fault)
+            for activation_id, fault, marks in started:
+                self._in_flight[activation_id] = Attempt(index, token, fault, marks=marks)
+                if marks is not None:
+                    self._marks[activation_id] = marks
 
     def _claim(self, index: int) -> tuple[int, int]:
         """A new attempt owns the unit (fencing the old); its token and checkpoint position."""

@@ -162,8 +162,7 @@ class _Bench:
             s
             for r in blocks
             for hit in r.injected
-            if (s := recovery_s(hit, r.outcome(hit.invocation), self.ideal[hit.invocation].final))
-            is not None
+            if (s := recovery_s(hit, r.outcome(hit.invocation))) is not None
         ]
         injected = sum(len(r.injected) for r in blocks)
         activation_gb_s = sum(r.activation_gb_s for r in blocks)
@@ -431,7 +430,8 @@ def _setup(n: int, concurrency: str, workloads: dict[str, dict[str, Any]]) -> li
         "the point in time is that fraction of the invocation's failure-free duration after its "
         "first heartbeat).",
         "Recovery time: from the kill until a later attempt is back at the progress the killed "
-        "one had made (restart, restore and the work redone); ideal is the failure-free run "
+        "one had made, as the killed one's own step marks record it (restart, restore and the "
+        "work redone); ideal is the failure-free run "
         "without checkpoints; retry reruns from the start in whatever container is free (a "
         "cold one unless its own runs left one warm: the spare replicas other runs warmed are "
         "dropped before a run of a strategy without replicas); canary resumes from the newest "

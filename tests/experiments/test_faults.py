@@ -17,7 +17,8 @@ from faasdl.canary.strategies import StrategyName
 from faasdl.errors import ValidationError as FaasdlValidationError
 from faasdl.experiments.inject import REACH, FailurePlan, Fault
 from faasdl.experiments.lab import Lab, ledger, open_lab
-from faasdl.experiments.runner import WORKLOAD, InvocationRunner, RunReport, RunSpec
+from faasdl.experiments.measure import recovery_s
+from faasdl.experiments.runner import WORKLOAD, Hit, InvocationRunner, RunReport, RunSpec
 from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
 from tests.conftest import eventually
 from tests.store.conftest import private_redis
@@ -182,6 +183,22 @@ def test_a_killed_retry_invocation_starts_over_and_commits_once(lab: Lab) -> Non
     assert hit.attempts == 2
     assert hit.failures == ["crash"]
     assert hit.final["resumed_from"] is None  # retry keeps no checkpoint
+    # The killed attempt's progress marks came back with the hit: it had begun at step 0.
+    (killed,) = report.injected
+    assert killed.marks[0][0] == 0
+    assert_marked_until_the_hit(killed, lab)
+    assert recovery_s(killed, hit) is not None
+
+
+def assert_marked_until_the_hit(killed: Hit, lab: Lab) -> None:
+    """The marks of a killed attempt: a step at a time, in time order, and none after its kill;
+    their files are gone once the run has ended."""
+    steps = [done for done, _ in killed.marks]
+    times = [at for _, at in killed.marks]
+    assert steps == list(range(steps[0], steps[0] + len(steps)))
+    assert times == sorted(times)
+    assert times[-1] <= killed.at
+    assert not list(lab.marks_dir.iterdir())
 
 
 def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once(lab: Lab) -> None:
@@ -195,6 +212,10 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert hit.failures == ["crash"]
     assert hit.final["resumed_from"] >= 2
     assert hit.final["steps_run"] == 8 - hit.final["resumed_from"]
+    (killed,) = report.injected
+    assert_marked_until_the_hit(killed, lab)
+    # Its newest checkpoint was at most as far as the steps it had ended.
+    assert hit.final["resumed_from"] <= killed.marks[-1][0]
 
 
 def test_a_killed_copy_leaves_the_other_to_commit_and_both_killed_start_again(lab: Lab) -> None:
