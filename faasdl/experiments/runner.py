@@ -20,6 +20,7 @@ import contextlib
 import signal
 import statistics
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -278,13 +279,13 @@ class InvocationRunner:
             }
             started: list[tuple[str, Fault | None, Path | None]] = []
             with contextlib.suppress(Throttled):
-                for copy, fault in enumerate(faults):
+                for fault in faults:
                     args = dict(params)
                     if fault is not None and fault.point is not None:  # crash_point's only
                         args["crash"] = {"point": fault.point}
                     marks = None
                     if self.marks_dir is not None:
-                        marks = self.marks_dir / f"{spec.run_id}-{index:05d}-{token:04d}-{copy}"
+                        marks = self.marks_dir / f"{index:05d}-{uuid.uuid4().hex}"
                         args["marks"] = str(marks)
                     started.append((self.platform.invoke(self.variant, args), fault, marks))
             if not started:
