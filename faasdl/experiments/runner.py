@@ -85,7 +85,6 @@ class Attempt:
     fault: Fault | None = None
     started_ms: int | None = None  # its first heartbeat
     frozen: bool = False
-    marks: Path | None = None  # the file it appends its progress marks to
 
 
 #: An attempt's progress: (steps done, unix time), as its first step starts and each step ends.
@@ -298,7 +297,7 @@ class InvocationRunner:
             self._attempts += 1
             self._position[index] = position
             for activation_id, fault, marks in started:
-                self._in_flight[activation_id] = Attempt(index, token, fault, marks=marks)
+                self._in_flight[activation_id] = Attempt(index, token, fault)
                 if marks is not None:
                     self._marks[activation_id] = marks
 
