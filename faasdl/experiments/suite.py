@@ -431,8 +431,8 @@ def _setup(n: int, concurrency: str, workloads: dict[str, dict[str, Any]]) -> li
         "first heartbeat).",
         "Recovery time: from the kill until a later attempt is back at the progress the killed "
         "one had made, as the killed one's own step marks record it (restart, restore and the "
-        "work redone); ideal is the failure-free run "
-        "without checkpoints; retry reruns from the start in whatever container is free (a "
+        "work redone); ideal is the failure-free run without checkpoints; retry reruns from the "
+        "start in whatever container is free (a "
         "cold one unless its own runs left one warm: the spare replicas other runs warmed are "
         "dropped before a run of a strategy without replicas); canary resumes from the newest "
         "checkpoint on a warm replica. Canary prepares its replicas as it deploys the function: "

@@ -403,8 +403,8 @@ class Training(Workload):
         trainer = Trainer(model, TrainConfig(batch_size=params.batch_size, epochs=1))
         x, y = data.x_train[: params.examples], data.y_train[: params.examples]
         # One step now traces the train step (~0.4 s): a warm replica's first step is then as
-        # fast as any. Every step loads its own weights and optimizer state, so this one leaves
-        # nothing behind.
+        # fast as any. An attempt's first step loads its weights and optimizer state, so this
+        # one leaves nothing behind.
         trainer.train(x[: params.batch_size], y[: params.batch_size], trainer.initial_state())
         return _Trainer(trainer, x, y, data.classes)
 

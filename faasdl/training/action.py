@@ -114,7 +114,7 @@ def warm_up(args: dict[str, Any]) -> None:
     key = TrainerKey(
         prime.model, prime.input_shape, prime.classes, prime.optimizer, prime.learning_rate
     )
-    trainer, _ = _trainer(key, config)
+    trainer = _trainer(key, config)
     x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
     y = np.zeros(prime.batch_size, np.int32)
     trainer.train(x, y, trainer.initial_state())  # traces the step; every unit loads its state
@@ -170,17 +170,16 @@ class TrainerKey(NamedTuple):
 _trainers: dict[TrainerKey, Trainer] = {}
 
 
-def _trainer(key: TrainerKey, config: TrainConfig) -> tuple[Trainer, list[np.ndarray]]:
-    """The trainer of ``key`` (built once) set to ``config``, with its optimizer's initial
-    variables. Every activation loads its whole state (weights and optimizer variables) into it,
-    so reuse changes no result."""
+def _trainer(key: TrainerKey, config: TrainConfig) -> Trainer:
+    """The trainer of ``key`` (built once) set to ``config``. Every activation loads its whole
+    state (weights and optimizer variables) into it, so reuse changes no result."""
     if key not in _trainers:
         _trainers.clear()  # one model at a time: a container serves one action variant
         model = build_model(key.model, key.input_shape, key.classes, seed=0)
         _trainers[key] = Trainer(model, config)
     trainer = _trainers[key]
     trainer.config = config
-    return trainer, trainer.fresh_optimizer
+    return trainer
 
 
 #: The latest initial weights drawn in this container, by trainer and seed (every unit of a job's
@@ -227,11 +226,11 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
             target_loss=args.target_loss,
         )
         reused = key in _trainers
-        trainer, fresh_optimizer = _trainer(key, config)
+        trainer = _trainer(key, config)
         if state is None:  # round 0 from scratch: the job's initial weights, drawn from its seed
             state = TrainState(weights=_initial_weights(key, args.seed))
         if not state.optimizer:
-            state = dataclasses.replace(state, optimizer=fresh_optimizer)
+            state = dataclasses.replace(state, optimizer=trainer.fresh_optimizer)
     per_epoch = steps_per_epoch(shard.count, args.batch_size)
     first_step_at: float | None = None
 
