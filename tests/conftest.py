@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from faasdl.config import LocalPlatformSettings, OpenWhiskSettings, ServerSettings, StoreSettings
 from faasdl.errors import ActivationNotFound
@@ -128,6 +129,17 @@ def tf_platform() -> Iterator[LocalPlatform]:
     settings = LocalPlatformSettings(pool_memory_mb=4096, memory_max_mb=2048)
     with LocalPlatform(settings=settings) as platform:
         yield platform
+
+
+@pytest.fixture(scope="session")
+def quick_training_bench() -> dict[str, Any]:
+    """``faasdl bench training --quick``'s result, measured once a session: its own test reads
+    it, and the disdel experiment's test (whose first section is this benchmark) is handed it
+    rather than train the same minute again."""
+    pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
+    from faasdl.bench.training import run_training_bench
+
+    return run_training_bench(quick=True, seeds=3, progress=Console(quiet=True))
 
 
 @pytest.fixture(scope="module")

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from rich.console import Console
-
-pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
-
-from faasdl.bench.training import run_training_bench
 
 pytestmark = pytest.mark.tensorflow
 
 
-def test_the_quick_variant_measures_accuracy_environments_and_overhead() -> None:
-    result = run_training_bench(quick=True, seeds=3, progress=Console(quiet=True))
+def test_the_quick_variant_measures_accuracy_environments_and_overhead(
+    quick_training_bench: dict[str, Any],
+) -> None:
+    result = quick_training_bench  # run with seeds=3, which the quick variant overrides
 
     (row,) = result["workloads"]
     assert result["seeds"] == 1

@@ -139,10 +139,33 @@ def test_scale_checks_the_large_run_from_the_store(tmp_path: Path) -> None:
 
 
 @pytest.mark.tensorflow
-def test_disdel_compares_environments_pool_limits_and_a_batch(tmp_path: Path) -> None:
+def test_disdel_compares_environments_pool_limits_and_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_training_bench: dict[str, Any]
+) -> None:
+    # Arrange: the experiment's first section is the training benchmark's quick variant, which
+    # this session has measured already (for its own test): the experiment is handed that result.
+    asked: list[bool] = []
+
+    def measured(*, quick: bool, seeds: int, progress: object) -> dict[str, Any]:
+        asked.append(quick)
+        return quick_training_bench
+
+    monkeypatch.setattr("faasdl.experiments.disdel.run_training_bench", measured)
+
+    # Execute
     summary, _ = run_experiment("disdel", tmp_path)
-    assert set(summary["environments"]) == {"bare_metal", "default_serverless", "faasdl"}
+
+    # Assert: the environments are the benchmark's; the pool limits and the batch ran here.
+    assert asked == [True]
+    (bench,) = quick_training_bench["workloads"]
+    assert summary["environments"] == {
+        env: {k: e[k] for k in ("makespan_s", "peak_mb_per_action")}
+        for env, e in bench["environments"].items()
+    }
+    assert set(summary["pool_limit_makespan_s"]) == {"1024", "4096"}
+    assert all(s > 0 for s in summary["pool_limit_makespan_s"].values())
     assert summary["batch"]["jobs"] == 8
+    assert summary["batch"]["batch_makespan_s"] >= summary["batch"]["job_makespan_s_mean"] > 0
 
 
 def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) -> None:
