@@ -4,6 +4,7 @@ crashes mid-job; every job must end bit-identical to the same job without failur
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -197,8 +198,8 @@ SHORT_LIMIT_MS = 12_000
 
 @pytest.fixture(scope="module")
 def short(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
-    """A controller on a platform whose longest time limit (12 s) is shorter than a unit of
-    100 epochs' training (~50 s on a 2-core machine)."""
+    """A controller on a platform whose longest time limit (12 s) is well under the long unit's
+    training."""
     tmp = tmp_path_factory.mktemp("short")
     local = LocalPlatformSettings(
         pool_memory_mb=4096,
@@ -215,37 +216,62 @@ def short(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
         yield c
 
 
-#: A unit of training longer than the short platform's time limit.
-LONG_UNIT: dict[str, Any] = {**JOB, "workers": 1, "epochs": 100, "sync_every": 100}
+#: The long unit's training in the short platform's time limits, as the probes measure it: an
+#: attempt saves at most one limit's progress, so over two limits take two resumed activations at
+#: least. The probes measure an epoch slow (an activation's first epochs are slower: 37 epochs
+#: here, 0.6 s each, took two), and four leave room for probes nearly twice as slow as the truth.
+LONG_UNIT_LIMITS = 4
+#: The epochs of the unit that measures an epoch's training time.
+PROBE_EPOCHS = 6
+
+
+def epoch_s(controller: Controller) -> float:
+    """An epoch's training time in a ``PROBE_EPOCHS`` unit without limits."""
+    probe = run(controller, {**JOB, "workers": 1, "epochs": PROBE_EPOCHS, "sync_every": 0})
+    [train] = [a for a in controller.ledger(probe.job_id) if a.kind == "train"]
+    record = controller.platform.get_activation(train.activation_id)
+    assert record is not None
+    assert isinstance(record.response.result, dict)
+    return float(record.response.result["phases_s"]["train"]) / PROBE_EPOCHS
+
+
+@pytest.fixture(scope="module")
+def long_unit(controller: Controller) -> dict[str, Any]:
+    """A one-worker unit of ``LONG_UNIT_LIMITS`` time limits of training on this machine (~60
+    epochs here; a fixed count would be too short on a faster machine). Its epochs are counted
+    from the faster of two probes: a container's first unit also traces the model."""
+    fastest = min(epoch_s(controller) for _ in range(2))
+    epochs = math.ceil(LONG_UNIT_LIMITS * SHORT_LIMIT_MS / 1000 / fastest)
+    return {**JOB, "workers": 1, "epochs": epochs, "sync_every": 0}
 
 
 def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(
-    short: Controller, controller: Controller
+    short: Controller, controller: Controller, long_unit: dict[str, Any]
 ) -> None:
     # Execute
-    job = run(short, LONG_UNIT)
+    job = run(short, long_unit)
 
     # Assert: every attempt but the last ran out of time, each resumed further on, and the
     # model is the one an unlimited run trains.
     timeouts = [f for f in job.failures if f.classification == "out_of_time"]
     assert job.state is JobState.DONE, f"{job.error}\n{unexpected(short, job, set())}"
-    assert len(timeouts) >= 2
+    assert len(timeouts) >= 2, f"{long_unit['epochs']} epochs, {len(timeouts)} ran out of time"
     assert all(f.recovery == "resume" for f in timeouts)
     positions = [f.resume_from or 0 for f in timeouts]
     assert positions == sorted(positions)
     assert positions[-1] > 0
-    unlimited = run(controller, LONG_UNIT)
+    unlimited = run(controller, long_unit)
     assert model_bytes(short, job) == model_bytes(controller, unlimited)
 
 
 def test_a_unit_longer_than_the_longest_time_limit_fails_after_two_attempts_there_under_retry(
-    short: Controller,
+    short: Controller, long_unit: dict[str, Any]
 ) -> None:
     # Arrange: plain retries, which checkpoint nothing: every attempt starts over.
     ft = {**JOB["fault_tolerance"], "policy": "retry"}
 
     # Execute
-    job = run(short, {**LONG_UNIT, "fault_tolerance": ft})
+    job = run(short, {**long_unit, "fault_tolerance": ft})
 
     # Assert: each attempt ran out of time and was restarted with a longer limit up to the
     # platform's longest; the first to fail at the longest was restarted with it (a cold start or
