@@ -149,6 +149,9 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
             if link.evaluate("node => node === document.activeElement"):
                 break
         assert link.evaluate("node => node === document.activeElement"), "the job link by Tab"
+        # The list is rebuilt every 2 s: the rebuilt row's link has the focus.
+        page.wait_for_function("row => !row.isConnected", arg=row.element_handle())
+        assert link.evaluate("node => node === document.activeElement"), "the focus kept"
         page.keyboard.press("Enter")
         page.wait_for_url(f"**/ui#job={job_id}")
 

@@ -113,7 +113,10 @@ async function refreshList() {
       el("td", { class: "num" }, fmt(job.cost_usd, 6)),
       el("td", {}, clock(job.created_ms)));
   });
+  // The rows are rebuilt every refresh: a keyboard user's focus stays on the job it was on.
+  const focused = document.activeElement?.closest("#jobs tbody tr")?.dataset.job;
   $("#jobs tbody").replaceChildren(...rows);
+  if (focused) $(`#jobs tbody tr[data-job="${CSS.escape(focused)}"] a`)?.focus();
   say(jobs.length ? "" : "no jobs yet");
 }
 
