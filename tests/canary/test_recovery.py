@@ -228,6 +228,7 @@ PROBE_EPOCHS = 6
 def epoch_s(controller: Controller) -> float:
     """An epoch's training time in a ``PROBE_EPOCHS`` unit without limits."""
     probe = run(controller, {**JOB, "workers": 1, "epochs": PROBE_EPOCHS, "sync_every": 0})
+    assert probe.state is JobState.DONE, probe.error
     [train] = [a for a in controller.ledger(probe.job_id) if a.kind == "train"]
     record = controller.platform.get_activation(train.activation_id)
     assert record is not None
