@@ -225,9 +225,14 @@ LONG_UNIT_LIMITS = 4
 PROBE_EPOCHS = 6
 
 
+def one_unit(epochs: int) -> dict[str, Any]:
+    """``JOB`` as one worker's single unit of ``epochs``."""
+    return {**JOB, "workers": 1, "epochs": epochs, "sync_every": 0}
+
+
 def epoch_s(controller: Controller) -> float:
     """An epoch's training time in a ``PROBE_EPOCHS`` unit without limits."""
-    probe = run(controller, {**JOB, "workers": 1, "epochs": PROBE_EPOCHS, "sync_every": 0})
+    probe = run(controller, one_unit(PROBE_EPOCHS))
     assert probe.state is JobState.DONE, probe.error
     [train] = [a for a in controller.ledger(probe.job_id) if a.kind == "train"]
     record = controller.platform.get_activation(train.activation_id)
@@ -242,8 +247,7 @@ def long_unit(controller: Controller) -> dict[str, Any]:
     epochs here; a fixed count would be too short on a faster machine). Its epochs are counted
     from the faster of two probes: a container's first unit also traces the model."""
     fastest = min(epoch_s(controller) for _ in range(2))
-    epochs = math.ceil(LONG_UNIT_LIMITS * SHORT_LIMIT_MS / 1000 / fastest)
-    return {**JOB, "workers": 1, "epochs": epochs, "sync_every": 0}
+    return one_unit(math.ceil(LONG_UNIT_LIMITS * SHORT_LIMIT_MS / 1000 / fastest))
 
 
 def test_a_unit_longer_than_any_time_limit_finishes_through_resumed_activations(
