@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
+from scipy.stats import bootstrap
 
 from faasdl.canary.strategies import ReplicationMode, StrategyName
 from faasdl.config import Settings
@@ -238,14 +240,18 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
                     rows.append(bench.row(report, strategy, rate))
             again = _taking_turns(bench, AGAIN, plan, progress, canary_first=True)
             rows.extend(bench.row(blocks, label, rate) for label, rate, blocks in [*first, *again])
-        per_workload[name] = _recovery_figures(
-            {
-                r["strategy"]: r
-                for r in rows
-                if r["workload"] == name
-                and r["failure_rate"] == (0.0 if r["strategy"].startswith("ideal") else 0.15)
-            }
-        ) | _overhead_parts(first, again)
+        per_workload[name] = (
+            _recovery_figures(
+                {
+                    r["strategy"]: r
+                    for r in rows
+                    if r["workload"] == name
+                    and r["failure_rate"] == (0.0 if r["strategy"].startswith("ideal") else 0.15)
+                }
+            )
+            | _overhead_parts(first, again)
+            | {"overhead_ci95": _overhead_interval(first, again)}
+        )
     _check(rows)
     reductions = [w["recovery_time_reduction_vs_retry"] for w in per_workload.values()]
     # None where no failure's recovery could be read (every fault landed after its attempt).
@@ -267,8 +273,9 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
     }
     findings = [
         f"{name}: at 15% failures Canary {_recovered(w)} and takes "
-        f"{w['overhead_vs_ideal']:+.1%} longer than the failure-free run "
-        f"(retry: {w['retry_overhead_vs_ideal']:+.1%}); measured twice each, the failure-free "
+        f"{w['overhead_vs_ideal']:+.1%} longer than the failure-free run (95% interval "
+        f"{w['overhead_ci95'][0]:+.1%} to {w['overhead_ci95'][1]:+.1%}; retry: "
+        f"{w['retry_overhead_vs_ideal']:+.1%}); measured twice each, the failure-free "
         f"runs came out {w['ideal_spread']:.1%} apart and canary's {w['canary_spread']:.1%}; "
         f"of the overhead, the invocations without failures account for "
         f"{w['overhead_checkpoints']:+.1%} (the checkpoints' cost), those with failures for "
@@ -297,7 +304,9 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
             "passes measured (ideal_spread, canary_spread) is what noise is left. The overhead "
             "is split in two that add up to it: the invocations without failures' "
             "(overhead_checkpoints) and those with failures' (overhead_failures), each over the "
-            "failure-free run's time. Between two turns a run waits for the replicas still "
+            "failure-free run's time; its 95% interval (overhead_ci95) is a bootstrap over the "
+            "pairs of invocations that took turns (those with failures and those without "
+            "resampled apart). Between two turns a run waits for the replicas still "
             "warming up (a replica that took over from a killed attempt is replaced): canary's "
             "time is that of its invocations, not of its replicas' warm-ups, which on a cluster "
             "run on other invokers.",
@@ -351,19 +360,58 @@ def _taking_turns(
     return [(labels[0], 0.0, ideal), (labels[1], 0.15, canary)]
 
 
+#: Resamples of the bootstrap that gives the overhead's 95% interval (``overhead_ci95``).
+RESAMPLES = 4000
+
+
+def _pairs(*passes: Turns) -> dict[str, np.ndarray]:
+    """The blocks that took turns as pairs (the failure-free block's time, canary's), those
+    without failures (``checkpoints``) and those with (``failures``) apart: arrays of n × 2."""
+    pairs: dict[str, list[tuple[float, float]]] = {"checkpoints": [], "failures": []}
+    for (_, _, ideal), (_, _, canary) in passes:
+        for plain, checkpointed in zip(ideal, canary, strict=True):
+            part = "failures" if checkpointed.injected else "checkpoints"
+            pairs[part].append((plain.makespan_s, checkpointed.makespan_s))
+    return {k: np.array(v, dtype=float).reshape(-1, 2) for k, v in pairs.items()}
+
+
 def _overhead_parts(*passes: Turns) -> dict[str, float]:
     """Canary's overhead over the failure-free run split in two that add up to it: the blocks
     without failures (the checkpoints' own cost) and those with (the failures' cost), each over
     the failure-free run's whole time (both passes summed)."""
-    ideal_s = {"checkpoints": 0.0, "failures": 0.0}
-    canary_s = {"checkpoints": 0.0, "failures": 0.0}
-    for (_, _, ideal), (_, _, canary) in passes:
-        for plain, checkpointed in zip(ideal, canary, strict=True):
-            part = "failures" if checkpointed.injected else "checkpoints"
-            ideal_s[part] += plain.makespan_s
-            canary_s[part] += checkpointed.makespan_s
-    total = sum(ideal_s.values())
-    return {f"overhead_{k}": round((canary_s[k] - ideal_s[k]) / total, 4) for k in ideal_s}
+    pairs = _pairs(*passes)
+    total = sum(float(p[:, 0].sum()) for p in pairs.values())
+    return {
+        f"overhead_{k}": round(float(p[:, 1].sum() - p[:, 0].sum()) / total, 4)
+        for k, p in pairs.items()
+    }
+
+
+def _overhead_interval(*passes: Turns) -> list[float]:
+    """A 95% interval of canary's overhead over the failure-free run: a bootstrap
+    (percentile) over the pairs of blocks that took turns, resampling those with failures and
+    those without apart, so that every resample has as many failures as the plan. What the
+    machine's noise leaves of the measurement: a target inside the interval is neither met nor
+    missed for sure."""
+    strata = [p for p in _pairs(*passes).values() if len(p)]
+
+    def overhead(*picks: np.ndarray) -> float:
+        chosen = [p[pick] for p, pick in zip(strata, picks, strict=True)]
+        return (
+            sum(float(c[:, 1].sum()) for c in chosen) / sum(float(c[:, 0].sum()) for c in chosen)
+            - 1
+        )
+
+    found = bootstrap(
+        [np.arange(len(p)) for p in strata],
+        overhead,
+        vectorized=False,
+        confidence_level=0.95,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    return [round(float(found.low), 4), round(float(found.high), 4)]
 
 
 def _recovery_figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -17,7 +17,14 @@ from typer.testing import CliRunner
 
 from faasdl.cli import app
 from faasdl.experiments.report import Result, write
-from faasdl.experiments.suite import _recovered, _recovery_figures
+from faasdl.experiments.runner import Hit, RunReport, RunSpec
+from faasdl.experiments.suite import (
+    Turns,
+    _overhead_interval,
+    _overhead_parts,
+    _recovered,
+    _recovery_figures,
+)
 
 runner = CliRunner()
 
@@ -69,6 +76,39 @@ def test_recovery_figures_take_the_passes_that_measured_a_recovery() -> None:
     assert _recovered(one).startswith("recovers 90% faster than retry")
 
 
+def turns(pairs: list[tuple[float, float]], failed: set[int]) -> Turns:
+    """One pass of blocks that took turns: per pair, the failure-free block's time and canary's;
+    the blocks in ``failed`` had a failure injected."""
+
+    def block(i: int, seconds: float, hit: bool) -> RunReport:
+        spec = RunSpec(f"b{i}", "graph", {}, 1, "canary", first=i)
+        injected = [Hit(i, f"a{i}", "kill", 0.0, None)] if hit else []
+        return RunReport(spec, 0.0, seconds, [], 0.0, 0.0, 1, injected)
+
+    ideal = [block(i, plain, False) for i, (plain, _) in enumerate(pairs)]
+    canary = [block(i, ours, i in failed) for i, (_, ours) in enumerate(pairs)]
+    return [("ideal", 0.0, ideal), ("canary", 0.15, canary)]
+
+
+def test_the_overhead_interval_resamples_the_failures_apart() -> None:
+    # Without noise in either part the interval is the overhead itself: every resample keeps
+    # the plan's three failures (resampled together, the count would vary, and the interval
+    # would be wide).
+    steady = turns([(1.0, 1.02)] * 17 + [(1.0, 1.3)] * 3, failed={17, 18, 19})
+    overhead = sum(_overhead_parts(steady).values())
+    assert overhead == pytest.approx(0.062)  # (17 · 1.02 + 3 · 1.3) / 20 - 1
+    low, high = _overhead_interval(steady)
+    assert low == pytest.approx(overhead, abs=1e-4)
+    assert high == pytest.approx(overhead, abs=1e-4)
+    # With noise it holds the overhead, and the second pass narrows it.
+    noisy = [(1.0, 1.02 + 0.1 * ((-1) ** i) * (i % 4)) for i in range(17)] + [(1.0, 1.3)] * 3
+    once = _overhead_interval(turns(noisy, {17, 18, 19}))
+    twice = _overhead_interval(turns(noisy, {17, 18, 19}), turns(noisy, {17, 18, 19}))
+    overhead = sum(_overhead_parts(turns(noisy, {17, 18, 19})).values())
+    assert once[0] < overhead < once[1]
+    assert once[0] < twice[0] < overhead < twice[1] < once[1]
+
+
 #: The recovery experiment's workloads CI runs (the lightest: a minute and a half); all four
 #: (seven to nine minutes) run with ``-m slow``.
 CI_RECOVERY_WORKLOADS = ("webservice",)
@@ -99,6 +139,8 @@ def check_recovery(summary: dict[str, Any], report: Path, names: tuple[str, ...]
         # The overhead's two parts add up to it.
         parts = figures["overhead_checkpoints"] + figures["overhead_failures"]
         assert parts == pytest.approx(figures["overhead_vs_ideal"], abs=2e-4)
+        low, high = figures["overhead_ci95"]
+        assert low <= figures["overhead_vs_ideal"] <= high
     assert summary["failure_rate"] == 0.15
     assert len(list((report / "plans").glob("*.json"))) == len(names)
     if "webservice" in names:
