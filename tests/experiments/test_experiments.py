@@ -139,8 +139,8 @@ def check_recovery(summary: dict[str, Any], report: Path, names: tuple[str, ...]
         # The overhead's two parts add up to it.
         parts = figures["overhead_checkpoints"] + figures["overhead_failures"]
         assert parts == pytest.approx(figures["overhead_vs_ideal"], abs=2e-4)
-        low, high = figures["overhead_ci95"]
-        assert low <= figures["overhead_vs_ideal"] <= high
+        low, high = figures["overhead_ci95"]  # (the runs' times are rounded to the ms)
+        assert low - 1e-3 <= figures["overhead_vs_ideal"] <= high + 1e-3
     assert summary["failure_rate"] == 0.15
     assert len(list((report / "plans").glob("*.json"))) == len(names)
     if "webservice" in names:
