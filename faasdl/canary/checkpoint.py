@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -151,6 +151,25 @@ class WriteCheckpoint(Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
+class SubmitCheckpoint(WriteCheckpoint, Protocol):
+    """A :class:`WriteCheckpoint` that can also take a write without waiting for it (a writer
+    process: :class:`~faasdl.canary.writer.ProcessWriter`), one at a time."""
+
+    def ready(self) -> bool:
+        """Whether :meth:`submit` hands writes over now."""
+        ...
+
+    def submit(self, args: CanaryArgs, blob: str, position: int, data: bytes) -> bool:
+        """Start persisting ``data`` (no crash points); ``False`` if it cannot take it now."""
+        ...
+
+    def collect(self, *, wait: bool) -> float | None:
+        """The submitted write's answer: the seconds it took (``None``: not yet, not waiting);
+        raises what a write through ``__call__`` raises."""
+        ...
+
+
 def write_checkpoint(
     store: StateStore,
     args: CanaryArgs,
@@ -232,7 +251,14 @@ class Checkpointer:
     Thread-safe; :meth:`check` is cheap enough to call after every step.
 
     ``writer`` persists the checkpoints (default: :func:`write_checkpoint` on ``store``, in the
-    persist thread); heartbeats and the commit always go to ``store`` from this process.
+    persist thread); heartbeats and the commit always go to ``store`` from this process. A
+    writer process that is ready as the attempt starts (a :class:`SubmitCheckpoint`) is used
+    without the persist thread unless the attempt has a ``probe``: the calling thread encodes
+    each checkpoint and hands it over, and reads the answer at its next call (:meth:`check`,
+    after every step, or :meth:`checkpoint`), handing over then the newest checkpoint that
+    waited meanwhile. A function whose steps hold the GIL then never waits for it: the persist
+    thread took it from a BFS's steps some seven times a checkpoint (its encoding, the copy into
+    the shared buffer, each socket call), ~1 ms of CPU that the steps waited out.
 
     ``probe``, if given, is called with the name of each crash point the attempt passes (failure
     injection, :mod:`faasdl.experiments.inject`): ``before_checkpoint`` (a checkpoint is asked
@@ -266,6 +292,12 @@ class Checkpointer:
         self.stalls_s: list[float] = []  # the blocking part of each checkpoint
         self.persisted = 0
         self.heartbeats = 0
+        # Without the persist thread (see the class's doc): whether a write is in flight, the
+        # time its hand-over took, and the hand-over's lock (not the heartbeat thread's too).
+        self._direct: SubmitCheckpoint | None = None
+        self._in_flight = False
+        self._handed_s = 0.0
+        self._hand_over = threading.Lock()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -277,7 +309,11 @@ class Checkpointer:
         if self.args.heartbeat_s > 0:
             self._start(self._beat, "heartbeat")
         if self.args.checkpoints:
-            self._start(self._persist_loop, "persist")
+            writer = self._write
+            if self._probe is None and isinstance(writer, SubmitCheckpoint) and writer.ready():
+                self._direct = writer
+            else:
+                self._start(self._persist_loop, "persist")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -287,6 +323,9 @@ class Checkpointer:
             self._cond.notify_all()
         for thread in self._threads:
             thread.join()
+        if self._direct is not None:
+            # The write in flight is answered before the writer serves the next attempt.
+            self._hand_over_newest(wait=True)
 
     def _start(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=f"canary-{name}", daemon=True)
@@ -340,11 +379,15 @@ class Checkpointer:
         with self._cond:
             self._queue(_Pending(snapshot, encode, position))
             self._cond.notify_all()
+        if self._direct is not None:
+            self._hand_over_newest(wait=False)
         self._last_checkpoint = time.monotonic()
         self.stalls_s.append(time.perf_counter() - started)
 
     def flush(self) -> None:
         """Wait until the pending checkpoint (if any) is persisted or dropped."""
+        if self._direct is not None:
+            self._hand_over_newest(wait=True)
         with self._cond:
             self._cond.wait_for(lambda: self._stopped or not (self._pending or self._persisting))
         self.check()
@@ -383,6 +426,8 @@ class Checkpointer:
     def check(self) -> None:
         """Raise ``Superseded`` if a write of this attempt was already refused, or the error a
         background persist failed with (other than the store's, which the next one retries)."""
+        if self._direct is not None:
+            self._hand_over_newest(wait=False)
         if self._superseded is not None:
             raise Superseded(self._superseded)
         if self._error is not None:
@@ -437,29 +482,96 @@ class Checkpointer:
         """Make ``pending`` the checkpoint to persist next (``None``: drop the one waiting), with
         ``self._cond`` held. While one waits the GIL switch interval is short, so that the persist
         thread takes it up at once rather than after the function's step has held the GIL for
-        the interval (5 ms); the persist thread ends that when it is done with it."""
-        if pending is not None and self._pending is None:
-            _eager_begin()
-        elif pending is None and self._pending is not None:
-            _eager_end()
+        the interval (5 ms); the persist thread ends that when it is done with it. Without the
+        persist thread the calling thread takes it up itself: the interval stays."""
+        if self._direct is None:
+            if pending is not None and self._pending is None:
+                _eager_begin()
+            elif pending is None and self._pending is not None:
+                _eager_end()
         self._pending = pending
 
     def _persist(self, pending: _Pending) -> None:
         if self._superseded is not None:  # a heartbeat was refused: nothing more to write
             raise Superseded(self._superseded)
         started = time.perf_counter()
-        data = pending.encode(pending.snapshot)
-        self._seq += 1
-        blob = f"{self.args.blobs}/a{self.args.token:04d}-{self._seq:06d}"
+        blob, data = self._encoded(pending)
         try:
             self._write(self.args, blob, pending.position, data, self._probe)
         except Superseded as exc:
             self._superseded = str(exc)
             raise
-        cost = time.perf_counter() - started
+        self._persisted(time.perf_counter() - started)
+
+    def _encoded(self, pending: _Pending) -> tuple[str, bytes]:
+        """The checkpoint's blob name (new for each) and its data."""
+        data = pending.encode(pending.snapshot)
+        self._seq += 1
+        return f"{self.args.blobs}/a{self.args.token:04d}-{self._seq:06d}", data
+
+    def _persisted(self, cost: float) -> None:
         previous = cost if self.cost_s is None else self.cost_s
         self.cost_s = (1 - COST_SMOOTHING) * previous + COST_SMOOTHING * cost
         self.persisted += 1
+
+    def _hand_over_newest(self, *, wait: bool) -> None:
+        """Without the persist thread: read the answer of the write in flight (waiting for it
+        if ``wait``), then hand the pending checkpoint over, and with ``wait`` see it through
+        too. A refusal or failure is kept for :meth:`check`, as the persist thread keeps it."""
+        assert self._direct is not None
+        with self._hand_over:
+            while True:
+                if self._in_flight and not self._answer(wait=wait):
+                    return  # still in flight: the pending checkpoint waits for the next call
+                with self._cond:
+                    pending, self._pending = self._pending, None
+                if pending is None or self._superseded is not None:
+                    return
+                self._submit(pending)
+                if not wait:
+                    return
+
+    def _submit(self, pending: _Pending) -> None:
+        assert self._direct is not None
+        started = time.perf_counter()
+        try:
+            blob, data = self._encoded(pending)
+        except Exception as exc:  # the caller's encoder: raised at the next check
+            self._error = exc
+            return
+        if self._direct.submit(self.args, blob, pending.position, data):
+            self._in_flight = True
+            self._handed_s = time.perf_counter() - started
+            return
+        try:  # the writer is gone: written here, as it does itself once it is gone
+            self._direct(self.args, blob, pending.position, data, None)
+        except Superseded as exc:
+            self._superseded = str(exc)
+        except StoreError as exc:
+            log.warning("checkpoint of %s not persisted: %s", self.args.unit, exc)
+        else:
+            self._persisted(time.perf_counter() - started)
+
+    def _answer(self, *, wait: bool) -> bool:
+        """Whether the write in flight has been answered (its outcome booked)."""
+        assert self._direct is not None
+        assert self._in_flight
+        try:
+            took = self._direct.collect(wait=wait)
+        except Superseded as exc:
+            self._superseded = str(exc)
+        except StoreError as exc:  # a store restart, a writer gone: the next one tries again
+            log.warning("checkpoint of %s not persisted: %s", self.args.unit, exc)
+        except Exception as exc:
+            self._error = exc
+        else:
+            if took is None:
+                return False
+            # Its cost: the hand-over's and the writer's own time, not the wait for the answer
+            # to be read (the steps in between).
+            self._persisted(self._handed_s + took)
+        self._in_flight = False
+        return True
 
     # ---- the fenced compare-and-set -----------------------------------------------------------
 

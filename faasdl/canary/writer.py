@@ -20,11 +20,18 @@ The writer is a child of the function's process (``python -m faasdl.canary.write
 container: a kill of the container's process group kills it too, and its memory counts against
 the container's limit. It ends when the function's process does (the socket closes). It takes
 about half a second to start (imports, opening the store); until it says it is ready, and if it
-dies, writes are done in the calling thread. Writes go to the writer one at a time.
+dies, writes are done in the function's own process. Writes go to the writer one at a time.
+
+The function's thread that checkpoints hands each write over itself (:meth:`ProcessWriter.submit`)
+and reads the answer at its next step (:meth:`ProcessWriter.collect`): a persist thread in the
+function's process took the GIL from the steps some seven times a write (the encoding, the copy,
+each socket call), and a BFS's steps waited out ~1 ms of it each checkpoint. Writes whose crash
+points the function must see (failure injection) go through the persist thread and
+:meth:`ProcessWriter.__call__`, which waits for the answer.
 
 Protocol (pickled tuples over a socket pair): the writer says ``("ready",)`` (or ``("failed",
 message)``); each ``("write", args, blob, position, size, probing)`` (the data: the first
-``size`` bytes of the shared buffer) is answered ``("ok",)``,
+``size`` bytes of the shared buffer) is answered ``("ok", seconds)`` (the write's time),
 ``("superseded", message)``, ``("store_error", message)`` or ``("error", message)``, after a
 ``("point", "blob_written")`` that the function answers ``("go",)`` (or ``("stop",)``, its probe
 raised) when it asked to be probed (failure injection: the function may kill its container
@@ -41,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -72,6 +80,7 @@ class ProcessWriter:
         self._conn = Connection(ours.detach())
         self._ready = False
         self._gone = False
+        self._submitted = False  # a write of submit() is in flight
 
     @property
     def pid(self) -> int:
@@ -96,6 +105,8 @@ class ProcessWriter:
         probe: Callable[[str], None] | None,
     ) -> None:
         with self._lock:
+            if self._submitted:
+                raise RuntimeError("a submitted write has not been collected")
             if self._usable():
                 raw = args.model_dump(mode="json")
                 try:
@@ -105,6 +116,46 @@ class ProcessWriter:
                 except (EOFError, OSError) as exc:
                     self._lost(f"it stopped answering ({exc!r})")
         self._fallback(args, blob, position, data, probe)
+
+    def submit(self, args: CanaryArgs, blob: str, position: int, data: bytes) -> bool:
+        """Hand a write (without crash points) to the writer process and return at once; its
+        answer is :meth:`collect`'s. ``False`` (nothing sent) while the writer is not ready, or
+        once it is gone: write it another way. One write is in flight at a time."""
+        with self._lock:
+            if self._submitted:
+                raise RuntimeError("a submitted write has not been collected")
+            if not self._usable():
+                return False
+            try:
+                self._shared.put(data)
+                raw = args.model_dump(mode="json")
+                self._conn.send(("write", raw, blob, position, len(data), False))
+            except OSError as exc:
+                self._lost(f"it stopped answering ({exc!r})")
+                return False
+            self._submitted = True
+            return True
+
+    def collect(self, *, wait: bool) -> float | None:
+        """The answer to the submitted write: the seconds the writer took to persist it, or
+        ``None`` while it has not come and ``wait`` is false. Raises ``Superseded``,
+        ``StoreUnavailable`` or ``RuntimeError`` as a write through :meth:`__call__` does
+        (``StoreUnavailable`` too when the writer died with the write: it may have landed)."""
+        with self._lock:
+            if not self._submitted:
+                raise RuntimeError("no write has been submitted")
+            try:
+                if not wait and not self._conn.poll(0):
+                    return None
+                reply = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                self._submitted = False
+                self._lost(f"it stopped answering ({exc!r})")
+                raise StoreUnavailable(
+                    f"checkpoint writer {self.pid} died with a write in flight"
+                ) from exc
+            self._submitted = False
+            return _answered(reply)
 
     def close(self) -> None:
         """End the writer process (it finishes the write it is doing)."""
@@ -146,14 +197,9 @@ class ProcessWriter:
                         self._conn.recv()
                         raise
                     self._conn.send(("go",))
-                case ("ok",):
+                case _:
+                    _answered(reply)
                     return
-                case ("superseded", message):
-                    raise Superseded(message)
-                case ("store_error", message):
-                    raise StoreUnavailable(message)
-                case (_, message):
-                    raise RuntimeError(f"the checkpoint writer failed: {message}")
 
     def _lost(self, why: str) -> None:
         self._gone = True
@@ -164,6 +210,20 @@ class ProcessWriter:
             self.store_url,
             why,
         )
+
+
+def _answered(reply: tuple[Any, ...]) -> float:
+    """The writer's answer to a write: the seconds it took, or the error it stands for."""
+    match reply:
+        case ("ok", seconds):
+            return float(seconds)
+        case ("superseded", message):
+            raise Superseded(message)
+        case ("store_error", message):
+            raise StoreUnavailable(message)
+        case (_, message):
+            raise RuntimeError(f"the checkpoint writer failed: {message}")
+    raise RuntimeError(f"the checkpoint writer answered {reply!r}")
 
 
 class SharedBuffer:
@@ -232,6 +292,7 @@ def serve(conn: Connection, shared: SharedBuffer, store_url: str) -> None:
             return
         _, raw, blob, position, size, probing = request
         probe = _remote_probe(conn) if probing else None
+        started = time.perf_counter()
         try:
             data = shared.get(size)
             write_checkpoint(store, CanaryArgs.model_validate(raw), blob, position, data, probe)
@@ -242,7 +303,7 @@ def serve(conn: Connection, shared: SharedBuffer, store_url: str) -> None:
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
         else:
-            conn.send(("ok",))
+            conn.send(("ok", time.perf_counter() - started))
 
 
 class _Stopped(Exception):

@@ -1,12 +1,15 @@
 """The checkpoint writer process: checkpoints persisted from another process of the function's
 container, fenced the same way, with the function's crash points, and written in the function's
-own process while the writer is not there."""
+own process while the writer is not there. Without crash points the function hands each
+checkpoint over itself (no persist thread) and reads the answer at its next call."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -69,6 +72,81 @@ def test_checkpoints_are_persisted_by_the_writer_process_and_restored(
     assert restored[0] == 2
     assert [h.position for h in unit(store).heads] == [1, 2]
     assert fallback.calls == 0
+
+
+@contextlib.contextmanager
+def stopped(writer: ProcessWriter) -> Iterator[None]:
+    """The writer process stopped (SIGSTOP): what it is handed stays in flight."""
+    os.kill(writer.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
+
+
+def test_a_ready_writer_takes_the_checkpoints_from_the_function_without_a_persist_thread(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback
+) -> None:
+    with attempt(store, claim(store), writer) as ck:
+        threads = {t.name for t in threading.enumerate()}
+        save(ck, 1)
+        persisted, cost_s = ck.persisted, ck.cost_s
+
+    assert "canary-persist" not in threads
+    assert persisted == 1
+    assert cost_s is not None
+    assert cost_s > 0
+    assert [h.position for h in unit(store).heads] == [1]
+    assert fallback.calls == 0
+
+
+def test_while_a_checkpoint_is_in_flight_the_newest_waits_and_the_ones_between_are_dropped(
+    store: StateStore, writer: ProcessWriter
+) -> None:
+    with attempt(store, claim(store), writer) as ck:
+        with stopped(writer):
+            for value in (1, 2, 3):  # 1 is handed over; 2 waits, then 3 in its place
+                ck.checkpoint(lambda v=value: v, lambda v: str(v).encode(), position=value)
+                ck.check()  # does not wait for the writer
+            heads_meanwhile = unit(store).heads
+        ck.flush()
+        persisted = ck.persisted
+
+    assert heads_meanwhile == []
+    assert persisted == 2
+    assert [h.position for h in unit(store).heads] == [1, 3]
+
+
+def test_the_write_in_flight_is_answered_before_the_writer_serves_the_next_attempt(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback
+) -> None:
+    with attempt(store, claim(store), writer) as ck, stopped(writer):
+        ck.checkpoint(lambda: 1, lambda v: str(v).encode(), position=1)
+    # Leaving waited for the answer: the next attempt's exchange is in step.
+    with attempt(store, claim(store), writer) as successor:
+        restored = successor.restore(lambda b: int(b))
+        save(successor, 2)
+
+    assert restored is not None
+    assert restored[0] == 1
+    assert [h.position for h in unit(store).heads] == [1, 2]
+    assert fallback.calls == 0
+
+
+def test_a_writer_that_dies_with_a_write_in_flight_leaves_the_next_to_the_function(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback
+) -> None:
+    with attempt(store, claim(store), writer) as ck:
+        os.kill(writer.pid, signal.SIGSTOP)  # checkpoint 1 cannot land before the kill
+        ck.checkpoint(lambda: 1, lambda v: str(v).encode(), position=1)
+        os.kill(writer.pid, signal.SIGKILL)
+        eventually(lambda: writer.returncode is not None, what="the writer dead")
+        save(ck, 2)  # checkpoint 1 is lost with the writer (a warning); 2 is written here
+        persisted = ck.persisted
+
+    assert persisted == 1
+    assert fallback.calls == 1
+    assert [h.position for h in unit(store).heads] == [2]
 
 
 def test_checkpoints_of_any_size_pass_through_the_shared_buffer_whole(
