@@ -106,7 +106,8 @@ def test_while_a_checkpoint_is_in_flight_the_newest_waits_and_the_ones_between_a
     with attempt(store, claim(store), writer) as ck:
         with stopped(writer):
             for value in (1, 2, 3):  # 1 is handed over; 2 waits, then 3 in its place
-                ck.checkpoint(lambda v=value: v, lambda v: str(v).encode(), position=value)
+                take = functools.partial(int, value)
+                ck.checkpoint(take, lambda v: str(v).encode(), position=value)
                 ck.check()  # does not wait for the writer
             heads_meanwhile = unit(store).heads
         ck.flush()
