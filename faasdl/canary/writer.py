@@ -105,8 +105,7 @@ class ProcessWriter:
         probe: Callable[[str], None] | None,
     ) -> None:
         with self._lock:
-            if self._submitted:
-                raise RuntimeError("a submitted write has not been collected")
+            self._drop_stale_answer()
             if self._usable():
                 raw = args.model_dump(mode="json")
                 try:
@@ -120,10 +119,10 @@ class ProcessWriter:
     def submit(self, args: CanaryArgs, blob: str, position: int, data: bytes) -> bool:
         """Hand a write (without crash points) to the writer process and return at once; its
         answer is :meth:`collect`'s. ``False`` (nothing sent) while the writer is not ready, or
-        once it is gone: write it another way. One write is in flight at a time."""
+        once it is gone: write it another way. One write is in flight at a time (one whose
+        answer was never collected is waited for first, and its answer dropped)."""
         with self._lock:
-            if self._submitted:
-                raise RuntimeError("a submitted write has not been collected")
+            self._drop_stale_answer()
             if not self._usable():
                 return False
             try:
@@ -200,6 +199,17 @@ class ProcessWriter:
                 case _:
                     _answered(reply)
                     return
+
+    def _drop_stale_answer(self) -> None:
+        """Read and drop the answer to a submitted write that nobody collected (its attempt
+        ended without waiting for it), so that the next exchange is in step."""
+        if not self._submitted:
+            return
+        self._submitted = False
+        try:
+            self._conn.recv()
+        except (EOFError, OSError) as exc:
+            self._lost(f"it stopped answering ({exc!r})")
 
     def _lost(self, why: str) -> None:
         self._gone = True

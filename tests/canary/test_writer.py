@@ -123,14 +123,36 @@ def test_the_write_in_flight_is_answered_before_the_writer_serves_the_next_attem
 ) -> None:
     with attempt(store, claim(store), writer) as ck, stopped(writer):
         ck.checkpoint(lambda: 1, lambda v: str(v).encode(), position=1)
-    # Leaving waited for the answer: the next attempt's exchange is in step.
+    # Leaving waited for the answer (and booked it): the next attempt's exchange is in step.
     with attempt(store, claim(store), writer) as successor:
         restored = successor.restore(lambda b: int(b))
         save(successor, 2)
 
+    assert ck.persisted == 1
     assert restored is not None
     assert restored[0] == 1
     assert [h.position for h in unit(store).heads] == [1, 2]
+    assert fallback.calls == 0
+
+
+def test_an_answer_nobody_collected_is_dropped_before_the_next_write(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback
+) -> None:
+    token = claim(store)
+    args = CanaryArgs(unit=UNIT, token=token, blobs="ckpt/job", heartbeat_s=0)
+    assert writer.submit(args, "ckpt/job/stale", 1, b"1")  # and never collected
+
+    with attempt(store, token, writer) as ck:
+        save(ck, 2)
+        persisted = ck.persisted
+    claim(store)  # fences the token: a write with it now is refused, if the answers are in step
+    with pytest.raises(Superseded):
+        writer(args, "ckpt/job/late", 3, b"3", None)
+
+    assert persisted == 1
+    heads = unit(store).heads
+    assert [h.position for h in heads] == [1, 2]
+    assert heads[0].blob == "ckpt/job/stale"
     assert fallback.calls == 0
 
 
