@@ -425,7 +425,9 @@ class Checkpointer:
 
     def check(self) -> None:
         """Raise ``Superseded`` if a write of this attempt was already refused, or the error a
-        background persist failed with (other than the store's, which the next one retries)."""
+        background persist failed with (other than the store's, which the next one retries).
+        Without the persist thread it first reads the writer's answer if it has come (a poll of
+        its socket) and hands the checkpoint that waited for it over."""
         if self._direct is not None:
             self._hand_over_newest(wait=False)
         if self._superseded is not None:
