@@ -29,11 +29,27 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: The images in scikit-learn's digits.
+DIGITS_IMAGES = 1797
+
+
 class DigitsSpec(_Spec):
     """scikit-learn's 8×8 handwritten digits: 1,797 images, 10 classes."""
 
     name: Literal["digits"] = "digits"
     test_fraction: float = Field(0.2, gt=0, lt=1, description="Share of images held out for test.")
+
+    @field_validator("test_fraction")
+    @classmethod
+    def _both_parts_have_images(cls, fraction: float) -> float:
+        held_out = _held_out(fraction, DIGITS_IMAGES)
+        if not 0 < held_out < DIGITS_IMAGES:
+            part = "test" if held_out == 0 else "training"
+            raise ValueError(
+                f"{fraction} of the {DIGITS_IMAGES} images leaves no {part} images (about "
+                "0.0003 to 0.9997 leaves some of both)"
+            )
+        return fraction
 
 
 #: Bounds of a generated data set, so that a request cannot exhaust the controller's memory.
@@ -172,9 +188,14 @@ def _digits(spec: DigitsSpec) -> Dataset:
     x, y = _digits_arrays()
     # A fixed split, independent of the job's seed, so that test accuracy is comparable.
     order = np.random.default_rng(0).permutation(len(y))
-    n_test = round(len(y) * spec.test_fraction)
+    n_test = _held_out(spec.test_fraction, len(y))
     test, train = order[:n_test], order[n_test:]
     return Dataset(x[train], y[train], x[test], y[test], classes=10)
+
+
+def _held_out(fraction: float, images: int) -> int:
+    """How many of ``images`` a test fraction holds out."""
+    return round(images * fraction)
 
 
 def _synthetic(spec: SyntheticSpec) -> Dataset:

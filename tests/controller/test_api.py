@@ -70,6 +70,11 @@ def stored(controller: Controller) -> list[str]:
         ({**MLP, "fault_tolerance": {"policy": "pray"}}, "policy", ""),
         ({**MLP, "dataset": {"name": "npz", "path": "/nonexistent.npz"}}, "dataset.path", ""),
         ({**MLP, "dataset": {"name": "synthetic", "train_size": 10**6}}, "dataset", "1 GiB"),
+        (
+            {**MLP, "dataset": {"name": "digits", "test_fraction": 0.9999999999999999}},
+            "test_fraction",
+            "no training images",
+        ),
         ({**MLP, "colour": "blue"}, "colour", ""),
         ({"dataset": {"name": "digits"}}, "model", ""),
     ],

@@ -6,6 +6,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.errors import ValidationError
 from faasdl.training.datasets import (
+    DIGITS_IMAGES,
     DigitsSpec,
     NpzSpec,
     Shard,
@@ -150,3 +151,22 @@ def test_a_synthetic_shape_that_is_not_an_image_is_refused(shape: tuple[int, ...
 def test_a_synthetic_set_larger_than_a_gibibyte_is_refused() -> None:
     with pytest.raises(PydanticValidationError, match="1 GiB"):
         SyntheticSpec(shape=(64, 64, 3), train_size=100_000)
+
+
+@pytest.mark.parametrize(
+    ("fraction", "part"), [(0.9999999999999999, "training"), (1e-9, "test"), (0.00027, "test")]
+)
+def test_a_digits_test_fraction_that_leaves_a_part_empty_is_refused(
+    fraction: float, part: str
+) -> None:
+    with pytest.raises(PydanticValidationError, match=f"leaves no {part} images"):
+        DigitsSpec(test_fraction=fraction)
+
+
+@pytest.mark.parametrize("fraction", [0.0003, 0.9997])
+def test_the_extreme_digits_test_fractions_leave_some_of_both(fraction: float) -> None:
+    data = load_dataset(DigitsSpec(test_fraction=fraction))
+
+    assert len(data.y_train) > 0
+    assert len(data.y_test) > 0
+    assert len(data.y_train) + len(data.y_test) == DIGITS_IMAGES
