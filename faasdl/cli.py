@@ -357,7 +357,7 @@ def estimate(
 ) -> None:
     """Print the plan for a job (actions, memory, timeout) without running it; JSON last."""
     from faasdl.estimator.planner import EstimateRequest
-    from faasdl.estimator.sizer import Sizer, load_checked
+    from faasdl.estimator.sizer import Sizer, checked_facts
     from faasdl.platform import make_platform
     from faasdl.store import make_store
 
@@ -386,10 +386,10 @@ def estimate(
         fail(str(ValidationError.from_pydantic(exc)))
     settings = load_settings()
     try:
-        checked = load_checked(request)
+        checked = checked_facts(request)
         with make_platform(settings) as platform, make_store(settings.store) as store:
             sizer = Sizer(platform=platform, store=store, settings=settings)
-            plan, _ = sizer.plan(request, checked)
+            plan = sizer.plan(request, checked)
     except FaasdlError as exc:
         fail(str(exc))
     table = Table(title=f"plan: {request.model} on {request.dataset.name}", show_header=False)

@@ -29,7 +29,7 @@ from rich.table import Table
 from faasdl.actions import TRAIN, deploy_variant
 from faasdl.config import EstimatorSettings, LocalPlatformSettings, Settings, StoreSettings
 from faasdl.estimator.planner import ActionPlan, EstimateRequest
-from faasdl.estimator.sizer import Sizer
+from faasdl.estimator.sizer import Sizer, facts_of, load_checked
 from faasdl.platform.base import Activation, Platform
 from faasdl.platform.classify import FailureKind, classify
 from faasdl.platform.local import LocalPlatform
@@ -165,7 +165,8 @@ def _bench(
     rows: list[Row] = []
     for i, request in enumerate(matrix):
         probe_started = time.perf_counter()
-        plan, dataset = sizer.plan(request)
+        dataset = load_checked(request)
+        plan = sizer.plan(request, facts_of(dataset))
         probe_s += time.perf_counter() - probe_started
         runner.stage(i, plan, dataset)
         attempt, record = runner.run(i, request, dataset.classes, plan.memory_mb, plan.timeout_ms)
@@ -173,7 +174,7 @@ def _bench(
         rows.append(Row(request=request, first=attempt, first_plan=plan, dataset=dataset))
         progress.print(f"first run  {_label(request)}: {_describe(attempt)}", highlight=False)
     for i, row in enumerate(rows):
-        plan, _ = sizer.plan(row.request, row.dataset)
+        plan = sizer.plan(row.request, facts_of(row.dataset))
         classes = row.dataset.classes
         attempt, record = runner.run(i, row.request, classes, plan.memory_mb, plan.timeout_ms)
         sizer.learn(plan, record, classify(record))

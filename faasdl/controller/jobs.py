@@ -37,7 +37,7 @@ from faasdl.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from faasdl.estimator.sizer import Sizer, load_checked
+from faasdl.estimator.sizer import Sizer, checked_facts
 from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import absolute_url, make_store
@@ -199,8 +199,8 @@ class Controller:
 
     def _plan(self, spec: JobSpec) -> JobPlan:
         """The plan of a spec whose data set is confined already."""
-        dataset = load_checked(spec)
-        plan = plan_job(self.sizer, spec, dataset, max_fan_in=self.settings.controller.max_fan_in)
+        data = checked_facts(spec)
+        plan = plan_job(self.sizer, spec, data, max_fan_in=self.settings.controller.max_fan_in)
         quota = self.settings.api.tenant_max_memory_mb
         if quota and plan.demand_mb > quota:
             raise AccessError(

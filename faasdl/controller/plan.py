@@ -11,10 +11,9 @@ from pydantic import BaseModel
 from faasdl.aggregation.tree import aggregator_memory_mb, fan_in, plan_tree
 from faasdl.controller.validator import JobSpec
 from faasdl.estimator.memory import MIB, round_to_class
-from faasdl.estimator.planner import ActionPlan
+from faasdl.estimator.planner import ActionPlan, DataFacts
 from faasdl.estimator.sizer import Sizer
 from faasdl.platform.base import PlatformLimits
-from faasdl.training.datasets import Dataset
 
 #: Arrays per weight that a global model holds: the weight and the optimizer's slots.
 STATE_COPIES = {"adam": 3, "sgd": 2}
@@ -48,7 +47,7 @@ class JobPlan(BaseModel):
 
 def make_plan(
     spec: JobSpec,
-    dataset: Dataset,
+    data: DataFacts,
     train: ActionPlan,
     *,
     params: int,
@@ -70,10 +69,10 @@ def make_plan(
         train=train,
         rounds=spec.rounds,
         epochs_per_round=spec.epochs_per_round,
-        examples=len(dataset.y_train),
-        test_examples=len(dataset.y_test),
-        input_shape=dataset.input_shape,
-        classes=dataset.classes,
+        examples=data.examples,
+        test_examples=data.test_examples,
+        input_shape=data.input_shape,
+        classes=data.classes,
         model_mb=round(model_mb, 3),
         aggregate_memory_mb=memory,
         aggregate_timeout_ms=max(
@@ -84,13 +83,13 @@ def make_plan(
     )
 
 
-def plan_job(sizer: Sizer, spec: JobSpec, dataset: Dataset, *, max_fan_in: int) -> JobPlan:
+def plan_job(sizer: Sizer, spec: JobSpec, data: DataFacts, *, max_fan_in: int) -> JobPlan:
     """Size the job on ``sizer``'s platform (measuring the model's profile the first time)."""
-    train, _ = sizer.plan(spec.sizing(), dataset)
-    profile = sizer.profile(spec.model, dataset.input_shape, dataset.classes)
+    train = sizer.plan(spec.sizing(), data)
+    profile = sizer.profile(spec.model, data.input_shape, data.classes)
     return make_plan(
         spec,
-        dataset,
+        data,
         train,
         params=profile.params,
         limits=sizer.platform.limits(),

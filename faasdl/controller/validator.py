@@ -1,6 +1,6 @@
 """What a training job may ask for: the job spec's schema and its semantic checks.
 
-The schema refuses what is malformed (a 422 naming the field); the estimator's ``load_checked``
+The schema refuses what is malformed (a 422 naming the field); the estimator's ``checked_facts``
 and the sizing refuse what is well-formed but cannot run (an unknown model, a model that does not
 fit the data's shape, more workers than examples, limits beyond the platform's) before anything
 is stored or started. A ``JobSpec`` is an ``EstimateRequest``, so both take it as it is.

@@ -59,6 +59,7 @@ class DataFacts:
     example_bytes: int
     input_shape: tuple[int, ...]
     classes: int
+    test_examples: int = 0  # not used in sizing; a job's plan reports it
 
 
 class ActionPlan(BaseModel):

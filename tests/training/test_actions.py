@@ -233,16 +233,16 @@ def test_the_sizer_measures_once_then_learns_from_a_real_run(
     store, url = tf_store
     sizer = Sizer(platform=tf_platform, store=store, settings=Settings())
     request = EstimateRequest(model="small_cnn", dataset=DigitsSpec(), batch_size=8, epochs=1)
-    first, _ = sizer.plan(request)
+    first = sizer.plan(request)
     probes = len(tf_platform.list_activations())
 
-    again, _ = sizer.plan(request)
+    again = sizer.plan(request)
     variant = deploy_variant(
         tf_platform, TRAIN, memory_mb=first.memory_mb, timeout_ms=first.timeout_ms
     )
     record = tf_platform.call(variant, params(url, shard, weights_out="test/w", epochs=1))
     sizer.learn(first, record, classify(record))
-    learned, _ = sizer.plan(request)
+    learned = sizer.plan(request)
 
     assert len(tf_platform.list_activations()) == probes + 1  # the plan probed nothing new
     assert again == first
