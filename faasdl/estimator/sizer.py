@@ -57,6 +57,7 @@ def checked_facts(request: EstimateRequest) -> DataFacts:
 
 
 def facts_of(dataset: Dataset) -> DataFacts:
+    """What sizing needs of a loaded data set."""
     return DataFacts(
         examples=len(dataset.y_train),
         example_bytes=dataset.example_bytes,
@@ -75,8 +76,8 @@ class Sizer:
         self.settings = settings
 
     def plan(self, request: EstimateRequest, facts: DataFacts | None = None) -> ActionPlan:
-        """The plan for ``request``, whose data set's facts are ``facts`` (by default
-        :func:`checked_facts`'); nothing trained, nothing staged."""
+        """The plan for ``request``, whose data set's facts are ``facts`` (by default those
+        :func:`checked_facts` finds); nothing trained, nothing staged."""
         facts = facts or checked_facts(request)
         runtime = self.baseline()
         return plan_training(
