@@ -467,13 +467,8 @@ class Checkpointer:
                 self._persisting = True
             assert pending is not None
             try:
-                self._persist(pending)
-            except Superseded:
-                pass
-            except StoreError as exc:  # a store restart: the next checkpoint tries again
-                log.warning("checkpoint of %s not persisted: %s", self.args.unit, exc)
-            except Exception as exc:  # the caller's encoder: raised in its thread at next call
-                self._error = exc
+                with self._outcome_kept():
+                    self._persist(pending)
             finally:
                 _eager_end()
                 with self._cond:
@@ -545,28 +540,16 @@ class Checkpointer:
             self._in_flight = True
             self._handed_s = time.perf_counter() - started
             return
-        try:  # the writer is gone: written here, as it does itself once it is gone
+        with self._outcome_kept():  # the writer is gone: written here, as it does itself then
             self._direct(self.args, blob, pending.position, data, None)
-        except Superseded as exc:
-            self._superseded = str(exc)
-        except StoreError as exc:
-            log.warning("checkpoint of %s not persisted: %s", self.args.unit, exc)
-        else:
             self._persisted(time.perf_counter() - started)
 
     def _answer(self, *, wait: bool) -> bool:
         """Whether the write in flight has been answered (its outcome booked)."""
         assert self._direct is not None
         assert self._in_flight
-        try:
+        with self._outcome_kept():  # a writer gone with it is a store error
             took = self._direct.collect(wait=wait)
-        except Superseded as exc:
-            self._superseded = str(exc)
-        except StoreError as exc:  # a store restart, a writer gone: the next one tries again
-            log.warning("checkpoint of %s not persisted: %s", self.args.unit, exc)
-        except Exception as exc:
-            self._error = exc
-        else:
             if took is None:
                 return False
             # Its cost: the hand-over's and the writer's own time, not the wait for the answer
@@ -574,6 +557,19 @@ class Checkpointer:
             self._persisted(self._handed_s + took)
         self._in_flight = False
         return True
+
+    @contextlib.contextmanager
+    def _outcome_kept(self) -> Iterator[None]:
+        """Keep a write's refusal or failure for :meth:`check` (the caller's encoder's too); a
+        store's error is only logged: a store restart, and the next checkpoint tries again."""
+        try:
+            yield
+        except Superseded as exc:
+            self._superseded = str(exc)
+        except StoreError as exc:
+            log.warning("checkpoint of %s not persisted: %s", self.args.unit, exc)
+        except Exception as exc:
+            self._error = exc
 
     # ---- the fenced compare-and-set -----------------------------------------------------------
 
