@@ -151,7 +151,9 @@ class Container:
             if self._nice or lower_by:
                 # Set while the interpreter is still starting, before the runtime has made a
                 # thread: every thread it makes inherits the priority.
-                os.setpriority(os.PRIO_PROCESS, self._process.pid, self._priority() + lower_by)
+                priority = min(self._priority() + lower_by, 19)
+                os.setpriority(os.PRIO_PROCESS, self._process.pid, priority)
+                _set_session_priority(self._process.pid, priority)
             self._guard.attach(self.container_id, self._process.pid, self.memory_mb)
             port = self._read_port(read_fd)
         except (OSError, ContainerStartError) as exc:
@@ -261,6 +263,7 @@ class Container:
             return
         try:
             os.setpriority(os.PRIO_PGRP, self._process.pid, self._priority())
+            _set_session_priority(self._process.pid, self._priority())
         except ProcessLookupError:
             return  # it has ended
         except PermissionError as exc:
@@ -297,6 +300,21 @@ class Container:
 
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+
+def _set_session_priority(pid: int, nice: int) -> None:
+    """Give the session ``pid`` leads (a container's: it starts one of its own) the nice value
+    ``nice``. Linux schedules each session as a group (autogrouping, on by default in most
+    distributions and on this machine): sessions share the cores by their group's nice value, a
+    process's own counting only against the others of its session; a container's lower priority
+    must be its session's to count against the platform and the other containers. Nothing where
+    the kernel has no autogroups."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    except FileNotFoundError:
+        if os.path.exists(f"/proc/{pid}"):
+            return  # a kernel without autogroups
+        raise ProcessLookupError(pid) from None
 
 
 def _ms(seconds: float) -> int:
