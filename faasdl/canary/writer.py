@@ -40,6 +40,7 @@ there).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -94,6 +95,17 @@ class ProcessWriter:
     def ready(self) -> bool:
         """Whether writes go to the writer process now (it has started and not died)."""
         with self._lock:
+            return self._usable()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until the writer process has said it is ready (or has failed to start, or
+        ``timeout_s`` has passed); whether writes go to it now. A replica's warm-up waits for it:
+        a writer still starting takes a core for half a second, from a function that meanwhile
+        writes its checkpoints itself."""
+        with self._lock:
+            if not self._ready and not self._gone:
+                with contextlib.suppress(OSError):  # closed: _usable says it is gone
+                    self._conn.poll(timeout_s)
             return self._usable()
 
     def __call__(

@@ -5,7 +5,7 @@ of an experiment's workload (:mod:`.workloads`) as a Canary stateful function.
   context (a warm replica of the training workload imports TensorFlow and builds its trainer),
   run one step and drop it (:meth:`~.workloads.Workload.prime`: a first step in a fresh process
   took 10-15 ms longer, for compression and the web service), start the checkpoint writer
-  process for ``store_url`` if given, and answer;
+  process for ``store_url`` if given and wait until it is ready, and answer;
 * ``{"workload", "params", "store_url", "canary", "crash"?}`` (:class:`WorkloadArgs`): resume
   from the unit's newest checkpoint (or start), run the remaining steps with a checkpoint after
   each (when the attempt checkpoints; the container's writer process persists them, see
@@ -35,6 +35,8 @@ from faasdl.experiments.workloads import Params, State, Workload, workload
 CrashPoint = Literal["before_checkpoint", "blob_written", "committed"]
 #: Contexts a container keeps (a generated database, a built trainer, a graph's weights).
 CONTEXTS_KEPT = 4
+#: How long a replica's warm-up waits for its checkpoint writer to start (~0.5 s).
+WRITER_START_TIMEOUT_S = 30.0
 
 
 class CrashAt(BaseModel):
@@ -79,7 +81,9 @@ def _warm(args: dict[str, Any]) -> None:
         params = found.params.model_validate(prime.params)
         found.prime(params, _context(found, params))
         if prime.store_url is not None:
-            action_writer(prime.store_url)
+            # A replica is warm once its writer is: one still starting would take a core from
+            # the attempt that resumes on it, and leave that attempt to write its own checkpoints.
+            action_writer(prime.store_url).wait_ready(WRITER_START_TIMEOUT_S)
 
 
 def _context(found: Workload, params: Params) -> Any:

@@ -10,6 +10,7 @@ import functools
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,7 +44,7 @@ def fallback(store: StateStore) -> Fallback:
 @pytest.fixture
 def writer(store_url: str, fallback: Fallback) -> Iterator[ProcessWriter]:
     process = ProcessWriter(store_url, fallback)
-    eventually(process.ready, what="the writer process ready")
+    assert process.wait_ready(timeout_s=60)
     yield process
     process.close()
 
@@ -260,6 +261,19 @@ def test_a_writer_that_cannot_open_its_store_leaves_the_writes_to_the_function(
 
     assert fallback.calls == 1
     assert [h.position for h in unit(store).heads] == [1]
+
+
+def test_waiting_for_a_writer_that_cannot_start_ends_when_it_says_so(
+    fallback: Fallback,
+) -> None:
+    broken = ProcessWriter("redis://127.0.0.1:1/0", fallback)
+    try:
+        started = time.monotonic()
+        assert not broken.wait_ready(timeout_s=60)
+        assert time.monotonic() - started < 60  # told, not timed out
+        assert not broken.ready()
+    finally:
+        broken.close()
 
 
 def test_the_writer_ends_with_its_socket(store_url: str, fallback: Fallback) -> None:
