@@ -81,18 +81,21 @@ class LocalPlatformSettings(BaseModel):
         10,
         ge=0,
         le=19,
-        description="How much lower the CPU priority of action containers is than the "
-        "platform's own process: on a cluster actions run on invoker nodes, here they share the "
-        "cores with the controller, which must stay responsive.",
+        description="How much lower the CPU priority of action containers' processes is than "
+        "the platform's own process: on a cluster actions run on invoker nodes, here they share "
+        "the cores with the controller, which must stay responsive. Where Linux groups sessions "
+        "(autogrouping) a container's session competes with the platform's as an equal, and "
+        "this orders the processes inside it only.",
     )
     warmup_nice: int = Field(
         9,
         ge=0,
         le=19,
         description="How much lower still the CPU priority of a prewarmed container is while it "
-        "warms up (a replica's warm-up is background work; on a cluster it runs on another "
-        "node): running activations keep their cores. It gets the containers' priority back "
-        "once warm.",
+        "warms up, and its session's than the platform's where Linux groups sessions "
+        "(autogrouping): a replica's warm-up is background work (on a cluster it runs on "
+        "another node), running activations keep their cores. It gets the containers' priority "
+        "back once warm (lifting it needs CAP_SYS_NICE).",
     )
     container_start_timeout_s: float = Field(
         30.0, gt=0, description="A container that has not started by then is a provisioning error."
