@@ -95,7 +95,7 @@ class LocalPlatformSettings(BaseModel):
         "warms up, and its session's than the platform's where Linux groups sessions "
         "(autogrouping): a replica's warm-up is background work (on a cluster it runs on "
         "another node), running activations keep their cores. It gets the containers' priority "
-        "back once warm (lifting it needs CAP_SYS_NICE).",
+        "back once warm (lifting the processes' needs CAP_SYS_NICE, the session's does not).",
     )
     container_start_timeout_s: float = Field(
         30.0, gt=0, description="A container that has not started by then is a provisioning error."

@@ -23,6 +23,8 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
+
 from faasdl.platform.local.memory import MemoryGuard
 from faasdl.platform.messages import ACTIVATION_LOG_SENTINEL
 
@@ -154,9 +156,8 @@ class Container:
                 os.setpriority(
                     os.PRIO_PROCESS, self._process.pid, min(self._priority() + lower_by, 19)
                 )
-            if lower_by and (own := _session_priority(os.getpid())) is not None:
-                # Against the platform and the running containers, a priority is a session's.
-                _set_session_priority(self._process.pid, min(own + lower_by, 19))
+            if lower_by:
+                self._lower_session(lower_by)
             self._guard.attach(self.container_id, self._process.pid, self.memory_mb)
             port = self._read_port(read_fd)
         except (OSError, ContainerStartError) as exc:
@@ -254,6 +255,19 @@ class Container:
                 CallResult.CONNECTION_LOST, started_ms=_ms(started), ended_ms=_ms(time.time())
             )
 
+    def _lower_session(self, by: int) -> None:
+        """Lower the container's session against the platform's (see
+        :func:`_session_priority`): best effort, a warm-up the kernel keeps at its session's
+        priority is only slower to stand aside."""
+        assert self._process is not None
+        own = _session_priority(os.getpid())
+        if own is None:
+            return
+        try:
+            _set_session_priority(self._process.pid, min(own + by, 19))
+        except (PermissionError, BlockingIOError) as exc:
+            log.debug("container %s warms up at its session's priority: %s", self.container_id, exc)
+
     def _priority(self) -> int:
         return min(os.getpriority(os.PRIO_PROCESS, 0) + self._nice, 19)
 
@@ -270,7 +284,7 @@ class Container:
                 _set_session_priority(self._process.pid, own)
         except ProcessLookupError:
             return  # it has ended
-        except PermissionError as exc:
+        except (PermissionError, BlockingIOError) as exc:
             log.debug("container %s keeps its lower priority: %s", self.container_id, exc)
 
     def oom_killed(self) -> bool:
@@ -328,9 +342,16 @@ def _session_priority(pid: int) -> int | None:
         raise ProcessLookupError(pid) from None
 
 
+@retry(
+    retry=retry_if_exception_type(BlockingIOError),
+    wait=wait_fixed(0.1),
+    stop=stop_after_delay(1.0),
+    reraise=True,
+)
 def _set_session_priority(pid: int, nice: int) -> None:
     """Give the session group ``pid`` is in the nice value ``nice`` (see
-    :func:`_session_priority`)."""
+    :func:`_session_priority`). Linux takes one such change a tenth of a second from a process
+    without CAP_SYS_ADMIN (EAGAIN for the others): retried for a second."""
     try:
         Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
     except FileNotFoundError:
