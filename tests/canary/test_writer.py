@@ -278,7 +278,7 @@ def test_waiting_for_a_writer_that_cannot_start_ends_when_it_says_so(
 
 def test_the_writer_ends_with_its_socket(store_url: str, fallback: Fallback) -> None:
     process = ProcessWriter(store_url, fallback)
-    eventually(process.ready, what="the writer process ready")
+    assert process.wait_ready(timeout_s=60)
 
     process.close()
 
