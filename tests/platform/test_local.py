@@ -16,6 +16,7 @@ from faasdl.errors import ActivationNotFound, PlatformUnavailable
 from faasdl.platform import messages
 from faasdl.platform.base import DEVELOPER_ERROR, ActionSpec
 from faasdl.platform.local import LocalPlatform
+from faasdl.platform.local.container import _parse_session_priority
 from faasdl.platform.local.memory import CgroupGuard, make_guard
 from tests.conftest import eventually, kill_when_running
 from tests.platform import actions
@@ -195,8 +196,9 @@ def test_a_replica_warms_up_at_a_lower_priority_and_gets_its_own_back(
         eventually(lambda: len(platform.container_pids()) == 1, what="a replica's process")
         (pid,) = platform.container_pids()
         lower = min(own + 5 + 9, 19)
-        # With session groups, the warm-up's session is lowered against the platform's too.
-        lower_session = None if own_session is None else min(own_session + 9, 19)
+        # With session groups, the warm-up's session is lowered against the platform's too;
+        # a platform in no session group leaves the container's as it began.
+        lower_session = _session_priority(pid) if own_session is None else min(own_session + 9, 19)
         eventually(
             lambda: psutil.Process(pid).nice() == lower and _session_priority(pid) == lower_session,
             what="the warm-up's priority",
@@ -206,16 +208,29 @@ def test_a_replica_warms_up_at_a_lower_priority_and_gets_its_own_back(
         assert spares.result() == 1
     threads = [t.id for t in psutil.Process(pid).threads()]
     assert {os.getpriority(os.PRIO_PROCESS, tid) for tid in threads} == {own + 5}
-    assert _session_priority(pid) == own_session
+    assert _session_priority(pid) == (lower_session if own_session is None else own_session)
+
+
+@pytest.mark.parametrize(
+    ("text", "nice"),
+    [("/autogroup-12 nice 10\n", 10), ("/autogroup-7 nice -5\n", -5), ("", None)],
+)
+def test_a_session_groups_priority_is_read_and_a_process_in_none_has_none(
+    text: str, nice: int | None
+) -> None:
+    # A process of the first session (a CI job's, under init) reads an empty file.
+    assert _parse_session_priority(text) == nice
 
 
 def _session_priority(pid: int) -> int | None:
     """The nice value of the session group ``pid`` is in (``/autogroup-12 nice 10``), or
-    ``None`` where the kernel has no such groups."""
+    ``None`` where the kernel has no such groups or the process is in none (the first
+    session's are not: their file is empty)."""
     try:
-        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+        words = Path(f"/proc/{pid}/autogroup").read_text().split()
     except FileNotFoundError:
         return None
+    return int(words[-1]) if words else None
 
 
 def test_idle_containers_of_other_actions_are_evicted_for_room(make_local: MakeLocal) -> None:

@@ -8,6 +8,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -160,10 +161,12 @@ class Container:
                 self._lower_session(lower_by)
             self._guard.attach(self.container_id, self._process.pid, self.memory_mb)
             port = self._read_port(read_fd)
-        except (OSError, ContainerStartError) as exc:
+        except BaseException as exc:  # nothing left running behind any error
             self.kill(KillReason.SHUTDOWN)
             self.destroy()
-            raise ContainerStartError(str(exc)) from exc
+            if isinstance(exc, OSError | ContainerStartError):
+                raise ContainerStartError(str(exc)) from exc
+            raise
         finally:
             os.close(read_fd)
         for name, stream in (("stdout", self._process.stdout), ("stderr", self._process.stderr)):
@@ -265,7 +268,7 @@ class Container:
             return
         try:
             _set_session_priority(self._process.pid, min(own + by, 19))
-        except (PermissionError, BlockingIOError) as exc:
+        except OSError as exc:  # EPERM, EAGAIN, EINVAL (a session in no group), or it ended
             log.debug("container %s warms up at its session's priority: %s", self.container_id, exc)
 
     def _priority(self) -> int:
@@ -284,7 +287,7 @@ class Container:
                 _set_session_priority(self._process.pid, own)
         except ProcessLookupError:
             return  # it has ended
-        except (PermissionError, BlockingIOError) as exc:
+        except OSError as exc:  # EPERM, EAGAIN, EINVAL (a session in no group)
             log.debug("container %s keeps its lower priority: %s", self.container_id, exc)
 
     def oom_killed(self) -> bool:
@@ -322,7 +325,7 @@ class Container:
 
 def _session_priority(pid: int) -> int | None:
     """The nice value of the session group ``pid`` is in; ``None`` where the kernel has no such
-    groups.
+    groups or ``pid`` is in none (a platform in none leaves its containers' sessions as they are).
 
     Linux schedules each session as a group (autogrouping: on by default in most distributions,
     and here): sessions share the cores by their group's nice value, a process's own counting only
@@ -335,11 +338,20 @@ def _session_priority(pid: int) -> int | None:
     slower than its failure-free run in two runs of 20 pairs of invocations, every pass over +4%;
     with them equal, as they were in effect before, +1.3% and +6.4%, passes from -4.8% to +16%.)"""
     try:
-        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+        text = Path(f"/proc/{pid}/autogroup").read_text()
     except FileNotFoundError:
         if os.path.exists(f"/proc/{pid}"):
             return None  # a kernel without autogroups
         raise ProcessLookupError(pid) from None
+    return _parse_session_priority(text)
+
+
+def _parse_session_priority(text: str) -> int | None:
+    """The nice value in ``/proc/PID/autogroup`` (``/autogroup-12 nice 10``); ``None`` where it
+    is empty, as it is for a process of the first session (the one init's children share, as a
+    CI job's may): such a process competes in no session group."""
+    match = re.fullmatch(r"/autogroup-\d+ nice (-?\d+)\s*", text)
+    return int(match.group(1)) if match else None
 
 
 @retry(
