@@ -224,8 +224,8 @@ def test_a_session_groups_priority_is_read_and_a_process_in_none_has_none(
 
 def _session_priority(pid: int) -> int | None:
     """The nice value of the session group ``pid`` is in (``/autogroup-12 nice 10``), or
-    ``None`` where the kernel has no such groups or the process is in none (the first
-    session's are not: their file is empty)."""
+    ``None`` where the kernel has no such groups or the process is in none (a process of the
+    first session reads an empty file)."""
     try:
         words = Path(f"/proc/{pid}/autogroup").read_text().split()
     except FileNotFoundError:
