@@ -16,7 +16,7 @@ from faasdl.errors import ActivationNotFound, PlatformUnavailable
 from faasdl.platform import messages
 from faasdl.platform.base import DEVELOPER_ERROR, ActionSpec
 from faasdl.platform.local import LocalPlatform
-from faasdl.platform.local.container import _parse_session_priority
+from faasdl.platform.local.container import _parse_session_priority, _session_priority
 from faasdl.platform.local.memory import CgroupGuard, make_guard
 from tests.conftest import eventually, kill_when_running
 from tests.platform import actions
@@ -220,17 +220,6 @@ def test_a_session_groups_priority_is_read_and_a_process_in_none_has_none(
 ) -> None:
     # A process of the first session (a CI job's, under init) reads an empty file.
     assert _parse_session_priority(text) == nice
-
-
-def _session_priority(pid: int) -> int | None:
-    """The nice value of the session group ``pid`` is in (``/autogroup-12 nice 10``), or
-    ``None`` where the kernel has no such groups or the process is in none (a process of the
-    first session reads an empty file)."""
-    try:
-        words = Path(f"/proc/{pid}/autogroup").read_text().split()
-    except FileNotFoundError:
-        return None
-    return int(words[-1]) if words else None
 
 
 def test_idle_containers_of_other_actions_are_evicted_for_room(make_local: MakeLocal) -> None:
