@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -20,6 +21,8 @@ from faasdl.experiments.lab import Lab, ledger, open_lab
 from faasdl.experiments.measure import recovery_s
 from faasdl.experiments.runner import WORKLOAD, Hit, InvocationRunner, RunReport, RunSpec
 from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
+from faasdl.training.models import build_model
+from faasdl.training.tensors import TrainState
 from tests.conftest import eventually
 from tests.store.conftest import private_redis
 
@@ -88,6 +91,27 @@ def test_the_training_workload_learns() -> None:
     assert [e["loss"] for e in epochs] == sorted((e["loss"] for e in epochs), reverse=True)
     assert epochs[-1]["loss"] < 0.8 * epochs[0]["loss"]
     assert epochs[-1]["accuracy"] > 0.5
+
+
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("model", ["small_cnn", "mlp"])
+def test_the_training_workloads_first_weights_are_drawn_as_keras_draws_them(model: str) -> None:
+    """Glorot-uniform kernels within ±√(6 / (fan_in + fan_out)), a convolution's fans counting
+    its receptive field, and zero biases: the largest of each kernel as large as the largest
+    Keras drew for the container's model (the fans once left the receptive field out, which
+    made a 3×3 convolution's kernels three times too large)."""
+    found = WORKLOADS["training"]
+    params = found.params.model_validate({"seed": 2, "model": model})
+    context = found.context(params)
+    drawn = TrainState.from_bytes(found.initial(params, context).blob).weights
+    keras = [v.numpy() for v in build_model(model, (8, 8, 1), 10, seed=2).weights]
+
+    assert [w.shape for w in drawn] == [w.shape for w in keras]
+    for ours, theirs in zip(drawn, keras, strict=True):
+        if ours.ndim == 1:
+            assert not ours.any()
+        else:
+            assert np.abs(ours).max() == pytest.approx(np.abs(theirs).max(), rel=0.1)
 
 
 @pytest.mark.parametrize("name", ["compression", "graph", "webservice"])
