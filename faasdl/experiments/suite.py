@@ -36,14 +36,13 @@ from faasdl.training.usage import peak_rss_mb, reset_peak_rss
 
 PRICE_PER_GB_S = Settings.model_fields["price_per_gb_s"].default
 #: Per workload, its parameters in a quick run (a full run takes the workloads' defaults):
-#: invocations of 0.8-1.3 s in 6-16 steps of 40-200 ms, a checkpoint after each. A failure costs
+#: invocations of 0.8-1.9 s in 6-32 steps of 50-220 ms, a checkpoint after each. A failure costs
 #: Canary a fixed part (the kill seen, a replica's attempt started: 15-45 ms) and the steps redone
 #: and slowed after it (its replacement warming up beside it), so its share of an invocation's
 #: time falls as invocations get longer; a checkpoint's cost is a share of its step's time.
-#: Training: six epochs of the CNN (~200 ms each). Compression: 16 files of 512 KiB (the
-#: default's files, half their size). Graph: the default's tree (depth 20, a checkpoint every
-#: 65,536 vertices, ~40 ms; frontiers of up to 2 MiB): at depth 19 (~0.45 s an invocation) its
-#: quick runs measured +4.0% on average, three of eight above 5%. Web service: 16 requests.
+#: Training: six epochs of the CNN. Compression: 16 files of 512 KiB (the default's files, half
+#: their size). Graph: the default's tree (depth 20, a checkpoint every 65,536 vertices: 32 steps;
+#: frontiers of up to 4 MiB). Web service: 16 requests.
 QUICK_PARAMS: dict[str, dict[str, Any]] = {
     "training": {"epochs": 6},
     "compression": {"files": 16, "file_kb": 512},

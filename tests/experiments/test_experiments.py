@@ -110,7 +110,7 @@ def test_the_overhead_interval_resamples_the_failures_apart() -> None:
 
 
 #: The recovery experiment's workloads CI runs (the lightest: a minute and a half); all four
-#: (seven to nine minutes) run with ``-m slow``.
+#: (eleven to twelve minutes) run with ``-m slow``.
 CI_RECOVERY_WORKLOADS = ("webservice",)
 
 
@@ -121,7 +121,7 @@ def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Pa
 
 @pytest.mark.slow
 @pytest.mark.tensorflow
-@pytest.mark.timeout(1200)  # four workloads, 100 invocations each and a warm-up: 7-9 min
+@pytest.mark.timeout(1200)  # four workloads, 100 invocations each and a warm-up: 11-12 min
 def test_recovery_quick_of_all_four_workloads(tmp_path: Path) -> None:
     summary, report = run_experiment("recovery", tmp_path)
     check_recovery(summary, report, ("training", "compression", "graph", "webservice"))
