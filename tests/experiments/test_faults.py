@@ -99,7 +99,7 @@ def test_the_training_workloads_first_weights_are_drawn_as_keras_draws_them(mode
     """Glorot-uniform kernels within ±√(6 / (fan_in + fan_out)), a convolution's fans counting
     its receptive field, and zero biases: the largest of each kernel as large as the largest
     Keras drew for the container's model (the fans once left the receptive field out, which
-    made a 3×3 convolution's kernels three times too large)."""
+    made the 3×3 convolutions' kernels three to four times too large)."""
     found = WORKLOADS["training"]
     params = found.params.model_validate({"seed": 2, "model": model})
     context = found.context(params)
