@@ -104,7 +104,8 @@ def test_the_training_workloads_first_weights_are_drawn_as_keras_draws_them(mode
     params = found.params.model_validate({"seed": 2, "model": model})
     context = found.context(params)
     drawn = TrainState.from_bytes(found.initial(params, context).blob).weights
-    keras = [v.numpy() for v in build_model(model, (8, 8, 1), 10, seed=2).weights]
+    shape, classes = context.x.shape[1:], context.classes
+    keras = [v.numpy() for v in build_model(model, shape, classes, seed=2).weights]
 
     assert [w.shape for w in drawn] == [w.shape for w in keras]
     for ours, theirs in zip(drawn, keras, strict=True):
