@@ -447,6 +447,23 @@ def bench_training(
     typer.echo(json.dumps(result))
 
 
+@bench_app.command("steadiness")
+def bench_steadiness(
+    duration: Annotated[
+        float,
+        typer.Option(help="Seconds of timing (the 2 s windows want a minute or more).", min=5),
+    ] = 120.0,
+    pairs: Annotated[
+        int, typer.Option(help="Pairs of 1 s invocations the resolution is given for.", min=1)
+    ] = 40,
+) -> None:
+    """How steady this machine's CPU speed is: the noise between two adjacent invocations, and
+    the finest overhead a timing comparison of ``pairs`` pairs can resolve here."""
+    from faasdl.bench.steadiness import run_steadiness_bench
+
+    typer.echo(json.dumps(run_steadiness_bench(duration, pairs=pairs, progress=console)))
+
+
 @bench_app.command("recovery")
 def bench_recovery(
     quick: Annotated[bool, typer.Option(help="A few failures of each kind (CI).")] = False,

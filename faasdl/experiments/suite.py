@@ -247,7 +247,8 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
                 }
             )
             | _overhead_parts(first, again)
-            | {"overhead_ci95": _overhead_interval(first, again)}
+            | {"overhead_ci95": (interval := _overhead_interval(first, again))}
+            | {"overhead_verdict": verdict(interval, TARGETS["overhead_vs_ideal"])}
         )
     _check(rows)
     reductions = [w["recovery_time_reduction_vs_retry"] for w in per_workload.values()]
@@ -267,6 +268,9 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
         and worst_reduction >= TARGETS["recovery_time_reduction_vs_retry"]
         and worst_overhead <= TARGETS["overhead_vs_ideal"],
         "published": {"recovery_time_reduction_vs_retry": 0.83, "overhead_vs_ideal": 0.14},
+        "overhead_undecided": [
+            n for n, w in per_workload.items() if w["overhead_verdict"] == UNDECIDED
+        ],
     }
     findings = [
         f"{name}: at 15% failures Canary {_recovered(w)} and takes "
@@ -276,7 +280,7 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
         f"runs came out {w['ideal_spread']:.1%} apart and canary's {w['canary_spread']:.1%}; "
         f"of the overhead, the invocations without failures account for "
         f"{w['overhead_checkpoints']:+.1%} (the checkpoints' cost), those with failures for "
-        f"{w['overhead_failures']:+.1%}."
+        f"{w['overhead_failures']:+.1%}. {_verdict_words(w['overhead_verdict'])}"
         for name, w in per_workload.items()
     ]
     return Result(
@@ -303,10 +307,12 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
             "(overhead_checkpoints) and those with failures' (overhead_failures), each over the "
             "failure-free run's time; its 95% interval (overhead_ci95) is a bootstrap over the "
             "pairs of invocations that took turns (those with failures and those without "
-            "resampled apart). Between two turns a run waits for the replicas still "
-            "warming up (a replica that took over from a killed attempt is replaced): canary's "
-            "time is that of its invocations, not of its replicas' warm-ups, which on a cluster "
-            "run on other invokers.",
+            "resampled apart); overhead_verdict says what that interval says of the 5% target: "
+            "met or missed (all of it on one side) or undecided (the target inside it). "
+            "Between two turns a run waits for the replicas still warming up (a replica that "
+            "took over from a killed attempt is replaced): canary's time is that of its "
+            "invocations, not of its replicas' warm-ups, which on a cluster run on other "
+            "invokers.",
         ],
         plots=[
             Plot(
@@ -333,6 +339,29 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
         ],
         options=tuple(o for name in workloads for o in ("--workload", name)),
     )
+
+
+#: An overhead's 95% interval with the target inside it: this run cannot tell met from missed.
+UNDECIDED = "undecided"
+
+
+def verdict(interval: list[float], target: float) -> str:
+    """What an overhead's 95% interval says of ``target``: ``met`` (all of it at or under),
+    ``missed`` (all of it over) or :data:`UNDECIDED` (the target inside it, where the machine's
+    noise hides which side the overhead is on)."""
+    low, high = interval
+    if high <= target:
+        return "met"
+    return "missed" if low > target else UNDECIDED
+
+
+def _verdict_words(found: str) -> str:
+    if found == UNDECIDED:
+        return (
+            "The 5% target lies inside the interval: at this run's precision it is neither met "
+            "nor missed for sure (see `faasdl bench steadiness` for this machine's)."
+        )
+    return f"The whole interval says the 5% target is {found}."
 
 
 #: The labels of the second pass of the recovery experiment's interleaved runs.

@@ -24,6 +24,7 @@ from faasdl.experiments.suite import (
     _overhead_parts,
     _recovered,
     _recovery_figures,
+    verdict,
 )
 
 runner = CliRunner()
@@ -109,6 +110,22 @@ def test_the_overhead_interval_resamples_the_failures_apart() -> None:
     assert once[0] < twice[0] < overhead < twice[1] < once[1]
 
 
+@pytest.mark.parametrize(
+    ("interval", "expected"),
+    [
+        ([0.01, 0.04], "met"),
+        ([0.02, 0.05], "met"),  # the target itself is met
+        ([0.03, 0.07], "undecided"),
+        ([0.05, 0.09], "undecided"),
+        ([0.051, 0.09], "missed"),
+    ],
+)
+def test_an_overheads_verdict_is_what_its_whole_interval_says(
+    interval: list[float], expected: str
+) -> None:
+    assert verdict(interval, 0.05) == expected
+
+
 #: The recovery experiment's workloads CI runs (the lightest: a minute and a half); all four
 #: (eleven to twelve minutes) run with ``-m slow``.
 CI_RECOVERY_WORKLOADS = ("webservice",)
@@ -141,6 +158,10 @@ def check_recovery(summary: dict[str, Any], report: Path, names: tuple[str, ...]
         assert parts == pytest.approx(figures["overhead_vs_ideal"], abs=2e-4)
         low, high = figures["overhead_ci95"]  # (the runs' times are rounded to the ms)
         assert low - 1e-3 <= figures["overhead_vs_ideal"] <= high + 1e-3
+        assert figures["overhead_verdict"] == verdict([low, high], 0.05)
+    assert summary["overhead_undecided"] == [
+        n for n, w in workloads.items() if w["overhead_verdict"] == "undecided"
+    ]
     assert summary["failure_rate"] == 0.15
     assert len(list((report / "plans").glob("*.json"))) == len(names)
     if "webservice" in names:
