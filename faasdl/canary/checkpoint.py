@@ -66,6 +66,27 @@ COST_SMOOTHING = 0.3
 #: The GIL switch interval while a background write (a persist, a heartbeat) runs.
 WRITE_SWITCH_INTERVAL_S = 0.0002
 
+#: What an encoder may return instead of one ``bytes``: the checkpoint's pieces in order (a small
+#: header, then a view of the state's large buffer). A writer process copies them into its shared
+#: buffer one by one: a BFS's 2 MiB frontier joined to its header first took ~0.7 ms of the
+#: function's thread a checkpoint, and was copied twice.
+Pieces = tuple[bytes | memoryview, ...]
+#: A checkpoint's data as an encoder returns it.
+Encoded = bytes | Pieces
+
+
+def joined(data: Encoded) -> bytes:
+    """``data`` as one ``bytes`` (pieces joined; ``bytes`` as they are)."""
+    return data if isinstance(data, bytes) else b"".join(data)
+
+
+def encoded_size(data: Encoded) -> int:
+    """How many bytes ``data`` holds (a view of wider items counted in bytes)."""
+    if isinstance(data, bytes):
+        return len(data)
+    return sum(memoryview(piece).nbytes for piece in data)
+
+
 _writes_lock = threading.Lock()
 _writes = 0
 _switch_interval_s = sys.getswitchinterval()
@@ -160,8 +181,9 @@ class SubmitCheckpoint(WriteCheckpoint, Protocol):
         """Whether :meth:`submit` hands writes over now."""
         ...
 
-    def submit(self, args: CanaryArgs, blob: str, position: int, data: bytes) -> bool:
-        """Start persisting ``data`` (no crash points); ``False`` if it cannot take it now."""
+    def submit(self, args: CanaryArgs, blob: str, position: int, data: Encoded) -> bool:
+        """Start persisting ``data`` (no crash points); ``False`` if it cannot take it now. The
+        pieces of ``data`` are copied before it returns: the caller may change them after."""
         ...
 
     def collect(self, *, wait: bool) -> float | None:
@@ -239,7 +261,7 @@ def fenced_message(args: CanaryArgs, owner: int | None) -> str:
 @dataclass
 class _Pending:
     snapshot: Any
-    encode: Callable[[Any], bytes]
+    encode: Callable[[Any], Encoded]
     position: int
 
 
@@ -367,10 +389,11 @@ class Checkpointer:
         return young_interval_s(cost, self.args.mtbf_s)
 
     def checkpoint(
-        self, take: Callable[[], S], encode: Callable[[S], bytes], position: int
+        self, take: Callable[[], S], encode: Callable[[S], Encoded], position: int
     ) -> None:
         """Take a snapshot now (``take``, the blocking part) and persist ``encode(snapshot)`` in
-        the background as the head at ``position``. Raises ``Superseded`` if fenced."""
+        the background as the head at ``position``: ``bytes``, or its :data:`Pieces`. Raises
+        ``Superseded`` if fenced."""
         self.check()
         if self._probe is not None:
             self._probe("before_checkpoint")
@@ -494,13 +517,13 @@ class Checkpointer:
         started = time.perf_counter()
         blob, data = self._encoded(pending)
         try:
-            self._write(self.args, blob, pending.position, data, self._probe)
+            self._write(self.args, blob, pending.position, joined(data), self._probe)
         except Superseded as exc:
             self._superseded = str(exc)
             raise
         self._persisted(time.perf_counter() - started)
 
-    def _encoded(self, pending: _Pending) -> tuple[str, bytes]:
+    def _encoded(self, pending: _Pending) -> tuple[str, Encoded]:
         """The checkpoint's blob name (new for each) and its data."""
         data = pending.encode(pending.snapshot)
         self._seq += 1
@@ -541,7 +564,7 @@ class Checkpointer:
             self._handed_s = time.perf_counter() - started
             return
         with self._outcome_kept():  # the writer is gone: written here, as it does itself then
-            self._direct(self.args, blob, pending.position, data, None)
+            self._direct(self.args, blob, pending.position, joined(data), None)
             self._persisted(time.perf_counter() - started)
 
     def _answer(self, *, wait: bool) -> bool:

@@ -54,7 +54,13 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from faasdl.canary.checkpoint import CanaryArgs, WriteCheckpoint, write_checkpoint
+from faasdl.canary.checkpoint import (
+    CanaryArgs,
+    Encoded,
+    WriteCheckpoint,
+    encoded_size,
+    write_checkpoint,
+)
 from faasdl.errors import StoreError, StoreUnavailable, Superseded
 
 log = logging.getLogger(__name__)
@@ -128,19 +134,20 @@ class ProcessWriter:
                     self._lost(f"it stopped answering ({exc!r})")
         self._fallback(args, blob, position, data, probe)
 
-    def submit(self, args: CanaryArgs, blob: str, position: int, data: bytes) -> bool:
+    def submit(self, args: CanaryArgs, blob: str, position: int, data: Encoded) -> bool:
         """Hand a write (without crash points) to the writer process and return at once; its
-        answer is :meth:`collect`'s. ``False`` (nothing sent) while the writer is not ready, or
-        once it is gone: write it another way. One write is in flight at a time (one whose
-        answer was never collected is waited for first, and its answer dropped)."""
+        answer is :meth:`collect`'s. ``data``, or each of its pieces in turn, is copied into the
+        shared buffer. ``False`` (nothing sent) while the writer is not ready, or once it is
+        gone: write it another way. One write is in flight at a time (one whose answer was never
+        collected is waited for first, and its answer dropped)."""
         with self._lock:
             self._drop_stale_answer()
             if not self._usable():
                 return False
             try:
-                self._shared.put(data)
+                size = self._shared.put(data)
                 raw = args.model_dump(mode="json")
-                self._conn.send(("write", raw, blob, position, len(data), False))
+                self._conn.send(("write", raw, blob, position, size, False))
             except OSError as exc:
                 self._lost(f"it stopped answering ({exc!r})")
                 return False
@@ -263,14 +270,22 @@ class SharedBuffer:
         with tempfile.TemporaryFile() as fh:
             return cls(os.dup(fh.fileno()))
 
-    def put(self, data: bytes) -> None:
-        """Copy ``data`` to the start of the buffer (growing it to twice what it was, at least)."""
-        if not data:
-            return
+    def put(self, data: Encoded) -> int:
+        """Copy ``data`` (its pieces one after another) to the start of the buffer, growing it
+        to twice what it was at least; returns how many bytes it copied."""
+        size = encoded_size(data)
+        if not size:
+            return 0
         mapped = len(self._map) if self._map is not None else 0  # the file's size: we grow it
-        if mapped < len(data):
-            os.ftruncate(self.fd, max(len(data), 2 * mapped, mmap.PAGESIZE))
-        self._mapped(len(data))[: len(data)] = data
+        if mapped < size:
+            os.ftruncate(self.fd, max(size, 2 * mapped, mmap.PAGESIZE))
+        target = self._mapped(size)
+        at = 0
+        for piece in (data,) if isinstance(data, bytes) else data:
+            flat = memoryview(piece).cast("B")
+            target[at : at + flat.nbytes] = flat
+            at += flat.nbytes
+        return size
 
     def get(self, size: int) -> bytes:
         """A copy of the buffer's first ``size`` bytes."""

@@ -129,7 +129,7 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
                 and canary.checkpoints
                 and found.checkpoint_after(params, state.done)
             ):
-                ckpt.checkpoint(_taken(found, params, context, state), State.encode, state.done)
+                ckpt.checkpoint(_taken(found, params, context, state), State.pieces, state.done)
         ckpt.commit(state.result())
     return {
         "result": state.result(),

@@ -39,6 +39,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from faasdl.canary.checkpoint import Pieces
+
 
 class Params(BaseModel):
     """A workload's parameters (every workload adds its own; ``seed`` varies per invocation)."""
@@ -60,14 +62,20 @@ class State:
     done: int = 0
     digest: str = ""
     data: dict[str, Any] = field(default_factory=dict)
-    blob: bytes = b""
+    #: Bytes, or a byte view of a buffer the steps after never change (a snapshot's).
+    blob: bytes | memoryview = b""
     live: Any = field(default=None, repr=False, compare=False)
 
-    def encode(self) -> bytes:
+    def pieces(self) -> Pieces:
+        """The state encoded, in two pieces not joined: a header (its length, then the JSON of
+        the rest) and the blob (a checkpoint writer copies a view of a large one once)."""
         if self.live is not None:
             raise ValueError("a state with a live part is encoded from its snapshot")
         head = json.dumps({"done": self.done, "digest": self.digest, "data": self.data}).encode()
-        return len(head).to_bytes(4, "big") + head + self.blob
+        return len(head).to_bytes(4, "big") + head, self.blob
+
+    def encode(self) -> bytes:
+        return b"".join(self.pieces())
 
     @classmethod
     def decode(cls, data: bytes) -> State:
@@ -117,8 +125,8 @@ class Workload(ABC):
 
     def snapshot(self, params: Params, context: Any, state: State) -> State:
         """``state``, the one the attempt's last step returned, with its live part encoded into
-        ``blob``: a copy the steps after leave as it is (what a checkpoint persists). By default
-        a workload's states have no live part."""
+        ``blob``: a copy the steps after leave as it is, or a view of what they never change
+        (what a checkpoint persists). By default a workload's states have no live part."""
         return state
 
     def prime(self, params: Params, context: Any) -> None:
@@ -235,7 +243,9 @@ class GraphSearch(Workload):
         if state.live is None:
             return state
         queue: _Queue = state.live
-        blob = memoryview(queue.items)[queue.head : queue.tail].tobytes()
+        # A view, not a copy: the steps after write only past the tail (each vertex once) and
+        # the queue never grows, so what lies between head and tail stays as it is.
+        blob = memoryview(queue.items)[queue.head : queue.tail].cast("B")
         return State(state.done, state.digest, state.data, blob)
 
 
@@ -252,11 +262,12 @@ class _Queue:
     tail: int
 
     @classmethod
-    def of(cls, frontier: bytes, vertices: int) -> _Queue:
+    def of(cls, frontier: bytes | memoryview, vertices: int) -> _Queue:
+        loaded = array(FRONTIER_TYPECODE)
+        loaded.frombytes(frontier)
         items = array(FRONTIER_TYPECODE, [0]) * vertices
-        size = len(frontier) // items.itemsize
-        items[:size] = array(FRONTIER_TYPECODE, frontier)
-        return cls(items, 0, size)
+        items[: len(loaded)] = loaded
+        return cls(items, 0, len(loaded))
 
 
 # ---- web service ----------------------------------------------------------------------------
@@ -446,7 +457,7 @@ class Training(Workload):
         job: _Trainer = context
         counters = state.live
         if counters is None:
-            loaded = TrainState.from_bytes(state.blob)
+            loaded = TrainState.from_bytes(bytes(state.blob))  # (bytes: as they are)
             job.trainer.load(loaded)
             counters = replace(loaded, weights=[], optimizer=[])
         job.trainer.config = TrainConfig(

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -193,6 +194,34 @@ def test_checkpoints_of_any_size_pass_through_the_shared_buffer_whole(
         restored.append(found[0])
 
     assert [len(r) for r in restored] == sizes
+    assert fallback.calls == 0
+
+
+@pytest.mark.parametrize("through", ["writer process", "persist thread"])
+def test_a_checkpoint_in_pieces_is_persisted_as_their_bytes_joined(
+    store: StateStore, writer: ProcessWriter, fallback: Fallback, through: str
+) -> None:
+    # A header and a byte view of 4-byte items (a BFS's frontier), copied once each into the
+    # writer's shared buffer, or joined where the function writes its checkpoints itself.
+    frontier = array("I", range(300_000))
+    pieces = (b"head", memoryview(frontier)[1000:250_000].cast("B"))
+    token = claim(store)
+    ck = (
+        attempt(store, token, writer)
+        if through == "writer process"
+        else Checkpointer(
+            store, CanaryArgs(unit=UNIT, token=token, blobs="ckpt/job", heartbeat_s=0)
+        )
+    )
+    with ck:
+        ck.checkpoint(lambda: pieces, lambda p: p, position=1)
+        ck.flush()
+        assert ck.persisted == 1
+    with attempt(store, claim(store), writer) as successor:
+        found = successor.restore(bytes)
+
+    assert found is not None
+    assert found[0] == b"head" + frontier[1000:250_000].tobytes()
     assert fallback.calls == 0
 
 

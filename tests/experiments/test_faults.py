@@ -65,10 +65,12 @@ def test_a_workload_resumed_from_any_checkpoint_ends_with_the_failure_free_resul
     state = found.initial(params, context)
     for _ in range(found.steps(params) // 2):
         state = found.step(params, context, state)
-    checkpoint = found.snapshot(params, context, state).encode()
+    snapshot = found.snapshot(params, context, state)
     # The run goes on from the state it snapshotted (its live part, changed in place) ...
     assert run_steps(found, params, context, state).result() == whole.result()
-    # ... and leaves the snapshot as it was: an attempt resumed from it ends the same.
+    # ... and leaves the snapshot as it was (a copy, or a view of what the steps never change),
+    # encoded only now as a writer may encode it: an attempt resumed from it ends the same.
+    checkpoint = snapshot.encode()
     resumed = run_steps(found, params, context, State.decode(checkpoint))
     assert resumed.result() == whole.result()
     assert whole.result().startswith(f"{found.steps(params)}:")
@@ -103,7 +105,7 @@ def test_the_training_workloads_first_weights_are_drawn_as_keras_draws_them(mode
     found = WORKLOADS["training"]
     params = found.params.model_validate({"seed": 2, "model": model})
     context = found.context(params)
-    drawn = TrainState.from_bytes(found.initial(params, context).blob).weights
+    drawn = TrainState.from_bytes(bytes(found.initial(params, context).blob)).weights
     shape, classes = context.x.shape[1:], context.classes
     keras = [v.numpy() for v in build_model(model, shape, classes, seed=2).weights]
 
