@@ -457,7 +457,7 @@ class Training(Workload):
         job: _Trainer = context
         counters = state.live
         if counters is None:
-            loaded = TrainState.from_bytes(bytes(state.blob))  # (bytes: as they are)
+            loaded = TrainState.from_bytes(bytes(state.blob))  # bytes() copies no bytes object
             job.trainer.load(loaded)
             counters = replace(loaded, weights=[], optimizer=[])
         job.trainer.config = TrainConfig(
