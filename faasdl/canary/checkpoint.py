@@ -80,11 +80,14 @@ def joined(data: Encoded) -> bytes:
     return data if isinstance(data, bytes) else b"".join(data)
 
 
+def as_pieces(data: Encoded) -> Pieces:
+    """``data``'s pieces (``bytes`` is one)."""
+    return (data,) if isinstance(data, bytes) else data
+
+
 def encoded_size(data: Encoded) -> int:
     """How many bytes ``data`` holds (a view of wider items counted in bytes)."""
-    if isinstance(data, bytes):
-        return len(data)
-    return sum(memoryview(piece).nbytes for piece in data)
+    return sum(memoryview(piece).nbytes for piece in as_pieces(data))
 
 
 _writes_lock = threading.Lock()

@@ -58,6 +58,7 @@ from faasdl.canary.checkpoint import (
     CanaryArgs,
     Encoded,
     WriteCheckpoint,
+    as_pieces,
     encoded_size,
     write_checkpoint,
 )
@@ -281,7 +282,7 @@ class SharedBuffer:
             os.ftruncate(self.fd, max(size, 2 * mapped, mmap.PAGESIZE))
         target = self._mapped(size)
         at = 0
-        for piece in (data,) if isinstance(data, bytes) else data:
+        for piece in as_pieces(data):
             flat = memoryview(piece).cast("B")
             target[at : at + flat.nbytes] = flat
             at += flat.nbytes

@@ -356,12 +356,13 @@ def verdict(interval: list[float], target: float) -> str:
 
 
 def _verdict_words(found: str) -> str:
+    target = f"{TARGETS['overhead_vs_ideal']:.0%} target"
     if found == UNDECIDED:
         return (
-            "The 5% target lies inside the interval: at this run's precision it is neither met "
+            f"The {target} lies inside the interval: at this run's precision it is neither met "
             "nor missed for sure (see `faasdl bench steadiness` for this machine's)."
         )
-    return f"The whole interval says the 5% target is {found}."
+    return f"The whole interval says the {target} is {found}."
 
 
 #: The labels of the second pass of the recovery experiment's interleaved runs.
