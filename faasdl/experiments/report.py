@@ -12,6 +12,7 @@ import platform
 import shutil
 import sys
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,8 +54,8 @@ class Result:
     #: What differs from the thesis' setup, said once.
     setup: list[str] = field(default_factory=list)
     #: The run's options beyond its size (``("--workload", "training")``): they are in its
-    #: command, and their values name its report (``recovery-training``), a part of the
-    #: experiment that sits beside the whole one's.
+    #: command; the workloads' names name its report (``recovery-training``), a part of the
+    #: experiment that sits beside the whole one's (other options' runs replace it).
     options: tuple[str, ...] = ()
 
     @property
@@ -65,7 +66,8 @@ class Result:
     @property
     def report_name(self) -> str:
         """The report's directory (and CSV's) name."""
-        return "-".join([self.name, *(o for o in self.options if not o.startswith("--"))])
+        named = [value for option, value in pairwise(self.options) if option == "--workload"]
+        return "-".join([self.name, *named])
 
 
 def environment() -> dict[str, Any]:

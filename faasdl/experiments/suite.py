@@ -25,6 +25,7 @@ from scipy.stats import bootstrap
 
 from faasdl.canary.strategies import ReplicationMode, StrategyName
 from faasdl.config import Settings
+from faasdl.errors import ValidationError
 from faasdl.experiments.disdel import disdel
 from faasdl.experiments.inject import FailurePlan
 from faasdl.experiments.lab import Lab, Ledger, ledger, open_lab
@@ -59,6 +60,10 @@ COMPARED: tuple[str, dict[str, Any]] = ("compression", {"files": 6, "file_kb": 5
 #: one, as this machine's speed changes by up to half within seconds.
 BLOCK = 1
 TARGETS = {"recovery_time_reduction_vs_retry": 0.90, "overhead_vs_ideal": 0.05}
+#: Passes of the recovery experiment's interleaved runs by default (and at least: how far apart
+#: two measure is the noise left). Its overhead's 95% interval narrows as √passes: on this
+#: machine a quick run's is ±4.5-5 points with two (``faasdl bench steadiness``).
+PASSES = 2
 
 
 def _params(name: str, size: Size) -> dict[str, Any]:
@@ -208,9 +213,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 # ---- recovery -------------------------------------------------------------------------------
 
 
-def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Result:
+def recovery(
+    size: Size, progress: Console, workloads: Sequence[str] = (), passes: int = PASSES
+) -> Result:
     """Total execution and recovery time against the failure rate, ideal vs retry vs canary,
-    per workload (thesis Figs 6.3, 6.5, 6.6): those named in ``workloads``, or all of them."""
+    per workload (thesis Figs 6.3, 6.5, 6.6): those named in ``workloads``, or all of them;
+    the failure-free run and canary's at 15% take turns in ``passes`` passes (at least two)."""
+    if passes < PASSES:
+        raise ValidationError(f"passes: at least {PASSES} (their spread is the noise): {passes}")
     names = list(workloads or WORKLOADS)
     n = 20 if size == "quick" else 100
     rates = [0.15] if size == "quick" else [0.0, 0.10, 0.15, 0.25, 0.50]
@@ -222,11 +232,11 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
             bench = _Bench(lab, name, _params(name, size), n, concurrency=1)
             progress.print(f"recovery: {name}: warm-up")
             bench.warm_up()
-            # The failure-free run and canary at 15% failures take turns, twice, the second
-            # time in mirrored order: the machine's CPU speed changes by up to half within
+            # The failure-free run and canary at 15% failures take turns, in passes whose order
+            # is mirrored each time: the machine's CPU speed changes by up to half within
             # seconds here, far more than the overhead measured; so it weighs on both alike.
             plan = plans[f"{name}-0.15"] = _plan(1015, n, 0.15)
-            first = _taking_turns(bench, ("ideal", "canary"), plan, progress, canary_first=False)
+            turns = [_taking_turns(bench, 0, plan, progress)]
             for rate in rates:
                 plan_at = plans.setdefault(
                     f"{name}-{rate:.2f}", _plan(1000 + int(rate * 100), n, rate)
@@ -235,8 +245,10 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
                     progress.print(f"recovery: {name}: {strategy} at {rate:.0%} failures")
                     report = bench.run(f"{strategy}-{rate}", strategy, plan_at)
                     rows.append(bench.row(report, strategy, rate))
-            again = _taking_turns(bench, AGAIN, plan, progress, canary_first=True)
-            rows.extend(bench.row(blocks, label, rate) for label, rate, blocks in [*first, *again])
+            turns += [_taking_turns(bench, k, plan, progress) for k in range(1, passes)]
+            rows.extend(
+                bench.row(blocks, label, rate) for turn in turns for label, rate, blocks in turn
+            )
         per_workload[name] = (
             _recovery_figures(
                 {
@@ -244,10 +256,11 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
                     for r in rows
                     if r["workload"] == name
                     and r["failure_rate"] == (0.0 if r["strategy"].startswith("ideal") else 0.15)
-                }
+                },
+                passes,
             )
-            | _overhead_parts(first, again)
-            | {"overhead_ci95": (interval := _overhead_interval(first, again))}
+            | _overhead_parts(*turns)
+            | {"overhead_ci95": (interval := _overhead_interval(*turns))}
             | {"overhead_verdict": verdict(interval, TARGETS["overhead_vs_ideal"])}
         )
     _check(rows)
@@ -260,6 +273,7 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
         "size": size,
         "invocations": n,
         "failure_rate": 0.15,
+        "passes": passes,
         "workloads": per_workload,
         "recovery_time_reduction_vs_retry": worst_reduction,
         "overhead_vs_ideal": worst_overhead,
@@ -276,8 +290,9 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
         f"{name}: at 15% failures Canary {_recovered(w)} and takes "
         f"{w['overhead_vs_ideal']:+.1%} longer than the failure-free run (95% interval "
         f"{w['overhead_ci95'][0]:+.1%} to {w['overhead_ci95'][1]:+.1%}; retry: "
-        f"{w['retry_overhead_vs_ideal']:+.1%}); measured twice each, the failure-free "
-        f"runs came out {w['ideal_spread']:.1%} apart and canary's {w['canary_spread']:.1%}; "
+        f"{w['retry_overhead_vs_ideal']:+.1%}); measured {_times(passes)} each, the "
+        f"failure-free runs came out {w['ideal_spread']:.1%} apart and canary's "
+        f"{w['canary_spread']:.1%}; "
         f"of the overhead, the invocations without failures account for "
         f"{w['overhead_checkpoints']:+.1%} (the checkpoints' cost), those with failures for "
         f"{w['overhead_failures']:+.1%}. {_verdict_words(w['overhead_verdict'])}"
@@ -299,10 +314,12 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
             "Each workload's failure-free run and canary's run at 15% failures take turns "
             "invocation by invocation (ideal, canary, canary, ideal, ...; each invocation a run "
             "of its own, canary's on its warm replicas), then retry runs, then both again in "
-            "mirrored turns (canary, ideal, ideal, canary, ...): this machine's CPU speed "
-            "changes by up to half within seconds, and so weighs on both alike. Overhead and "
-            "canary's recovery time are the means of the two passes; how far apart the two "
-            "passes measured (ideal_spread, canary_spread) is what noise is left. The overhead "
+            f"turns, {passes} passes in all, each in the mirrored order of the one before "
+            "(canary, ideal, ideal, canary, ...): this machine's CPU speed changes by up to half "
+            "within seconds, and so weighs on both alike. Overhead and canary's recovery time "
+            "are the means of the passes; how far apart the passes measured (ideal_spread, "
+            "canary_spread: the slowest pass over the fastest) is what noise is left. The "
+            "overhead "
             "is split in two that add up to it: the invocations without failures' "
             "(overhead_checkpoints) and those with failures' (overhead_failures), each over the "
             "failure-free run's time; its 95% interval (overhead_ci95) is a bootstrap over the "
@@ -337,8 +354,15 @@ def recovery(size: Size, progress: Console, workloads: Sequence[str] = ()) -> Re
                 bars=True,
             ),
         ],
-        options=tuple(o for name in workloads for o in ("--workload", name)),
+        options=(
+            *(o for name in workloads for o in ("--workload", name)),
+            *(("--passes", str(passes)) if passes != PASSES else ()),
+        ),
     )
+
+
+def _times(passes: int) -> str:
+    return "twice" if passes == 2 else f"{passes} times"
 
 
 #: An overhead's 95% interval with the target inside it: this run cannot tell met from missed.
@@ -365,25 +389,26 @@ def _verdict_words(found: str) -> str:
     return f"The whole interval says the {target} is {found}."
 
 
-#: The labels of the second pass of the recovery experiment's interleaved runs.
-AGAIN = ("ideal-again", "canary-again")
 #: A pass of interleaved runs: per label, its failure rate and its blocks.
 Turns = list[tuple[str, float, list[RunReport]]]
 
 
-def _taking_turns(
-    bench: _Bench,
-    labels: tuple[str, str],
-    plan: FailurePlan,
-    progress: Console,
-    *,
-    canary_first: bool,
-) -> Turns:
+def pass_labels(k: int) -> tuple[str, str]:
+    """The labels of the failure-free run and canary's in the recovery experiment's pass ``k``
+    (from 0): ``ideal``/``canary``, then ``…-again``, then ``…-pass3`` and on."""
+    suffix = ("", "-again")[k] if k < 2 else f"-pass{k + 1}"
+    return f"ideal{suffix}", f"canary{suffix}"
+
+
+def _taking_turns(bench: _Bench, k: int, plan: FailurePlan, progress: Console) -> Turns:
+    """Pass ``k`` of the failure-free run and canary's under ``plan`` taking turns; the odd
+    passes in mirrored order."""
+    labels = pass_labels(k)
     progress.print(
         f"recovery: {bench.workload}: {labels[0]} and {labels[1]} at 15% failures, taking "
         f"turns ({BLOCK} invocation at a time)"
     )
-    ideal, canary = bench.interleaved(labels, plan, canary_first=canary_first)
+    ideal, canary = bench.interleaved(labels, plan, canary_first=k % 2 == 1)
     return [(labels[0], 0.0, ideal), (labels[1], 0.15, canary)]
 
 
@@ -441,9 +466,10 @@ def _overhead_interval(*passes: Turns) -> list[float]:
     return [round(float(found.low), 4), round(float(found.high), 4)]
 
 
-def _recovery_figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _recovery_figures(runs: dict[str, dict[str, Any]], passes: int = PASSES) -> dict[str, Any]:
     """One workload's headline figures at 15% failures from its runs by label. Canary and the
-    failure-free run were each measured twice: their times are the means of the two."""
+    failure-free run were each measured ``passes`` times: their times are the means."""
+    ideal, canary = zip(*map(pass_labels, range(passes)), strict=True)
 
     def mean(key: str, *labels: str) -> float:
         return statistics.mean(float(runs[label][key]) for label in labels)
@@ -453,12 +479,13 @@ def _recovery_figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         values = [float(runs[label][key]) for label in labels if runs[label][key] is not None]
         return statistics.mean(values) if values else None
 
-    def spread(label: str) -> float:
-        """How far apart the two runs of ``label`` measured."""
-        return round(abs(mean("makespan_s", f"{label}-again") / mean("makespan_s", label) - 1), 4)
+    def spread(labels: tuple[str, ...]) -> float:
+        """How far apart the passes of ``labels`` measured: the slowest over the fastest."""
+        times = [float(runs[label]["makespan_s"]) for label in labels]
+        return round(max(times) / min(times) - 1, 4)
 
-    ideal_s = mean("makespan_s", "ideal", "ideal-again")
-    canary_recovery = measured("recovery_s_mean", "canary", "canary-again")
+    ideal_s = mean("makespan_s", *ideal)
+    canary_recovery = measured("recovery_s_mean", *canary)
     retry_recovery = runs["retry"]["recovery_s_mean"]
     return {
         "recovery_time_reduction_vs_retry": (
@@ -466,10 +493,10 @@ def _recovery_figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             if canary_recovery is not None and retry_recovery
             else None
         ),
-        "overhead_vs_ideal": round(mean("makespan_s", "canary", "canary-again") / ideal_s - 1, 4),
+        "overhead_vs_ideal": round(mean("makespan_s", *canary) / ideal_s - 1, 4),
         "retry_overhead_vs_ideal": round(runs["retry"]["makespan_s"] / ideal_s - 1, 4),
-        "ideal_spread": spread("ideal"),
-        "canary_spread": spread("canary"),
+        "ideal_spread": spread(ideal),
+        "canary_spread": spread(canary),
         "recovery_s_mean": {
             "retry": runs["retry"]["recovery_s_mean"],
             "canary": round(canary_recovery, 4) if canary_recovery is not None else None,

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from faasdl.cli import app
+from faasdl.errors import ValidationError
 from faasdl.experiments.report import Result, write
 from faasdl.experiments.runner import Hit, RunReport, RunSpec
 from faasdl.experiments.suite import (
@@ -24,6 +26,8 @@ from faasdl.experiments.suite import (
     _overhead_parts,
     _recovered,
     _recovery_figures,
+    pass_labels,
+    recovery,
     verdict,
 )
 
@@ -31,9 +35,10 @@ runner = CliRunner()
 
 
 def run_experiment(
-    name: str, tmp_path: Path, *, workloads: tuple[str, ...] = ()
+    name: str, tmp_path: Path, *, workloads: tuple[str, ...] = (), more: tuple[str, ...] = ()
 ) -> tuple[dict[str, Any], Path]:
-    options = [o for w in workloads for o in ("--workload", w)]
+    """Run ``faasdl experiment NAME --quick`` with ``workloads`` and the ``more`` options."""
+    options = [*(o for w in workloads for o in ("--workload", w)), *more]
     result = runner.invoke(
         app, ["experiment", name, "--quick", *options, "--output", str(tmp_path)]
     )
@@ -58,11 +63,18 @@ def run_experiment(
     return summary, report
 
 
-def recovery_runs(canary: float | None, again: float | None) -> dict[str, dict[str, Any]]:
-    """One workload's rows by label, as the recovery experiment reads them."""
-    means = {"ideal": None, "ideal-again": None, "canary": canary, "canary-again": again}
-    runs = {label: {"makespan_s": 10.0, "recovery_s_mean": m} for label, m in means.items()}
-    return runs | {"retry": {"makespan_s": 12.0, "recovery_s_mean": 2.0}}
+def recovery_runs(
+    *recoveries: float | None, ideal_s: tuple[float, ...] = (), canary_s: tuple[float, ...] = ()
+) -> dict[str, dict[str, Any]]:
+    """One workload's rows by label, as the recovery experiment reads them: a pass per canary
+    recovery time given, its runs taking 10 s unless ``ideal_s``/``canary_s`` say otherwise."""
+    runs: dict[str, dict[str, Any]] = {"retry": {"makespan_s": 12.0, "recovery_s_mean": 2.0}}
+    for k, recovered in enumerate(recoveries):
+        ideal, canary = pass_labels(k)
+        ideal_k, canary_k = (times[k] if times else 10.0 for times in (ideal_s, canary_s))
+        runs[ideal] = {"makespan_s": ideal_k, "recovery_s_mean": None}
+        runs[canary] = {"makespan_s": canary_k, "recovery_s_mean": recovered}
+    return runs
 
 
 def test_recovery_figures_take_the_passes_that_measured_a_recovery() -> None:
@@ -75,6 +87,22 @@ def test_recovery_figures_take_the_passes_that_measured_a_recovery() -> None:
     assert neither["recovery_time_reduction_vs_retry"] is None
     assert "no failure whose recovery could be measured" in _recovered(neither)
     assert _recovered(one).startswith("recovers 90% faster than retry")
+
+
+def test_recovery_figures_are_the_means_of_every_pass_and_their_spread_the_widest() -> None:
+    runs = recovery_runs(0.2, 0.3, 0.4, ideal_s=(10.0, 11.0, 12.0), canary_s=(10.5, 11.0, 13.2))
+
+    figures = _recovery_figures(runs, passes=3)
+
+    assert list(runs) == [
+        "retry", "ideal", "canary", "ideal-again", "canary-again", "ideal-pass3", "canary-pass3"
+    ]  # fmt: skip
+    assert figures["recovery_s_mean"] == {"retry": 2.0, "canary": 0.3}
+    assert figures["overhead_vs_ideal"] == pytest.approx(34.7 / 33 - 1, abs=1e-4)
+    assert figures["ideal_spread"] == pytest.approx(0.2)  # 12 s over 10 s
+    assert figures["canary_spread"] == pytest.approx(13.2 / 10.5 - 1, abs=1e-4)
+    # Two passes read only the first two.
+    assert _recovery_figures(runs)["recovery_s_mean"]["canary"] == 0.25
 
 
 def turns(pairs: list[tuple[float, float]], failed: set[int]) -> Turns:
@@ -132,8 +160,12 @@ CI_RECOVERY_WORKLOADS = ("webservice",)
 
 
 def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Path) -> None:
-    summary, report = run_experiment("recovery", tmp_path, workloads=CI_RECOVERY_WORKLOADS)
-    check_recovery(summary, report, CI_RECOVERY_WORKLOADS)
+    # Three passes, one more than the default: a third is where the passes' labels and order
+    # are no longer the first two's (a minute more, for the webservice).
+    summary, report = run_experiment(
+        "recovery", tmp_path, workloads=CI_RECOVERY_WORKLOADS, more=("--passes", "3")
+    )
+    check_recovery(summary, report, CI_RECOVERY_WORKLOADS, passes=3)
 
 
 @pytest.mark.slow
@@ -144,7 +176,15 @@ def test_recovery_quick_of_all_four_workloads(tmp_path: Path) -> None:
     check_recovery(summary, report, ("training", "compression", "graph", "webservice"))
 
 
-def check_recovery(summary: dict[str, Any], report: Path, names: tuple[str, ...]) -> None:
+def check_recovery(
+    summary: dict[str, Any], report: Path, names: tuple[str, ...], passes: int = 2
+) -> None:
+    assert summary["passes"] == passes
+    with (report / f"{report.name}.csv").open() as fh:
+        labels = [row["strategy"] for row in csv.DictReader(fh)]
+    for k in range(passes):
+        for label in pass_labels(k):
+            assert labels.count(label) == len(names)
     workloads = summary["workloads"]
     assert isinstance(workloads, dict)
     assert set(workloads) == set(names)
@@ -242,27 +282,37 @@ def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["recovery", "--workload", "training", "--workload", "nope"], "unknown workload 'nope'"),
-        (["cost", "--workload", "training"], "only the recovery experiment runs per workload"),
+        (
+            ["recovery", "--workload", "training", "--workload", "nope"],
+            "--workload: unknown workload 'nope'",
+        ),
+        (["cost", "--workload", "training"], "--workload: only the recovery experiment runs"),
+        (["scale", "--passes", "3"], "--passes: only the recovery experiment takes turns"),
+        (["recovery", "--passes", "1"], "Invalid value for '--passes'"),
     ],
 )
-def test_a_bad_workload_option_is_refused_before_anything_runs(
+def test_a_bad_workload_or_passes_option_is_refused_before_anything_runs(
     args: list[str], message: str, tmp_path: Path
 ) -> None:
     result = runner.invoke(app, ["experiment", *args, "--output", str(tmp_path)])
     assert result.exit_code != 0
-    assert f"--workload: {message}" in result.output
+    assert message in result.output
     assert not list(tmp_path.iterdir())
 
 
-def test_a_report_of_some_workloads_names_them_and_keeps_the_whole_ones(tmp_path: Path) -> None:
+def test_the_recovery_experiment_refuses_fewer_than_two_passes() -> None:
+    with pytest.raises(ValidationError, match="passes: at least 2"):
+        recovery("quick", Console(quiet=True), ("graph",), passes=1)
+
+
+def test_a_report_is_named_by_its_workloads_alone_and_keeps_the_whole_ones(tmp_path: Path) -> None:
     whole = Result("recovery", "full", [{"workload": "graph", "makespan_s": 1.0}], {"a": 1})
     part = Result(
         "recovery",
         "full",
         [{"workload": "training", "makespan_s": 2.0}],
         {"a": 2},
-        options=("--workload", "training"),
+        options=("--workload", "training", "--passes", "4"),
     )
 
     write(whole, tmp_path)
@@ -270,6 +320,6 @@ def test_a_report_of_some_workloads_names_them_and_keeps_the_whole_ones(tmp_path
 
     assert written == tmp_path / "recovery-training"
     summary = (written / "summary.md").read_text()
-    assert "    faasdl experiment recovery --full --workload training\n" in summary
+    assert "    faasdl experiment recovery --full --workload training --passes 4\n" in summary
     assert (written / "recovery-training.csv").read_text().splitlines()[1] == "training,2.0"
     assert json.loads((tmp_path / "recovery" / "summary.json").read_text()) == {"a": 1}
