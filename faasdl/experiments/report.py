@@ -12,7 +12,6 @@ import platform
 import shutil
 import sys
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,9 +52,9 @@ class Result:
     plans: dict[str, FailurePlan] = field(default_factory=dict)
     #: What differs from the thesis' setup, said once.
     setup: list[str] = field(default_factory=list)
-    #: The run's options beyond its size (``("--workload", "training")``): they are in its
-    #: command; the workloads' names name its report (``recovery-training``), a part of the
-    #: experiment that sits beside the whole one's (other options' runs replace it).
+    #: The run's options beyond its size, each with its value (``("--workload", "training")``):
+    #: they are in its command, and name its report (``recovery-training``, ``recovery-passes8``),
+    #: which sits beside the whole experiment's as the default run made it.
     options: tuple[str, ...] = ()
 
     @property
@@ -66,7 +65,8 @@ class Result:
     @property
     def report_name(self) -> str:
         """The report's directory (and CSV's) name."""
-        named = [value for option, value in pairwise(self.options) if option == "--workload"]
+        pairs = zip(self.options[::2], self.options[1::2], strict=True)
+        named = [v if o == "--workload" else f"{o.removeprefix('--')}{v}" for o, v in pairs]
         return "-".join([self.name, *named])
 
 

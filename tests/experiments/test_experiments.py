@@ -44,7 +44,8 @@ def run_experiment(
     )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output.strip().splitlines()[-1])
-    report_name = "-".join([name, *workloads])
+    valued = zip(more[::2], more[1::2], strict=True)  # ("--passes", "3") names it "passes3"
+    report_name = "-".join([name, *workloads, *(f"{o.removeprefix('--')}{v}" for o, v in valued)])
     report = tmp_path / report_name
     command = " ".join(["faasdl experiment", name, "--quick", *options])
     assert (report / "summary.md").read_text().count(command) == 1
@@ -305,7 +306,7 @@ def test_the_recovery_experiment_refuses_fewer_than_two_passes() -> None:
         recovery("quick", Console(quiet=True), ("graph",), passes=1)
 
 
-def test_a_report_is_named_by_its_workloads_alone_and_keeps_the_whole_ones(tmp_path: Path) -> None:
+def test_a_report_is_named_by_its_options_and_keeps_the_whole_ones(tmp_path: Path) -> None:
     whole = Result("recovery", "full", [{"workload": "graph", "makespan_s": 1.0}], {"a": 1})
     part = Result(
         "recovery",
@@ -318,8 +319,8 @@ def test_a_report_is_named_by_its_workloads_alone_and_keeps_the_whole_ones(tmp_p
     write(whole, tmp_path)
     written = write(part, tmp_path)
 
-    assert written == tmp_path / "recovery-training"
+    assert written == tmp_path / "recovery-training-passes4"
     summary = (written / "summary.md").read_text()
     assert "    faasdl experiment recovery --full --workload training --passes 4\n" in summary
-    assert (written / "recovery-training.csv").read_text().splitlines()[1] == "training,2.0"
+    assert (written / "recovery-training-passes4.csv").read_text().splitlines()[1] == "training,2.0"
     assert json.loads((tmp_path / "recovery" / "summary.json").read_text()) == {"a": 1}
