@@ -162,7 +162,7 @@ CI_RECOVERY_WORKLOADS = ("webservice",)
 
 def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Path) -> None:
     # Three passes, one more than the default: a third is where the passes' labels and order
-    # are no longer the first two's (a minute more, for the webservice).
+    # are no longer the first two's (some 15 s more, for the webservice).
     summary, report = run_experiment(
         "recovery", tmp_path, workloads=CI_RECOVERY_WORKLOADS, more=("--passes", "3")
     )
