@@ -155,6 +155,7 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
         row = page.locator(f'tr[data-job="{job_id}"]')
         row.wait_for(timeout=10_000)
         list_violations = accessibility_violations(page)
+        assert row.get_by_role("link", name=job_id).count() == 1, "a link named by the job's id"
         for _ in range(20):
             page.keyboard.press("Tab")
             if has_focus(page, job_id):
