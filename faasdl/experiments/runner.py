@@ -103,6 +103,19 @@ class Outcome:
     detected_by: list[str] = field(default_factory=list)
     result: str | None = None
     final: dict[str, Any] = field(default_factory=dict)  # the committing attempt's answer
+    #: The activation whose end settled the invocation (none when a lapsed lease did): when it
+    #: started (epoch ms), how long it had waited for a container before (``waitTime``, ms), and
+    #: its ``/init`` time (ms) if it had to start one.
+    final_start_ms: int | None = None
+    final_wait_ms: int = 0
+    final_init_ms: int | None = None
+
+    @property
+    def final_invoked_at(self) -> float | None:
+        """When the activation that settled the invocation was invoked (unix time)."""
+        if self.final_start_ms is None:
+            return None
+        return (self.final_start_ms - self.final_wait_ms) / 1000
 
     @property
     def latency_s(self) -> float:
@@ -487,8 +500,12 @@ class InvocationRunner:
             outcome = self._outcome(index)
             outcome.committed_at = time.time() if record is None else record.end / 1000
             outcome.result = unit.committed_result
-            if record is not None and isinstance(record.response.result, dict):
-                outcome.final = record.response.result if record.response.success else {}
+            if record is not None:
+                outcome.final_start_ms = record.start
+                outcome.final_wait_ms = record.wait_time
+                outcome.final_init_ms = record.init_time
+                if isinstance(record.response.result, dict):
+                    outcome.final = record.response.result if record.response.success else {}
             self._done.add(index)
             self._drop_copies(index)
             return

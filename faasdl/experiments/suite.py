@@ -169,6 +169,8 @@ class _Bench:
             if (s := recovery_s(hit, r.outcome(hit.invocation))) is not None
         ]
         injected = sum(len(r.injected) for r in blocks)
+        takeovers = _takeovers(blocks)
+        waits = [o.final_wait_ms / 1000 for o in takeovers]
         activation_gb_s = sum(r.activation_gb_s for r in blocks)
         replica_gb_s = sum(r.replica_gb_s for r in blocks)
         invocations = sum(r.spec.invocations for r in blocks)
@@ -184,12 +186,29 @@ class _Bench:
             "attempts": sum(f.attempts for f in found),
             "recovery_s_mean": round(statistics.mean(recoveries), 4) if recoveries else None,
             "recovery_s_total": round(sum(recoveries), 3) if injected else 0.0,
+            "takeover_wait_s_mean": round(statistics.mean(waits), 3) if waits else None,
+            "takeover_wait_s_max": round(max(waits), 3) if waits else None,
+            "takeover_cold": sum(o.final_init_ms is not None for o in takeovers),
             "activation_gb_s": round(activation_gb_s, 3),
             "replica_gb_s": round(replica_gb_s, 3),
             "cost_usd": round((activation_gb_s + replica_gb_s) * PRICE_PER_GB_S, 7),
             "exactly_once": all(f.exactly_once for f in found)
             and sum(f.committed for f in found) == invocations,
         }
+
+
+def _takeovers(blocks: list[RunReport]) -> list[Outcome]:
+    """The invocations a fault hit whose settling activation was invoked after the hit: the
+    attempt that took over (not the hit one, which a zombie or a store restart leaves to commit,
+    nor a copy that ran beside it). One each, however many faults hit it."""
+    found: dict[tuple[str, int], Outcome] = {}
+    for r in blocks:
+        for hit in r.injected:
+            outcome = r.outcome(hit.invocation)
+            invoked = outcome.final_invoked_at
+            if invoked is not None and invoked >= hit.at:
+                found[r.spec.run_id, hit.invocation] = outcome
+    return list(found.values())
 
 
 def _plan(seed: int, invocations: int, rate: float, copies: int = 1) -> FailurePlan:
@@ -298,6 +317,7 @@ def recovery(
         f"{w['overhead_failures']:+.1%}. {_verdict_words(w['overhead_verdict'])}"
         for name, w in per_workload.items()
     ]
+    findings += [words for name in names if (words := _takeover_words(name, rows))]
     return Result(
         name="recovery",
         size=size,
@@ -358,6 +378,40 @@ def recovery(
             *(("--passes", str(passes)) if passes != PASSES else ()),
         ),
     )
+
+
+def _takeover_words(name: str, rows: list[dict[str, Any]]) -> str | None:
+    """How long the attempts that took over from killed ones waited for a container in a
+    workload's runs back to back (a run per failure rate, not the turns: a full run's), and how
+    many started one cold; ``None`` without such runs."""
+    runs = [
+        r
+        for r in rows
+        if r["workload"] == name
+        and r["blocks"] == 1
+        and r["strategy"] in ("canary", "retry")
+        and r["takeover_wait_s_mean"] is not None
+    ]
+    canary = [r for r in runs if r["strategy"] == "canary"]
+    if not canary:
+        return None
+    retry = [r for r in runs if r["strategy"] == "retry"]
+
+    def cold(found: list[dict[str, Any]]) -> str:
+        return f"{sum(r['takeover_cold'] for r in found)} of {sum(r['failures'] for r in found)}"
+
+    return (
+        f"{name}, back to back (a run of its own per failure rate): canary's take-overs waited "
+        f"for a container {_listed(canary, 'takeover_wait_s_mean')} s on average at "
+        f"{_listed(canary, 'failure_rate', '{:.0%}')} failures (the longest "
+        f"{_listed(canary, 'takeover_wait_s_max')} s), and in {cold(canary)} failures the "
+        f"take-over started a container cold; retry's in {cold(retry)}."
+    )
+
+
+def _listed(rows: list[dict[str, Any]], key: str, form: str = "{:.2f}") -> str:
+    values = [form.format(r[key]) for r in rows]
+    return ", ".join(values[:-1]) + " and " + values[-1] if len(values) > 1 else values[0]
 
 
 def _times(passes: int) -> str:
@@ -518,6 +572,7 @@ def _recovered(w: dict[str, Any]) -> str:
 
 
 def _setup(n: int, concurrency: str, workloads: dict[str, dict[str, Any]]) -> list[str]:
+    """The setup the experiments whose rows are :meth:`_Bench.row`'s state."""
     sizes = "; ".join(
         f"{name} " + ", ".join(f"{k}={v}" for k, v in _as_run(name, params).items() if k != "seed")
         for name, params in workloads.items()
@@ -538,7 +593,17 @@ def _setup(n: int, concurrency: str, workloads: dict[str, dict[str, Any]]) -> li
         "dropped before a run of a strategy without replicas); canary resumes from the newest "
         "checkpoint on a warm replica. Canary prepares its replicas as it deploys the function: "
         "a run starts once they are warm, and pays for them from then.",
+        TAKEOVERS,
     ]
+
+
+#: What a run's row (:meth:`_Bench.row`) says of the attempts that took over from hit ones.
+TAKEOVERS = (
+    "takeover_wait_s_mean and takeover_wait_s_max: how long the attempts that took over from "
+    "killed ones waited for a container (their activation records' waitTime: canary's waits "
+    "for a replica still warming up when the one it had is taken); takeover_cold: in how many "
+    "failures the take-over started a container cold (its record has an initTime)."
+)
 
 
 def _shared(name: str, params: dict[str, Any], directory: Path) -> dict[str, Any]:

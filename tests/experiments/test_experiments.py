@@ -19,13 +19,15 @@ from typer.testing import CliRunner
 from faasdl.cli import app
 from faasdl.errors import ValidationError
 from faasdl.experiments.report import Result, write
-from faasdl.experiments.runner import Hit, RunReport, RunSpec
+from faasdl.experiments.runner import Hit, Outcome, RunReport, RunSpec
 from faasdl.experiments.suite import (
     Turns,
     _overhead_interval,
     _overhead_parts,
     _recovered,
     _recovery_figures,
+    _takeover_words,
+    _takeovers,
     pass_labels,
     recovery,
     verdict,
@@ -139,6 +141,67 @@ def test_the_overhead_interval_resamples_the_failures_apart() -> None:
     assert once[0] < twice[0] < overhead < twice[1] < once[1]
 
 
+def test_a_take_over_is_the_settling_activation_invoked_after_the_hit() -> None:
+    # Invocation 0: killed at t=100 s, settled by an activation invoked at 100.05 s (it waited
+    # 0.4 s for a container, started cold). 1: a zombie hit at 100 s that committed itself (its
+    # activation invoked at 99 s). 2: two copies killed at once, one take-over. 3: its settling
+    # activation's record was never read (a lapsed lease settled it).
+    outcomes = [
+        Outcome(0, final_start_ms=100_450, final_wait_ms=400, final_init_ms=900),
+        Outcome(1, final_start_ms=99_000, final_wait_ms=0),
+        Outcome(2, final_start_ms=100_020, final_wait_ms=10),
+        Outcome(3),
+    ]
+    hits = [
+        Hit(0, "a0", "kill", 100.0, None),
+        Hit(1, "a1", "zombie", 100.0, None),
+        Hit(2, "a2", "kill", 100.0, None),
+        Hit(2, "a2-copy", "kill", 100.0, None),
+        Hit(3, "a3", "kill", 100.0, None),
+    ]
+    spec = RunSpec("r", "graph", {}, 4, "canary")
+    report = RunReport(spec, 0.0, 1.0, outcomes, 0.0, 0.0, 6, hits)
+    assert [o.index for o in _takeovers([report])] == [0, 2]
+    # A take-over invoked before the hit is no take-over: the clock is the activation's start
+    # less its wait, not its start.
+    late = Outcome(0, final_start_ms=100_300, final_wait_ms=400)
+    assert _takeovers([RunReport(spec, 0.0, 1.0, [late], 0.0, 0.0, 1, hits[:1])]) == []
+
+
+def test_the_back_to_back_take_overs_are_told_per_rate_and_the_turns_are_not() -> None:
+    def row(
+        strategy: str, rate: float, blocks: int, wait: float | None, cold: int
+    ) -> dict[str, Any]:
+        return {
+            "workload": "training",
+            "strategy": strategy,
+            "failure_rate": rate,
+            "blocks": blocks,
+            "failures": round(rate * 100),
+            "takeover_wait_s_mean": wait,
+            "takeover_wait_s_max": None if wait is None else 2 * wait,
+            "takeover_cold": cold,
+        }
+
+    turns_only = [row("ideal", 0.0, 100, None, 0), row("canary", 0.15, 100, 0.01, 0)]
+    assert _takeover_words("training", turns_only) is None
+    rows = [
+        *turns_only,
+        row("canary", 0.0, 1, None, 0),
+        row("canary", 0.1, 1, 0.5, 0),
+        row("retry", 0.1, 1, 0.1, 10),
+        row("canary", 0.5, 1, 2.0, 1),
+        row("retry", 0.5, 1, 0.1, 49),
+    ]
+    assert _takeover_words("training", rows) == (
+        "training, back to back (a run of its own per failure rate): canary's take-overs waited "
+        "for a container 0.50 and 2.00 s on average at 10% and 50% failures (the longest 1.00 "
+        "and 4.00 s), and in 1 of 60 failures the take-over started a container cold; retry's "
+        "in 59 of 60."
+    )
+    assert _takeover_words("graph", rows) is None
+
+
 @pytest.mark.parametrize(
     ("interval", "expected"),
     [
@@ -182,7 +245,15 @@ def check_recovery(
 ) -> None:
     assert summary["passes"] == passes
     with (report / f"{report.name}.csv").open() as fh:
-        labels = [row["strategy"] for row in csv.DictReader(fh)]
+        rows = list(csv.DictReader(fh))
+    labels = [row["strategy"] for row in rows]
+    for row in rows:
+        failures, cold = int(row["failures"]), int(row["takeover_cold"])
+        assert (row["takeover_wait_s_mean"] == "") == (failures == 0), row
+        if row["strategy"].startswith("canary"):
+            assert cold == 0, row  # it resumed on a warm replica
+        else:
+            assert cold <= failures, row
     for k in range(passes):
         for label in pass_labels(k):
             assert labels.count(label) == len(names)

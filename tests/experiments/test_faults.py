@@ -243,6 +243,10 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert_marked_until_the_hit(killed, lab)
     # Its newest checkpoint was at most as far as the steps it had ended.
     assert hit.final["resumed_from"] <= killed.marks[-1][0]
+    # The attempt that took over was invoked after the kill, and ran on a warm replica.
+    assert hit.final_invoked_at is not None
+    assert hit.final_invoked_at >= killed.at
+    assert hit.final_init_ms is None
 
 
 def test_a_killed_copy_leaves_the_other_to_commit_and_both_killed_start_again(lab: Lab) -> None:
