@@ -249,11 +249,14 @@ def check_recovery(
     labels = [row["strategy"] for row in rows]
     for row in rows:
         failures, cold = int(row["failures"]), int(row["takeover_cold"])
-        assert (row["takeover_wait_s_mean"] == "") == (failures == 0), row
+        if failures == 0:
+            assert row["takeover_wait_s_mean"] == "", row
         if row["strategy"].startswith("canary"):
             assert cold == 0, row  # it resumed on a warm replica
         else:
             assert cold <= failures, row
+    # A kill that lands between an attempt's commit and its answer has no take-over; not all do.
+    assert any(row["takeover_wait_s_mean"] for row in rows if row["strategy"] == "canary")
     for k in range(passes):
         for label in pass_labels(k):
             assert labels.count(label) == len(names)
