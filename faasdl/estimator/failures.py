@@ -1,8 +1,9 @@
 """What to change after a failed training activation, decided from its classified failure.
 
 Pure: :func:`correct` takes the failure and the limits it ran under and returns the limits of the
-next attempt; the caller persists the correction (:func:`.history.record_failure`) so that
-the next job of the same model signature starts above it.
+next attempt; the caller persists the limits it failed under (:func:`.history.record_failure`),
+and until a run of the same model signature succeeds the next job's plan starts where this
+correction would (:func:`grown_memory_mb`, :func:`grown_timeout_ms`), not just above them.
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ def correct(
             raise EstimationError(
                 f"out of memory at the platform's largest limit, {max_memory_mb} MB"
             )
-        grown = max(limits.memory_mb * MEMORY_GROWTH, limits.memory_mb + step_mb)
-        memory = min(max_memory_mb, math.ceil(grown / step_mb) * step_mb)
+        memory = min(max_memory_mb, grown_memory_mb(limits.memory_mb, step_mb=step_mb))
         return Limits(memory_mb=memory, timeout_ms=limits.timeout_ms)
     if failure.kind is FailureKind.OUT_OF_TIME:
         if limits.timeout_ms >= max_timeout_ms:
@@ -48,6 +48,18 @@ def correct(
                 f"out of time at the platform's longest limit, {max_timeout_ms} ms; "
                 "checkpointing resumes such units in a new activation"
             )
-        timeout = min(max_timeout_ms, math.ceil(limits.timeout_ms * TIMEOUT_GROWTH))
+        timeout = min(max_timeout_ms, grown_timeout_ms(limits.timeout_ms))
         return Limits(memory_mb=limits.memory_mb, timeout_ms=timeout)
     return limits
+
+
+def grown_memory_mb(memory_mb: int, *, step_mb: int) -> int:
+    """The memory limit after an out-of-memory kill under ``memory_mb``: half as much again, at
+    least one class more, in whole classes."""
+    grown = max(memory_mb * MEMORY_GROWTH, memory_mb + step_mb)
+    return math.ceil(grown / step_mb) * step_mb
+
+
+def grown_timeout_ms(timeout_ms: int) -> int:
+    """The time limit after an out-of-time kill under ``timeout_ms``."""
+    return math.ceil(timeout_ms * TIMEOUT_GROWTH)

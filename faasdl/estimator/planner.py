@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.errors import EstimationError, ValidationError
+from faasdl.estimator.failures import grown_memory_mb, grown_timeout_ms
 from faasdl.estimator.history import signature
 from faasdl.estimator.memory import (
     DEFAULT,
@@ -100,10 +101,10 @@ def plan_training(
         shard = math.ceil(data.examples / containers)
         sig = signature(request.model, data.input_shape, data.classes, request.batch_size, shard)
         past = history(sig)
-        floor = past.memory_floor_mb + 1 if past else 0
+        least = _least_memory_mb(past, step_mb=step_mb, max_mb=limits.memory_max_mb)
         if past is not None and past.runs:
             peak = past.peak_memory_mb * HISTORY_MEMORY_SLACK
-            return sig, past, max(peak, floor), {"measured_peak": past.peak_memory_mb}
+            return sig, past, max(peak, least), {"measured_peak": past.peak_memory_mb}
         estimate = estimate_memory(
             profile,
             batch_size=min(request.batch_size, shard),
@@ -111,7 +112,7 @@ def plan_training(
             baseline_mb=baseline_mb,
             coefficients=coefficients,
         )
-        return sig, past, max(estimate.mb, floor), estimate.parts
+        return sig, past, max(estimate.mb, least), estimate.parts
 
     if request.workers is not None:
         if request.workers > data.examples:
@@ -145,7 +146,7 @@ def plan_training(
         epoch_ms=past.epoch_ms if past else [],
         epochs=request.epochs,
         init_ms=init_ms,
-        floor_ms=past.timeout_floor_ms if past else 0,
+        least_ms=_least_timeout_ms(past),
         previous_ms=past.timeout_ms if past else 0,
         expected_cost=request.expected_cost,
         containers=containers,
@@ -165,3 +166,25 @@ def plan_training(
         timeout_ms=timeout.ms,
         timeout_source=timeout.source,
     )
+
+
+def _least_memory_mb(past: ExecutionHistory | None, *, step_mb: int, max_mb: int) -> int:
+    """The least memory of a signature's next run: more than any limit a run failed under, and
+    while no run has succeeded, what the failed job's own next attempt had
+    (:func:`.failures.grown_memory_mb`, within the platform's largest limit): one class more
+    would repeat the failure of a formula that fell short by more than a class."""
+    if past is None or not past.memory_floor_mb:
+        return 0
+    above = past.memory_floor_mb + 1
+    if past.runs:
+        return above
+    return max(above, min(max_mb, grown_memory_mb(past.memory_floor_mb, step_mb=step_mb)))
+
+
+def _least_timeout_ms(past: ExecutionHistory | None) -> int:
+    """The least time limit of a signature's next run, as :func:`_least_memory_mb` for memory."""
+    if past is None or not past.timeout_floor_ms:
+        return 0
+    if past.runs:
+        return past.timeout_floor_ms + 1
+    return grown_timeout_ms(past.timeout_floor_ms)

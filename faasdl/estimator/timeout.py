@@ -27,7 +27,7 @@ def estimate_timeout(
     epoch_ms: list[int],
     epochs: int,
     init_ms: int,
-    floor_ms: int = 0,
+    least_ms: int = 0,
     previous_ms: int = 0,
     expected_cost: float | None,
     containers: int,
@@ -39,16 +39,18 @@ def estimate_timeout(
     """The action timeout in ms, within ``[min_ms, max_ms]``.
 
     With history: a cold start (``init_ms``: OpenWhisk's limit covers ``/init`` too) plus the
-    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.3, above any
-    timeout a run failed under, rounded up to a time class (:func:`time_class_ms`); or
-    ``previous_ms``, the limit the latest run had, while it is enough and less than twice that
-    (hysteresis: an estimate that wavers around a class boundary keeps one variant).
+    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.3, at least
+    ``least_ms`` (the planner's: more than any timeout a run failed under), rounded up to a time
+    class (:func:`time_class_ms`); or ``previous_ms``, the limit the latest run had, while it is
+    enough and less than twice that (hysteresis: an estimate that wavers around a class boundary
+    keeps one variant).
     Without: e_time = (e_cost / c_d) / (μ · mₑ), the time an action may run for its share of the
-    user's expected cost at μ per GB·s, in whole seconds. With neither: the platform's maximum.
+    user's expected cost at μ per GB·s, at least ``least_ms``, in whole seconds. With neither:
+    the platform's maximum.
     """
     if epoch_ms and overhead_ms:
         slowest = init_ms + max(overhead_ms) + epochs * max(epoch_ms)
-        wanted = max(math.ceil(slowest * HISTORY_SLACK), floor_ms + 1)
+        wanted = max(math.ceil(slowest * HISTORY_SLACK), least_ms)
         keep = wanted <= previous_ms < 2 * wanted
         ms = previous_ms if keep else time_class_ms(wanted)
         return TimeoutEstimate(_clamp(ms, min_ms, max_ms), "history")
@@ -57,7 +59,7 @@ def estimate_timeout(
         seconds = (expected_cost / containers) / rate if rate > 0 else math.inf
         if not math.isfinite(seconds) or seconds * 1000 >= max_ms:
             return TimeoutEstimate(max_ms, "expected_cost")  # free or lavish: all it may have
-        wanted = max(math.ceil(seconds * 1000), floor_ms + 1)
+        wanted = max(math.ceil(seconds * 1000), least_ms)
         return TimeoutEstimate(_clamp(wanted, min_ms, max_ms), "expected_cost")
     return TimeoutEstimate(max_ms, "platform_max")
 

@@ -4,8 +4,10 @@ import pytest
 
 from faasdl.errors import EstimationError, ValidationError
 from faasdl.estimator import history
+from faasdl.estimator.failures import Limits, correct
 from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
 from faasdl.platform.base import PlatformLimits
+from faasdl.platform.classify import Failure, FailureKind
 from faasdl.store.records import ExecutionHistory
 from faasdl.store.sqlite import SqliteStore
 from faasdl.training.datasets import SyntheticSpec
@@ -18,6 +20,7 @@ LIMITS = PlatformLimits(
 DATA = DataFacts(
     examples=1000, example_bytes=3 * 32 * 32 * 4 + 4, input_shape=(32, 32, 3), classes=10
 )
+CORRECT = {"step_mb": 64, "max_memory_mb": 2048, "max_timeout_ms": 300_000}
 PROFILE = ModelProfile(
     params=2_000_000, trainable_params=2_000_000, activations_per_example=400_000, layers=150
 )
@@ -73,11 +76,42 @@ def test_history_of_the_signature_replaces_the_formula() -> None:
     assert (result.timeout_source, result.timeout_ms) == ("history", 8000)  # 5.5 s × 1.3
 
 
-def test_a_memory_limit_a_run_failed_under_is_exceeded() -> None:
-    first = plan(request())
-    past = ExecutionHistory(signature=first.signature, memory_floor_mb=first.memory_mb)
+def test_until_a_run_succeeds_a_plan_starts_where_the_failed_jobs_retry_did() -> None:
+    # The formula fell short: the next job's first attempt has the limits the failed job's
+    # second attempt had (failures.correct), not one class more, which would fail again.
+    first = plan(request(expected_cost=0.01))
+    failed = Limits(first.memory_mb, first.timeout_ms)
+    past = ExecutionHistory(
+        signature=first.signature,
+        memory_floor_mb=failed.memory_mb,
+        timeout_floor_ms=failed.timeout_ms,
+    )
+    oom = correct(Failure(FailureKind.OUT_OF_MEMORY, "killed"), failed, **CORRECT)
+    oot = correct(Failure(FailureKind.OUT_OF_TIME, "timed out"), failed, **CORRECT)
 
-    assert plan(request(), {first.signature: past}).memory_mb > first.memory_mb
+    second = plan(request(expected_cost=0.01), {first.signature: past})
+
+    assert first.memory_mb < oom.memory_mb == second.memory_mb
+    assert first.timeout_ms < oot.timeout_ms == second.timeout_ms
+    assert second.memory_source == "model"
+
+
+def test_once_a_run_succeeded_its_peak_rules_and_a_failed_limit_is_only_exceeded() -> None:
+    first = plan(request())
+    past = ExecutionHistory(
+        signature=first.signature, runs=1, peak_memory_mb=700.0, overhead_ms=[500],
+        epoch_ms=[2000], memory_floor_mb=1024,
+    )  # fmt: skip
+
+    # 700 × 1.1 = 770 MB is under the failed 1024 MB: one class above it, 1088 MB.
+    assert plan(request(), {first.signature: past}).memory_mb == 1088
+
+
+def test_a_failed_limit_grows_no_further_than_the_platforms_largest() -> None:
+    first = plan(request())
+    past = ExecutionHistory(signature=first.signature, memory_floor_mb=1600)
+
+    assert plan(request(), {first.signature: past}).memory_mb == LIMITS.memory_max_mb
 
 
 def test_more_data_than_one_action_holds_is_spread_over_more_actions() -> None:

@@ -47,7 +47,7 @@ def test_time_classes_round_up_at_most_a_third(ms: int, expected: int) -> None:
 
 def test_a_timeout_a_run_failed_under_is_exceeded() -> None:
     timeout = estimate_timeout(
-        overhead_ms=[100], epoch_ms=[100], epochs=1, init_ms=0, floor_ms=20_000,
+        overhead_ms=[100], epoch_ms=[100], epochs=1, init_ms=0, least_ms=20_001,
         expected_cost=None, containers=2, memory_mb=512, price_per_gb_s=1e-5, **LIMITS,
     )  # fmt: skip
 
