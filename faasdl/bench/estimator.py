@@ -8,7 +8,8 @@ and runs one real training activation on one shard:
    compare with the peak the action measured (overprovision = limit ÷ peak RSS)?
 2. second run of the same matrix: sized from the history the first run left; any out-of-time
    failure, and timeout ÷ measured duration (every attempt starts cold, and the timeout covers
-   the cold start since OpenWhisk's limit applies to ``/init`` too);
+   the cold start since OpenWhisk's limit applies to ``/init`` too), and timeout ÷ the first
+   run's duration, the one it was learned from;
 3. the naive policy DiSDeL measured against: start at OpenWhisk's defaults (256 MB, 60 s) and add
    256 MB and 240 s after each failure, run for real until an attempt succeeds; the seconds it
    spends on failed attempts, against faasdl's (probes included).
@@ -258,6 +259,11 @@ def _summary(rows: list[Row], baseline: float, probe_s: float, naive: bool) -> d
     ratios = [r for r in (_ratio(row.first) for row in rows) if r is not None]
     seconds = [row.second for row in rows if row.second is not None]
     faasdl_s = probe_s + sum(row.first.wall_s for row in rows)
+    learned = [
+        row.second.timeout_ms / max(1, row.first.duration_ms)
+        for row in rows
+        if row.second is not None and row.second.success and row.first.success
+    ]
     out: dict[str, Any] = {
         "configs": len(rows),
         "models": len({row.request.model for row in rows}),
@@ -273,9 +279,14 @@ def _summary(rows: list[Row], baseline: float, probe_s: float, naive: bool) -> d
         "second_run_overprovision_median": round(
             statistics.median([r for r in map(_ratio, seconds) if r is not None] or [0.0]), 3
         ),
+        # Of the runs that finished: a killed run's duration is when it was killed.
         "second_run_timeout_over_duration_max": round(
-            max(a.timeout_ms / max(1, a.duration_ms) for a in seconds), 3
+            max((a.timeout_ms / max(1, a.duration_ms) for a in seconds if a.success), default=0),
+            3,
         ),
+        # The same timeouts over the durations they were learned from: the estimator's slack
+        # alone, without the machine's change of speed between a configuration's two runs.
+        "second_run_timeout_over_first_duration_max": round(max(learned), 3) if learned else None,
         "faasdl_seconds": round(faasdl_s, 1),
     }
     if naive:
