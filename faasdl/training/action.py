@@ -22,7 +22,6 @@ Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's appl
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from dataclasses import asdict
@@ -228,9 +227,8 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         reused = key in _trainers
         trainer = _trainer(key, config)
         if state is None:  # round 0 from scratch: the job's initial weights, drawn from its seed
+            # and no optimizer variables: the trainer starts from its optimizer as built
             state = TrainState(weights=_initial_weights(key, args.seed))
-        if not state.optimizer:
-            state = dataclasses.replace(state, optimizer=trainer.fresh_optimizer)
     per_epoch = steps_per_epoch(shard.count, args.batch_size)
     first_step_at: float | None = None
 
