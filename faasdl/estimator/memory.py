@@ -8,7 +8,9 @@ where the baseline is the runtime with TensorFlow imported and a tiny model trai
 per environment by the action itself and kept in the store), P the parameter bytes, A the
 activation bytes one example produces in a forward pass, b the batch size, S the shard's bytes and
 L the number of layers. The coefficients count copies: k_p the weights, their gradients, two Adam
-moments and the snapshots written to the store; k_a the activations kept for the backward pass and
+moments, the job's initial weights a warm container keeps, and at the end the snapshot of weights
+and moments with its serialized bytes written to the store (the peak of a large model's action:
+3P and 3P more); k_a the activations kept for the backward pass and
 their gradients; k_s the shard read from the store next to its arrays; k_l each layer's share of
 the traced graph. They were fitted to peaks measured on TensorFlow 2.21 (CPU, Linux x86-64) for
 dense, convolutional and Keras-application models (``faasdl bench estimator`` re-measures them),
@@ -30,7 +32,9 @@ BYTES_PER_VALUE = 4  # float32
 
 @dataclass(frozen=True)
 class Coefficients:
-    params: float = 9.5
+    # 9.5 until the output carried the optimizer's moments beside the weights: ResNet50's and
+    # VGG16's first attempts then ran out of memory (measured 15-17 copies over the runtime)
+    params: float = 16.0
     activations: float = 1.5
     shard: float = 2.0
     layer_mb: float = 1.0
