@@ -56,6 +56,27 @@ def test_two_runs_with_one_seed_give_bit_identical_weights(model: str) -> None:
     assert not np.array_equal(first.state.weights[0], other.state.weights[0])
 
 
+def test_a_state_without_optimizer_variables_starts_from_the_optimizer_as_built() -> None:
+    # A warm container's trainer holds the last activation's step and moments: a round's first
+    # state (weights only) must train as in a new trainer, not go on from them.
+    used = trainer("mlp")
+    start = used.initial_state()
+    used.train(SHARD.x, SHARD.y, start)
+    assert any(np.any(v.numpy()) for v in used.optimizer.variables[2:])
+    new = trainer("mlp")
+    as_built = [np.asarray(v.numpy()) for v in new.optimizer.variables]
+
+    again = used.train(SHARD.x, SHARD.y, start)
+    first = new.train(SHARD.x, SHARD.y, new.initial_state())
+
+    assert all(np.array_equal(a, b) for a, b in zip(used.fresh_optimizer, as_built, strict=True))
+    for kept, made in (
+        (again.state.weights, first.state.weights),
+        (again.state.optimizer, first.state.optimizer),
+    ):
+        assert all(np.array_equal(a, b) for a, b in zip(kept, made, strict=True))
+
+
 def test_a_run_stopped_mid_epoch_resumes_in_a_new_trainer_bit_identical() -> None:
     t = trainer("small_cnn")
     uninterrupted = t.train(SHARD.x, SHARD.y, t.initial_state())
