@@ -9,12 +9,12 @@ per environment by the action itself and kept in the store), P the parameter byt
 activation bytes one example produces in a forward pass, b the batch size, S the shard's bytes and
 L the number of layers. The coefficients count copies: k_p the weights, their gradients, two Adam
 moments, the job's initial weights a warm container keeps, and at the end the snapshot of weights
-and moments with its serialized bytes written to the store (the peak of a large model's action:
-3P and 3P more); k_a the activations kept for the backward pass and
-their gradients; k_s the shard read from the store next to its arrays; k_l each layer's share of
-the traced graph. They were fitted to peaks measured on TensorFlow 2.21 (CPU, Linux x86-64) for
-dense, convolutional and Keras-application models (``faasdl bench estimator`` re-measures them),
-and the history of real runs (:mod:`.history`) replaces the formula once a signature has run.
+and moments with its serialized bytes written to the store (3P and 3P more: a large model's peak);
+k_a the activations kept for the backward pass and their gradients; k_s the shard read from the
+store next to its arrays; k_l each layer's share of the traced graph. They were fitted to peaks
+measured on TensorFlow 2.21 (CPU, Linux x86-64) for dense, convolutional and Keras-application
+models (``faasdl bench estimator`` re-measures them), and the history of real runs
+(:mod:`.history`) replaces the formula once a signature has run.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ BYTES_PER_VALUE = 4  # float32
 @dataclass(frozen=True)
 class Coefficients:
     # 9.5 until the output carried the optimizer's moments beside the weights: ResNet50's and
-    # VGG16's first attempts then ran out of memory (measured 15-17 copies over the runtime)
+    # VGG16's first attempts then ran out of memory, their peaks 15-17 P over the other terms
     params: float = 16.0
     activations: float = 1.5
     shard: float = 2.0
