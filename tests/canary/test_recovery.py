@@ -102,15 +102,23 @@ def unexpected(controller: Controller, job: JobInfo, expected: set[str]) -> str:
 
 
 # Each kill costs a container, and its replacement imports TensorFlow (7-11 s of CPU on this
-# 2-core machine): 150-210 s here, with the reference run's 25-40 s of set-up.
+# 2-core machine): 150-210 s here, with the reference run's 25-40 s of set-up. A job takes the
+# kills that land before its units commit: eight jobs took fifty on slow days, and 16, 36 and 46
+# on a day this machine ran the whole suite twice as fast (its attempts commit within the 0-0.6 s
+# a kill waits), so jobs go on until fifty have landed.
+JOBS_AT_MOST = 24
+
+
 @pytest.mark.timeout(600)
 def test_fifty_kills_at_random_points_across_jobs_end_bit_identical(
     controller: Controller, reference: bytes
 ) -> None:
     kills: list[Injection] = []
-    for seed in range(8):
+    jobs = 0
+    for seed in range(JOBS_AT_MOST):
         if len(kills) >= 50:
             break
+        jobs += 1
         job, done = run_with_chaos(controller, "kill", 50 - len(kills), seed, (0.0, 0.6))
 
         assert model_bytes(controller, job) == reference
@@ -133,7 +141,7 @@ def test_fifty_kills_at_random_points_across_jobs_end_bit_identical(
         injected = [f for f in job.failures if f.activation_id not in cold]
         assert all(f.classification == "crash" and f.recovery == "resume" for f in injected)
         kills.extend(done)
-    assert len(kills) >= 50
+    assert len(kills) >= 50, f"{len(kills)} kills landed in {jobs} jobs"
     resumed = [i for i in kills if i.token > 1]
     assert resumed, "some kills hit attempts that were themselves recoveries"
 
