@@ -22,6 +22,7 @@ Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's appl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import asdict
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.actionkit import action_store, serve
 from faasdl.canary.checkpoint import CanaryArgs, Checkpointer
+from faasdl.store.base import StateStore
 from faasdl.training.datasets import Shard
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
 from faasdl.training.models import build_model, profile_model
@@ -201,18 +203,38 @@ def train(args: TrainArgs) -> dict[str, Any]:
         return _train(args, canary)
 
 
+def _start(
+    trainer: Trainer,
+    key: TrainerKey,
+    args: TrainArgs,
+    store: StateStore,
+    canary: Checkpointer | None,
+) -> tuple[TrainState, int | None]:
+    """Load the attempt's starting state into ``trainer``: the unit's newest checkpoint, else the
+    global model, else the job's initial weights drawn from its seed (with the optimizer as
+    built). Returns the state's counters and the checkpoint position it resumed from, if any:
+    its arrays end with this call (held to the end of the attempt, a later round's global model
+    had raised its peak by 3P over the first round's)."""
+    restored = canary.restore(TrainState.from_bytes) if canary else None
+    if restored is not None:
+        state, resumed_from = restored[0], restored[1].position
+    elif args.weights_in is not None:
+        # The global model carries the averaged optimizer state too: restarting Adam's moments
+        # every round costs local training most of its progress per round.
+        groups = unpack(store.get_blob(args.weights_in))
+        state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
+        resumed_from = None
+    else:
+        state, resumed_from = TrainState(weights=_initial_weights(key, args.seed)), None
+    trainer.load(state)
+    return dataclasses.replace(state, weights=[], optimizer=[]), resumed_from
+
+
 def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
     phases = Phases()
     store = action_store(args.store_url)
     with phases("load"):
         shard = Shard.from_bytes(store.get_blob(args.shard), index=0)
-        restored = canary.restore(TrainState.from_bytes) if canary else None
-        state = restored[0] if restored else None
-        if state is None and args.weights_in is not None:
-            # The global model carries the averaged optimizer state too: restarting Adam's
-            # moments every round costs local training most of its progress per round.
-            groups = unpack(store.get_blob(args.weights_in))
-            state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
     with phases("build"):
         input_shape = tuple(shard.x.shape[1:])
         key = TrainerKey(args.model, input_shape, args.classes, args.optimizer, args.learning_rate)
@@ -226,9 +248,8 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         )
         reused = key in _trainers
         trainer = _trainer(key, config)
-        if state is None:  # round 0 from scratch: the job's initial weights, drawn from its seed
-            # and no optimizer variables: the trainer starts from its optimizer as built
-            state = TrainState(weights=_initial_weights(key, args.seed))
+    with phases("load"):
+        start, resumed_from = _start(trainer, key, args, store, canary)
     per_epoch = steps_per_epoch(shard.count, args.batch_size)
     first_step_at: float | None = None
 
@@ -246,7 +267,8 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
             )
 
     with phases("train"):
-        report = trainer.train(shard.x, shard.y, state, on_step=on_step)
+        report = trainer.train_on(shard.x, shard.y, start, on_step=on_step)
+        report.state = trainer.snapshot(report.state)
     with phases("save"):
         store.put_blob(args.weights_out, pack(report.state.weights, opt=report.state.optimizer))
     epochs = report.state.epochs
@@ -260,7 +282,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         "epochs": epochs,
         "loss": loss,
         "steps": report.steps,
-        "resumed_from": restored[1].position if restored else None,
+        "resumed_from": resumed_from,
         "stopped_early": report.stopped_early,
         "weights": args.weights_out,
         "peak_rss_mb": round(peak_rss_mb(), 1),
