@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from faasdl.actionkit import action_store, serve
 from faasdl.aggregation.average import WeightedMean
 from faasdl.errors import AggregationError
-from faasdl.training.tensors import pack_groups, unpack
+from faasdl.training.tensors import encode, unpack
 from faasdl.training.usage import Phases, peak_rss_mb
 
 
@@ -44,7 +44,7 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
     means: dict[str, WeightedMean] = {}
     for item in args.inputs:
         with phases("load"):
-            groups = unpack(store.get_blob(item.weights))
+            groups = unpack(store.get_blob(item.weights), what=item.weights)
         if means and set(groups) != set(means):
             raise AggregationError(
                 f"{item.weights} holds {sorted(groups)}, the other inputs {sorted(means)}"
@@ -54,7 +54,7 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
                 means.setdefault(name, WeightedMean()).add(arrays, item.examples)
             del groups
     with phases("save"):
-        store.put_blob(args.output, pack_groups({n: m.result() for n, m in means.items()}))
+        store.put_blob(args.output, encode({n: m.result() for n, m in means.items()}))
     return {
         "examples": sum(item.examples for item in args.inputs),
         "weights": args.output,

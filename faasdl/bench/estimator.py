@@ -96,7 +96,7 @@ class _Runner:
 
     def stage(self, index: int, plan: ActionPlan, dataset: Dataset) -> None:
         shard = split_shards(dataset, plan.containers, seed=0)[0]
-        self.store.put_blob(f"bench/{index}/shard", shard.to_bytes())
+        self.store.put_blob(f"bench/{index}/shard", shard.encode())
 
     def run(
         self, index: int, request: EstimateRequest, classes: int, memory_mb: int, timeout_ms: int

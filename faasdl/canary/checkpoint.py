@@ -46,7 +46,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.errors import BlobCorrupted, BlobNotFound, StoreError, Superseded
-from faasdl.store.base import StateStore
+from faasdl.store.base import Pieces, StateStore
 from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState, load, update
 
 log = logging.getLogger(__name__)
@@ -69,15 +69,9 @@ WRITE_SWITCH_INTERVAL_S = 0.0002
 #: What an encoder may return instead of one ``bytes``: the checkpoint's pieces in order (a small
 #: header, then a view of the state's large buffer). A writer process copies them into its shared
 #: buffer one by one: a BFS's 2 MiB frontier joined to its header first took ~0.7 ms of the
-#: function's thread a checkpoint, and was copied twice.
-Pieces = tuple[bytes | memoryview, ...]
-#: A checkpoint's data as an encoder returns it.
+#: function's thread a checkpoint, and was copied twice. The store writes them as they are
+#: (:data:`~faasdl.store.base.Pieces`): a training state is not joined into a second copy either.
 Encoded = bytes | Pieces
-
-
-def joined(data: Encoded) -> bytes:
-    """``data`` as one ``bytes`` (pieces joined; ``bytes`` as they are)."""
-    return data if isinstance(data, bytes) else b"".join(data)
 
 
 def as_pieces(data: Encoded) -> Pieces:
@@ -170,7 +164,7 @@ class WriteCheckpoint(Protocol):
         args: CanaryArgs,
         blob: str,
         position: int,
-        data: bytes,
+        data: Encoded,
         probe: Callable[[str], None] | None,
     ) -> None: ...
 
@@ -200,7 +194,7 @@ def write_checkpoint(
     args: CanaryArgs,
     blob: str,
     position: int,
-    data: bytes,
+    data: Encoded,
     probe: Callable[[str], None] | None = None,
 ) -> None:
     """Store ``data`` as ``blob`` and make it the unit's newest head at ``position``, fenced by the
@@ -209,17 +203,17 @@ def write_checkpoint(
     zombie's data never becomes a head. The blob is not forced to disk (``durable=False``): a
     machine crash that tears it leaves a head whose blob fails its checksum, and :meth:`restore
     <Checkpointer.restore>` falls back to the one before."""
-    store.put_blob(blob, data, durable=False)
+    manifest = store.put_blob(blob, as_pieces(data), durable=False)
     if probe is not None:
         probe("blob_written")
     head = CheckpointHead(
         blob=blob,
         owner_epoch=args.token,
         position=position,
-        size=len(data),
+        size=manifest.size,
         created_ms=_now_ms(),
     )
-    keep = heads_to_keep(args.keep, len(data))
+    keep = heads_to_keep(args.keep, manifest.size)
     try:
         fenced_update(
             store, args, lambda u: u.model_copy(update={"heads": [*u.heads, head][-keep:]})
@@ -359,7 +353,7 @@ class Checkpointer:
 
     # ---- the four calls ---------------------------------------------------------------------
 
-    def restore(self, decode: Callable[[bytes], S]) -> tuple[S, CheckpointHead] | None:
+    def restore(self, decode: Callable[[bytearray], S]) -> tuple[S, CheckpointHead] | None:
         """The newest checkpoint that can be read, decoded, with its head; ``None`` if none.
 
         A head whose blob is gone or fails its checksum is skipped for the one before it.
@@ -520,7 +514,7 @@ class Checkpointer:
         started = time.perf_counter()
         blob, data = self._encoded(pending)
         try:
-            self._write(self.args, blob, pending.position, joined(data), self._probe)
+            self._write(self.args, blob, pending.position, data, self._probe)
         except Superseded as exc:
             self._superseded = str(exc)
             raise
@@ -567,7 +561,7 @@ class Checkpointer:
             self._handed_s = time.perf_counter() - started
             return
         with self._outcome_kept():  # the writer is gone: written here, as it does itself then
-            self._direct(self.args, blob, pending.position, joined(data), None)
+            self._direct(self.args, blob, pending.position, data, None)
             self._persisted(time.perf_counter() - started)
 
     def _answer(self, *, wait: bool) -> bool:

@@ -120,7 +120,7 @@ class ProcessWriter:
         args: CanaryArgs,
         blob: str,
         position: int,
-        data: bytes,
+        data: Encoded,
         probe: Callable[[str], None] | None,
     ) -> None:
         with self._lock:
@@ -128,8 +128,8 @@ class ProcessWriter:
             if self._usable():
                 raw = args.model_dump(mode="json")
                 try:
-                    self._shared.put(data)
-                    self._exchange(("write", raw, blob, position, len(data), bool(probe)), probe)
+                    size = self._shared.put(data)
+                    self._exchange(("write", raw, blob, position, size, bool(probe)), probe)
                     return
                 except (EOFError, OSError) as exc:
                     self._lost(f"it stopped answering ({exc!r})")

@@ -237,9 +237,9 @@ class JobRunner:
         shards = split_shards(dataset, workers, seed=self.spec.seed)
         for name, shard in zip(names, shards, strict=True):
             self._check_stop()
-            store.put_blob(name, shard.to_bytes())
+            store.put_blob(name, shard.encode())
         test = Shard(index=0, x=dataset.x_test, y=dataset.y_test)
-        store.put_blob(test_blob(self.job_id), test.to_bytes())
+        store.put_blob(test_blob(self.job_id), test.encode())
         self._event(_line("staged", f"{workers} shards and the test set are in the store"))
 
     # ---- one round --------------------------------------------------------------------------

@@ -365,7 +365,7 @@ class Controller:
                 raise JobError(f"job {job_id} is still {job.state} after {timeout_s:g} s")
             time.sleep(poll_s)
 
-    def model(self, job_id: str) -> bytes:
+    def model(self, job_id: str) -> bytearray:
         """The trained model (safetensors) of a finished job."""
         job = self.job(job_id)
         if job.state is not JobState.DONE or job.model is None:

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from faasdl.canary.checkpoint import Pieces
+from faasdl.store.base import Pieces
 
 
 class Params(BaseModel):
@@ -78,10 +78,10 @@ class State:
         return b"".join(self.pieces())
 
     @classmethod
-    def decode(cls, data: bytes) -> State:
+    def decode(cls, data: bytes | bytearray) -> State:
         size = int.from_bytes(data[:4], "big")
         head = json.loads(data[4 : 4 + size])
-        return cls(head["done"], head["digest"], head["data"], data[4 + size :])
+        return cls(head["done"], head["digest"], head["data"], bytes(memoryview(data)[4 + size :]))
 
     def result(self) -> str:
         """What the unit commits: the digest chain with the number of steps in it."""

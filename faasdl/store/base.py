@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
+import math
 import os
 import time
 import uuid
@@ -31,6 +33,15 @@ from faasdl.lifecycle import Resource
 
 MANIFEST_PREFIX = "blob/"
 MAX_KEY_LENGTH = 1024
+#: Chunks handed to a backend's write at a time: what a blob written from pieces holds in copies
+#: at most (the chunks that span two pieces are joined).
+CHUNKS_PER_WRITE = 8
+
+#: Bytes, or a view of them (a NumPy array's ``data``).
+Buffer = bytes | bytearray | memoryview
+#: A blob's bytes as pieces in order (a file's header, then views of its arrays): written without
+#: being joined first, which for a model's weights and optimizer state would be a second copy.
+Pieces = tuple[Buffer, ...]
 
 
 @dataclass(frozen=True)
@@ -231,11 +242,14 @@ class StateStore(Resource):
 
     # -- blobs -----------------------------------------------------------------------------
 
-    def put_blob(self, name: str, data: bytes, *, durable: bool = True) -> BlobManifest:
-        """Store ``data`` under ``name``, replacing any previous blob atomically.
+    def put_blob(self, name: str, data: Buffer | Pieces, *, durable: bool = True) -> BlobManifest:
+        """Store ``data`` (bytes, or :data:`Pieces` to be stored one after another) under
+        ``name``, replacing any previous blob atomically.
 
         Chunks (or the spill file) are written first under a fresh write id, then the manifest is
         published with one record write; the previous blob's chunks are deleted afterwards.
+        Pieces are cut into chunks as they are written, :data:`CHUNKS_PER_WRITE` at a time: a
+        chunk within one piece is a view of it, one spanning pieces a copy.
 
         ``durable=False`` lets the store skip forcing the chunks to disk before the manifest is
         published (the SQLite store's fsyncs: most of a large blob's write). A crash of the
@@ -245,37 +259,18 @@ class StateStore(Resource):
         Redis and Ignite write every blob as their servers are configured to.
         """
         check_key(name, "name")
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise ValidationError(f"must be bytes, not {type(data).__name__}", field="data")
-        data = bytes(data)
+        pieces = _byte_views(data)
+        size = sum(len(p) for p in pieces)
         write_id = _write_id()
         previous = self._manifest(name)
-        spill = self.spill_bytes is not None and len(data) > self.spill_bytes
-        if spill:
-            manifest = self._write_spill(name, write_id, data, durable=durable)
+        if self.spill_bytes is not None and size > self.spill_bytes:
+            manifest = self._write_spill(name, write_id, pieces, size, durable=durable)
         else:
-            view = memoryview(data)
-            pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
-            chunks: list[tuple[str, bytes | memoryview]] = [
-                (self._chunk_key(name, write_id, i), p) for i, p in enumerate(pieces)
-            ]
-
-            def hashed() -> tuple[str, ...]:
-                return tuple(hashlib.sha256(p).hexdigest() for p in pieces)
-
-            if len(pieces) > 1:
-                # Hash while the chunks travel: hashlib and socket writes both release the GIL.
-                with ThreadPoolExecutor(max_workers=1) as hasher:
-                    hashing = hasher.submit(hashed)
-                    self._write_chunks(chunks, durable=durable)
-                    digests = hashing.result()
-            else:  # a thread's start and join cost more than it saves on one chunk (a checkpoint)
-                digests = hashed()
-                self._write_chunks(chunks, durable=durable)
+            digests = self._write_chunked(name, write_id, pieces, size, durable=durable)
             manifest = BlobManifest(
                 name=name,
                 write_id=write_id,
-                size=len(data),
+                size=size,
                 sha256=_hash_list(digests),
                 chunk_size=self.chunk_bytes,
                 chunk_sha256=digests,
@@ -285,11 +280,36 @@ class StateStore(Resource):
             self._discard(previous)
         return manifest
 
+    def _write_chunked(
+        self, name: str, write_id: str, pieces: list[memoryview], size: int, *, durable: bool
+    ) -> tuple[str, ...]:
+        """Write ``pieces`` as the chunks of blob ``name``; their checksums in order."""
+        chunks = enumerate(_chunks(pieces, self.chunk_bytes))
+        digests: list[str] = []
+        with contextlib.ExitStack() as stack:
+            # Hash while the chunks travel: hashlib and socket writes both release the GIL. On
+            # one chunk (a checkpoint) a thread's start and join cost more than that saves.
+            hasher = (
+                stack.enter_context(ThreadPoolExecutor(max_workers=1))
+                if math.ceil(size / self.chunk_bytes) > 1
+                else None
+            )
+            while batch := list(itertools.islice(chunks, CHUNKS_PER_WRITE)):
+                keyed = [(self._chunk_key(name, write_id, i), chunk) for i, chunk in batch]
+                hashing = hasher.submit(_digests, keyed) if hasher else None
+                if hashing is None:
+                    digests.extend(_digests(keyed))
+                self._write_chunks(keyed, durable=durable)
+                if hashing is not None:
+                    digests.extend(hashing.result())
+        return tuple(digests)
+
     def _publish_manifest(self, name: str, manifest: BlobManifest) -> None:
         self.put(MANIFEST_PREFIX + name, manifest.to_json())
 
-    def get_blob(self, name: str) -> bytes:
-        """The blob's bytes, every chunk checked against its checksum.
+    def get_blob(self, name: str) -> bytearray:
+        """The blob's bytes, every chunk checked against its checksum. The chunks are copied into
+        the returned buffer as they are read: a large blob is not held twice.
 
         Raises ``BlobNotFound`` if there is none and ``BlobCorrupted`` if a chunk is missing or
         does not match its checksum: never wrong data.
@@ -301,20 +321,25 @@ class StateStore(Resource):
             data = self._read_spill(manifest)
             if hashlib.sha256(data).hexdigest() != manifest.sha256:
                 raise BlobCorrupted(f"blob {name!r}: the spill file does not match its checksum")
-        else:
-            parts = []
-            for i, expected in enumerate(manifest.chunk_sha256):
-                piece = self._read_chunk(self._chunk_key(name, manifest.write_id, i))
-                if piece is None:
-                    raise BlobCorrupted(f"blob {name!r}: chunk {i} is missing")
-                if hashlib.sha256(piece).hexdigest() != expected:
-                    raise BlobCorrupted(f"blob {name!r}: chunk {i} does not match its checksum")
-                parts.append(piece)
-            data = b"".join(parts)
-            if _hash_list(manifest.chunk_sha256) != manifest.sha256:
-                raise BlobCorrupted(f"blob {name!r}: its manifest's chunk list is damaged")
-        if len(data) != manifest.size:
-            raise BlobCorrupted(f"blob {name!r} has {len(data)} bytes, not {manifest.size}")
+            return data
+        if _hash_list(manifest.chunk_sha256) != manifest.sha256:
+            raise BlobCorrupted(f"blob {name!r}: its manifest's chunk list is damaged")
+        if manifest.size > len(manifest.chunk_sha256) * manifest.chunk_size:
+            raise BlobCorrupted(f"blob {name!r}: its manifest's size is more than its chunks hold")
+        data = bytearray(manifest.size)
+        filled = 0
+        for i, expected in enumerate(manifest.chunk_sha256):
+            piece = self._read_chunk(self._chunk_key(name, manifest.write_id, i))
+            if piece is None:
+                raise BlobCorrupted(f"blob {name!r}: chunk {i} is missing")
+            if hashlib.sha256(piece).hexdigest() != expected:
+                raise BlobCorrupted(f"blob {name!r}: chunk {i} does not match its checksum")
+            if filled + len(piece) > manifest.size:
+                raise BlobCorrupted(f"blob {name!r} has more than its {manifest.size} bytes")
+            data[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        if filled != manifest.size:
+            raise BlobCorrupted(f"blob {name!r} has {filled} bytes, not {manifest.size}")
         return data
 
     def blob_manifest(self, name: str) -> BlobManifest | None:
@@ -373,40 +398,50 @@ class StateStore(Resource):
         return f"{_blob_id(name)}/{write_id}/{index:08d}"
 
     def _write_spill(
-        self, name: str, write_id: str, data: bytes, *, durable: bool = True
+        self, name: str, write_id: str, pieces: list[memoryview], size: int, *, durable: bool
     ) -> BlobManifest:
         if self.spill_dir is None:
             raise ValidationError(
-                f"blob of {len(data)} bytes is over the store's {self.spill_bytes}-byte value "
+                f"blob of {size} bytes is over the store's {self.spill_bytes}-byte value "
                 "limit and no spill directory is configured",
                 field="spill_dir",
             )
         folder = self.spill_dir / _blob_id(name)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / write_id
+        digest = hashlib.sha256()
         with open(path, "wb") as fh:
-            fh.write(data)
+            for piece in pieces:
+                fh.write(piece)
+                digest.update(piece)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
         if durable:
             fsync_dirs(folder, self.spill_dir)
-        digest = hashlib.sha256(data).hexdigest()
         return BlobManifest(
             name=name,
             write_id=write_id,
-            size=len(data),
-            sha256=digest,
-            chunk_size=len(data),
-            chunk_sha256=(digest,),
+            size=size,
+            sha256=digest.hexdigest(),
+            chunk_size=size,
+            chunk_sha256=(digest.hexdigest(),),
             spill_path=str(path.resolve()),
         )
 
-    def _read_spill(self, manifest: BlobManifest) -> bytes:
+    def _read_spill(self, manifest: BlobManifest) -> bytearray:
         try:
-            return Path(manifest.spill_path or "").read_bytes()
+            with open(manifest.spill_path or "", "rb") as fh:
+                if os.fstat(fh.fileno()).st_size != manifest.size:
+                    raise BlobCorrupted(
+                        f"blob {manifest.name!r}: the spill file does not have its "
+                        f"{manifest.size} bytes"
+                    )
+                data = bytearray(manifest.size)
+                fh.readinto(data)
         except OSError as exc:
             raise BlobCorrupted(f"blob {manifest.name!r}: spill file unreadable ({exc})") from exc
+        return data
 
     # -- what a backend implements ---------------------------------------------------------
 
@@ -445,3 +480,39 @@ class StateStore(Resource):
 
     @abstractmethod
     def _chunk_keys(self, prefix: str) -> Iterator[str]: ...
+
+
+def _byte_views(data: Buffer | Pieces) -> list[memoryview]:
+    """``data``'s pieces as flat byte views (one piece for a single buffer)."""
+    pieces = data if isinstance(data, tuple) else (data,)
+    views = []
+    for piece in pieces:
+        try:
+            views.append(memoryview(piece).cast("B"))
+        except TypeError as exc:
+            raise ValidationError(
+                f"must be bytes or a tuple of buffers, not {type(piece).__name__}", field="data"
+            ) from exc
+    return views
+
+
+def _chunks(pieces: list[memoryview], size: int) -> Iterator[bytes | memoryview]:
+    """The bytes of ``pieces`` in order cut into ``size``-byte chunks (the last one shorter):
+    views where a chunk lies within one piece, joined copies where it spans several."""
+    parts: list[memoryview] = []
+    filled = 0
+    for piece in pieces:
+        start = 0
+        while start < len(piece):
+            take = min(size - filled, len(piece) - start)
+            parts.append(piece[start : start + take])
+            filled, start = filled + take, start + take
+            if filled == size:
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                parts, filled = [], 0
+    if parts:
+        yield parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _digests(chunks: list[tuple[str, bytes | memoryview]]) -> list[str]:
+    return [hashlib.sha256(chunk).hexdigest() for _, chunk in chunks]

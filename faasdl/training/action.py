@@ -152,7 +152,7 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
     data = Shard.from_bytes(store.get_blob(args.data), index=0)
     model = build_model(args.model, tuple(data.x.shape[1:]), args.classes, seed=0)
     trainer = Trainer(model, TrainConfig(batch_size=256, epochs=1))
-    trainer.load(TrainState(weights=unpack(store.get_blob(args.weights))["w"]))
+    trainer.load(TrainState(weights=unpack(store.get_blob(args.weights), what="weights")["w"]))
     return {**trainer.evaluate(data.x, data.y), "examples": data.count}
 
 
@@ -221,7 +221,7 @@ def _start(
     elif args.weights_in is not None:
         # The global model carries the averaged optimizer state too: restarting Adam's moments
         # every round costs local training most of its progress per round.
-        groups = unpack(store.get_blob(args.weights_in))
+        groups = unpack(store.get_blob(args.weights_in), what="weights_in")
         state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
         resumed_from = None
     else:
@@ -262,7 +262,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         if canary.due():
             canary.checkpoint(
                 lambda: trainer.snapshot(progress),
-                TrainState.to_bytes,
+                TrainState.encode,
                 position=progress.epoch * per_epoch + progress.step,
             )
 

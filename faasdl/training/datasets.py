@@ -17,10 +17,10 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 
 from faasdl.errors import ValidationError
+from faasdl.store.base import Buffer, Pieces
+from faasdl.training.tensors import encode, unpack
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -133,14 +133,21 @@ class Shard:
     def nbytes(self) -> int:
         return int(self.x.nbytes + self.y.nbytes)
 
-    def to_bytes(self) -> bytes:
-        """Safetensors, so that a shard crosses the store without pickle."""
-        return st_save({"x": self.x, "y": self.y})
+    def encode(self) -> Pieces:
+        """Safetensors (``x/0000``, ``y/0000``), so that a shard crosses the store without
+        pickle; pieces that view the arrays (see :func:`~faasdl.training.tensors.encode`)."""
+        return encode({"x": [self.x], "y": [self.y]})
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, index: int) -> Shard:
-        tensors = st_load(data)
-        return cls(index=index, x=tensors["x"], y=tensors["y"])
+    def from_bytes(cls, data: Buffer, *, index: int) -> Shard:
+        """The shard :meth:`encode` wrote; its arrays are views of ``data``."""
+        groups = unpack(data, what="shard")
+        try:
+            [x], [y] = groups["x"], groups["y"]
+        except (KeyError, ValueError) as exc:
+            message = "not a shard: it needs one array x and one y"
+            raise ValidationError(message, field="shard") from exc
+        return cls(index=index, x=x, y=y)
 
 
 def load_dataset(spec: DigitsSpec | SyntheticSpec | NpzSpec) -> Dataset:

@@ -66,7 +66,7 @@ def run(controller: Controller, spec: dict[str, Any]) -> JobInfo:
 def model_bytes(controller: Controller, job: JobInfo) -> bytes:
     assert job.state is JobState.DONE, job.error
     assert job.model is not None
-    return controller.store.get_blob(job.model)
+    return bytes(controller.store.get_blob(job.model))
 
 
 @pytest.fixture(scope="module")

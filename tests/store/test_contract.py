@@ -11,6 +11,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from faasdl.errors import BlobCorrupted, BlobNotFound, StoreError, ValidationError
@@ -149,6 +150,25 @@ def test_blob_round_trip_and_replace(make_store_for: StoreFactory) -> None:
 
 
 @pytest.mark.parametrize("spill_bytes", [256 * 1024 * 1024, 10_000])
+def test_a_blob_written_from_pieces_reads_back_as_their_join(
+    make_store_for: StoreFactory, spill_bytes: int
+) -> None:
+    store = make_store_for(chunk_bytes=1024, spill_bytes=spill_bytes)
+    array = np.arange(5000, dtype=np.float32)  # 20 000 bytes: chunks within it are views of it
+    pieces = (b"head", b"", array.data, memoryview(bytes(range(256)) * 20)[1:], bytearray(b"x"))
+    expected = b"".join(bytes(memoryview(p).cast("B")) for p in pieces)  # 25 124 bytes
+
+    manifest = store.put_blob("ckpt/p", pieces)
+
+    assert manifest.size == len(expected)
+    if manifest.spill_path is None:  # chunks across the pieces' ends, in four backend writes
+        assert len(manifest.chunk_sha256) == 25
+    back = store.get_blob("ckpt/p")
+    assert back == expected
+    assert len(store.get_blob("ckpt/p")) == manifest.size
+
+
+@pytest.mark.parametrize("spill_bytes", [256 * 1024 * 1024, 10_000])
 def test_a_blob_not_forced_to_disk_reads_back_whole(
     make_store_for: StoreFactory, spill_bytes: int
 ) -> None:
@@ -274,6 +294,16 @@ def test_a_blob_over_the_value_limit_goes_through_the_spill_tier(
     assert not Path(manifest.spill_path).exists()
 
 
+def test_a_shortened_spill_file_is_detected_not_returned(make_store_for: StoreFactory) -> None:
+    store = make_store_for(spill_bytes=10_000)
+    manifest = store.put_blob("ckpt/big", bytes(range(256)) * 200)
+    assert manifest.spill_path is not None
+    Path(manifest.spill_path).write_bytes(bytes(range(256)) * 199)
+
+    with pytest.raises(BlobCorrupted, match="does not have its 51200 bytes"):
+        store.get_blob("ckpt/big")
+
+
 def test_typed_records(store: StateStore) -> None:
     unit = FunctionInfo(job_id="j1", round=0, shard=3)
 
@@ -301,6 +331,7 @@ def test_typed_records(store: StateStore) -> None:
         (lambda s: s.compare_and_set("k", True, {}), "expected_version"),
         (lambda s: s.compare_and_set("k", 0, {}), "expected_version"),
         (lambda s: s.put_blob("b", "text, not bytes"), "data"),
+        (lambda s: s.put_blob("b", (b"bytes", 5)), "data"),
         (lambda s: s.scan("a\x00"), "prefix"),
     ],
 )

@@ -178,7 +178,7 @@ def ledger(
 def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> Response:
     owned(controller, principal, job_id)
     return Response(
-        controller.model(job_id),
+        bytes(controller.model(job_id)),
         media_type="application/octet-stream",
         headers={"Content-Disposition": f'attachment; filename="{job_id}.safetensors"'},
     )

@@ -1,0 +1,144 @@
+"""Safetensors files written and read without copies of their arrays (faasdl.training.tensors)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from faasdl.config import StoreSettings
+from faasdl.errors import ValidationError
+from faasdl.store import make_store
+from faasdl.training.tensors import DTYPES, TrainState, decode, encode, pack, unpack
+
+MIB = 1024 * 1024
+
+
+def arrays() -> dict[str, list[np.ndarray]]:
+    rng = np.random.default_rng(0)
+    return {
+        "w": [rng.normal(size=(3, 5)).astype(np.float32), np.zeros((0, 4), np.float32)],
+        "opt": [np.asarray(7, np.int64), rng.normal(size=9).astype(np.float16)]
+        + [np.arange(4).astype(dtype) for dtype in DTYPES.values()],
+    }
+
+
+def test_safetensors_reads_what_encode_writes_and_decode_reads_what_it_writes() -> None:
+    groups = arrays()
+
+    ours = b"".join(encode(groups, metadata={"note": "kept"}))
+    theirs = st_save(
+        {f"{g}/{i:04d}": a for g, values in groups.items() for i, a in enumerate(values)},
+        metadata={"note": "kept"},
+    )
+
+    for data in (ours, theirs):
+        read_by_safetensors = st_load(data)
+        read_here, metadata = decode(data)
+        assert metadata == {"note": "kept"}
+        for group, values in groups.items():
+            for i, expected in enumerate(values):
+                for got in (read_by_safetensors[f"{group}/{i:04d}"], read_here[group][i]):
+                    assert got.dtype == expected.dtype
+                    assert got.shape == expected.shape
+                    assert np.array_equal(got, expected)
+
+
+def test_pieces_view_the_arrays_and_decoded_arrays_view_the_data() -> None:
+    big = np.arange(1000, dtype=np.float32)
+    step = np.asarray(3, np.int64)
+
+    pieces = encode({"w": [big], "opt": [step]})
+    data = bytearray(b"".join(pieces))
+    [back], [back_step] = unpack(data)["w"], unpack(data)["opt"]
+
+    assert any(np.shares_memory(np.asarray(p), big) for p in pieces[1:])
+    assert np.shares_memory(back, np.frombuffer(data, np.uint8))
+    assert back.flags.aligned  # the widest items first
+    assert back_step.flags.aligned
+    assert back.flags.writeable  # a bytearray's views are; a bytes object's are read-only
+    assert not unpack(bytes(data))["w"][0].flags.writeable
+
+
+def test_a_training_state_round_trips_with_its_counters() -> None:
+    state = TrainState(
+        weights=arrays()["w"],
+        optimizer=arrays()["opt"],
+        epoch=2,
+        step=5,
+        loss_sum=1.25,
+        correct=7,
+        seen=9,
+        epochs=[{"loss": 0.5, "accuracy": 0.75}],
+    )
+
+    back = TrainState.from_bytes(bytearray(state.to_bytes()))
+
+    assert (back.epoch, back.step, back.loss_sum, back.correct, back.seen, back.epochs) == (
+        2,
+        5,
+        1.25,
+        7,
+        9,
+        [{"loss": 0.5, "accuracy": 0.75}],
+    )
+    assert all(np.array_equal(a, b) for a, b in zip(back.optimizer, state.optimizer, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"short", "a header of"),
+        ((2**40).to_bytes(8, "little") + b"{}", "a header of"),
+        (len(b"[1]").to_bytes(8, "little") + b"[1]", "not a JSON object"),
+        (b"".join(pack([np.ones(4, np.float32)]))[:-4], "w/0000: bytes 0-16"),
+        (st_save({"w/0000": np.ones(2, np.complex64)}), "C64"),
+    ],
+)
+def test_what_is_not_a_safetensors_file_is_refused_naming_the_field(
+    data: bytes, message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message) as caught:
+        decode(data, what="weights_in")
+
+    assert caught.value.field == "weights_in"
+
+
+def test_a_state_without_its_counters_is_not_a_training_state() -> None:
+    with pytest.raises(ValidationError, match="not a faasdl training state") as caught:
+        TrainState.from_bytes(b"".join(pack([np.ones(2, np.float32)])))
+
+    assert caught.value.field == "checkpoint"
+
+
+def test_arrays_of_a_dtype_safetensors_has_no_name_for_are_refused() -> None:
+    with pytest.raises(ValidationError, match="arrays of complex64 cannot be stored") as caught:
+        encode({"opt": [np.ones(2, np.complex64)]})
+
+    assert caught.value.field == "opt"
+
+
+def test_a_model_crosses_the_store_without_a_second_copy_of_its_arrays(tmp_path: Path) -> None:
+    # Traced allocations (NumPy's arrays, bytes and bytearrays): the old path (safetensors'
+    # save, a joined blob, its load) held three copies of the state besides the state itself.
+    store = make_store(StoreSettings(), f"sqlite:///{tmp_path / 'state.db'}")
+    state = TrainState(weights=[np.ones(4 * MIB, np.float32) for _ in range(8)])  # 128 MiB
+    size = sum(a.nbytes for a in state.weights)
+    with store:
+        tracemalloc.start()
+        try:
+            store.put_blob("model", state.encode())
+            _, written_peak = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            back = TrainState.from_bytes(store.get_blob("model"))
+            _, read_peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+
+    assert written_peak < 0.25 * size, f"writing held {written_peak / MIB:.0f} MiB"
+    assert read_peak < 1.25 * size, f"reading held {read_peak / MIB:.0f} MiB: the file and more"
+    assert all(np.array_equal(a, b) for a, b in zip(back.weights, state.weights, strict=True))
