@@ -7,14 +7,15 @@ A training action's peak resident memory is, to a good approximation,
 where the baseline is the runtime with TensorFlow imported and a tiny model trained (measured once
 per environment by the action itself and kept in the store), P the parameter bytes, A the
 activation bytes one example produces in a forward pass, b the batch size, S the shard's bytes and
-L the number of layers. The coefficients count copies: k_p the weights, their gradients, two Adam
-moments, the job's initial weights a warm container keeps, and at the end the snapshot of weights
-and moments with its serialized bytes written to the store (3P and 3P more: a large model's peak);
-k_a the activations kept for the backward pass and their gradients; k_s the shard read from the
-store next to its arrays; k_l each layer's share of the traced graph. They were fitted to peaks
-measured on TensorFlow 2.21 (CPU, Linux x86-64) for dense, convolutional and Keras-application
-models (``faasdl bench estimator`` re-measures them), and the history of real runs
-(:mod:`.history`) replaces the formula once a signature has run.
+L the number of layers. The coefficients count copies: k_p the weights and two Adam moments (3P),
+their gradients, the job's initial weights a warm container keeps, at the end the snapshot of
+weights and moments written to the store (3P: the file is written from views of it), and in a later
+round the global model's file read beside the variables it is loaded into (3P: its arrays are views
+of the file); k_a the activations kept for the backward pass and their gradients; k_s the shard
+read from the store next to its arrays; k_l each layer's share of the traced graph. They were
+fitted to peaks measured on TensorFlow 2.21 (CPU, Linux x86-64) for dense, convolutional and
+Keras-application models (``faasdl bench estimator`` re-measures them), and the history of real
+runs (:mod:`.history`) replaces the formula once a signature has run.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ BYTES_PER_VALUE = 4  # float32
 
 @dataclass(frozen=True)
 class Coefficients:
-    # 9.5 until the output carried the optimizer's moments beside the weights: ResNet50's and
-    # VGG16's first attempts then ran out of memory, their peaks 15-17 P over the other terms
-    params: float = 16.0
+    # 9.5 until the output carried the optimizer's moments beside the weights (ResNet50's and
+    # VGG16's peaks were then 15-17 P over the other terms), 16 until the state was written and
+    # read without copies of its arrays: first rounds 7.5 P (ResNet50) and 9.3 P (VGG16), later
+    # rounds in a warm container 9.8 P and 10.2 P
+    params: float = 10.5
     activations: float = 1.5
     shard: float = 2.0
     layer_mb: float = 1.0
