@@ -22,8 +22,11 @@ def arrays() -> dict[str, list[np.ndarray]]:
     rng = np.random.default_rng(0)
     return {
         "w": [rng.normal(size=(3, 5)).astype(np.float32), np.zeros((0, 4), np.float32)],
-        "opt": [np.asarray(7, np.int64), rng.normal(size=9).astype(np.float16)]
-        + [np.arange(4).astype(dtype) for dtype in DTYPES.values()],
+        "opt": [
+            np.asarray(7, np.int64),
+            rng.normal(size=9).astype(np.float16),
+            *(np.arange(4).astype(dtype) for dtype in DTYPES.values()),
+        ],
     }
 
 
