@@ -21,7 +21,7 @@ def test_the_quick_matrix_runs_first_time_within_the_targets() -> None:
     result = run_estimator_bench(quick=True, naive=False, progress=Console(file=report, width=140))
     shown = f"{result}\n{report.getvalue()}"
 
-    assert result["configs"] == 2
+    assert result["configs"] == 3
     assert result["first_attempt_failures"] == 0, shown
     assert 1.0 <= result["overprovision_min"] <= result["overprovision_max"] <= 1.6, shown
     assert result["second_run_failures"] == 0, shown
