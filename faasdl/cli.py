@@ -416,7 +416,7 @@ def _read_spec(path: Path) -> dict[str, Any]:
 @bench_app.command("estimator")
 def bench_estimator(
     quick: Annotated[
-        bool, typer.Option(help="Two small configurations instead of twelve.")
+        bool, typer.Option(help="Three configurations (two small, ResNet50), not twelve.")
     ] = False,
     naive: Annotated[
         bool, typer.Option(help="Also run the naive retry policy for real (slow: minutes).")

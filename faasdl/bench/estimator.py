@@ -5,7 +5,10 @@ training action variant with the planned limits on a fresh embedded platform (li
 and runs one real training activation on one shard:
 
 1. first run: the estimate from the model (no history): does it fail, and how does its memory
-   compare with the peak the action measured (overprovision = limit ÷ peak RSS)?
+   compare with the peak the action measured (overprovision = limit ÷ peak RSS)? Then a later
+   round in the same, now warm, container (the first run's output as its global model, under
+   the same limits): a later round's activation loads a global model where a first round's draws
+   its weights, and a warm container keeps those weights, so it peaks higher;
 2. second run of the same matrix: sized from the history the first run left; any out-of-time
    failure, and timeout ÷ measured duration (every attempt starts cold, and the timeout covers
    the cold start since OpenWhisk's limit applies to ``/init`` too), and timeout ÷ the first
@@ -77,6 +80,7 @@ class Attempt:
     wall_s: float
     duration_ms: int
     peak_mb: float | None
+    cold: bool  # the attempt's container ran /init
 
 
 @dataclass
@@ -85,6 +89,7 @@ class Row:
     first: Attempt
     first_plan: ActionPlan
     dataset: Dataset
+    later: Attempt | None = None
     second: Attempt | None = None
     naive: list[Attempt] = field(default_factory=list)
 
@@ -102,8 +107,17 @@ class _Runner:
         self.store.put_blob(f"bench/{index}/shard", shard.encode())
 
     def run(
-        self, index: int, request: EstimateRequest, classes: int, memory_mb: int, timeout_ms: int
-    ) -> tuple[Attempt, Activation]:
+        self,
+        index: int,
+        request: EstimateRequest,
+        classes: int,
+        memory_mb: int,
+        timeout_ms: int,
+        *,
+        later_round: bool = False,
+    ) -> list[tuple[Attempt, Activation]]:
+        """One attempt in a cold container; with ``later_round``, if it succeeded, a second one
+        in the container it left warm, from its output."""
         variant = deploy_variant(self.platform, TRAIN, memory_mb=memory_mb, timeout_ms=timeout_ms)
         params = {
             "store_url": self.store_url,
@@ -114,12 +128,24 @@ class _Runner:
             "batch_size": request.batch_size,
             "epochs": request.epochs,
         }
-        started = time.perf_counter()
-        record = self.platform.call(variant, params)
-        wall = time.perf_counter() - started
+        runs = [self._call(variant, params, memory_mb, timeout_ms)]
+        if later_round and runs[0][0].success:
+            later = params | {
+                "weights_in": params["weights_out"],
+                "weights_out": f"bench/{index}/later",
+            }
+            runs.append(self._call(variant, later, memory_mb, timeout_ms))
         # Every attempt starts cold, as a round's first actions do: a warm container left by
         # another configuration would make a duration (and timeout ÷ duration) meaningless.
         self.platform.delete_action(variant)
+        return runs
+
+    def _call(
+        self, variant: str, params: dict[str, Any], memory_mb: int, timeout_ms: int
+    ) -> tuple[Attempt, Activation]:
+        started = time.perf_counter()
+        record = self.platform.call(variant, params)
+        wall = time.perf_counter() - started
         failure = classify(record)
         result = record.response.result if isinstance(record.response.result, dict) else {}
         return (
@@ -131,6 +157,7 @@ class _Runner:
                 wall_s=wall,
                 duration_ms=record.duration or 0,
                 peak_mb=result.get("peak_rss_mb"),
+                cold=bool(record.init_time),
             ),
             record,
         )
@@ -173,14 +200,21 @@ def _bench(
         plan = sizer.plan(request, facts_of(dataset))
         probe_s += time.perf_counter() - probe_started
         runner.stage(i, plan, dataset)
-        attempt, record = runner.run(i, request, dataset.classes, plan.memory_mb, plan.timeout_ms)
-        sizer.learn(plan, record, classify(record))
-        rows.append(Row(request=request, first=attempt, first_plan=plan, dataset=dataset))
-        progress.print(f"first run  {_label(request)}: {_describe(attempt)}", highlight=False)
+        runs = runner.run(
+            i, request, dataset.classes, plan.memory_mb, plan.timeout_ms, later_round=True
+        )
+        for _, record in runs:
+            sizer.learn(plan, record, classify(record))
+        row = Row(request=request, first=runs[0][0], first_plan=plan, dataset=dataset)
+        row.later = runs[1][0] if len(runs) > 1 else None
+        rows.append(row)
+        progress.print(f"first run  {_label(request)}: {_describe(row.first)}", highlight=False)
+        if row.later is not None:
+            progress.print(f"  round 2  {_label(request)}: {_describe(row.later)}", highlight=False)
     for i, row in enumerate(rows):
         plan = sizer.plan(row.request, facts_of(row.dataset))
         classes = row.dataset.classes
-        attempt, record = runner.run(i, row.request, classes, plan.memory_mb, plan.timeout_ms)
+        [(attempt, record)] = runner.run(i, row.request, classes, plan.memory_mb, plan.timeout_ms)
         sizer.learn(plan, record, classify(record))
         row.second = attempt
         progress.print(f"second run {_label(row.request)}: {_describe(attempt)}", highlight=False)
@@ -203,7 +237,7 @@ def _naive(
     memory, timeout = NAIVE_START
     attempts: list[Attempt] = []
     while len(attempts) < NAIVE_MAX_ATTEMPTS:
-        attempt, _ = runner.run(index, request, classes, memory, timeout)
+        [(attempt, _)] = runner.run(index, request, classes, memory, timeout)
         attempts.append(attempt)
         if attempt.success:
             break
@@ -234,20 +268,24 @@ def _ratio(attempt: Attempt) -> float | None:
 def _table(rows: list[Row]) -> Table:
     table = Table(title="faasdl bench estimator")
     for column in (
-        "config", "workers", "memory MB", "peak MB", "limit/peak", "2nd memory", "2nd limit/peak",
-        "2nd timeout ms", "2nd duration ms", "naive attempts", "naive s",
+        "config", "workers", "memory MB", "peak MB", "limit/peak", "round 2 peak",
+        "round 2 limit/peak", "2nd memory", "2nd limit/peak", "2nd timeout ms", "2nd duration ms",
+        "naive attempts", "naive s",
     ):  # fmt: skip
         table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
         second = row.second
         assert second is not None
         ratio, ratio2 = _ratio(row.first), _ratio(second)
+        later = _ratio(row.later) if row.later else None
         table.add_row(
             _label(row.request),
             str(row.first_plan.containers),
             str(row.first.memory_mb),
             f"{row.first.peak_mb:.0f}" if row.first.peak_mb else "-",
             f"{ratio:.2f}" if ratio else "FAILED",
+            f"{row.later.peak_mb:.0f}" if row.later and row.later.peak_mb else "-",
+            f"{later:.2f}" if later else ("FAILED" if row.later else "-"),
             str(second.memory_mb),
             f"{ratio2:.2f}" if ratio2 else "FAILED",
             str(second.timeout_ms),
@@ -260,6 +298,8 @@ def _table(rows: list[Row]) -> Table:
 
 def _summary(rows: list[Row], baseline: float, probe_s: float, naive: bool) -> dict[str, Any]:
     ratios = [r for r in (_ratio(row.first) for row in rows) if r is not None]
+    later = [row.later for row in rows if row.later is not None]
+    later_ratios = [r for r in map(_ratio, later) if r is not None]
     seconds = [row.second for row in rows if row.second is not None]
     faasdl_s = probe_s + sum(row.first.wall_s for row in rows)
     learned = [
@@ -275,6 +315,11 @@ def _summary(rows: list[Row], baseline: float, probe_s: float, naive: bool) -> d
         "overprovision_median": round(statistics.median(ratios), 3) if ratios else None,
         "overprovision_max": round(max(ratios), 3) if ratios else None,
         "overprovision_min": round(min(ratios), 3) if ratios else None,
+        # A later round under the first plan's limits, in the container the first run left warm.
+        "later_rounds": len(later),
+        "later_rounds_warm": sum(not a.cold for a in later),
+        "later_round_failures": sum(not a.success for a in later),
+        "later_round_overprovision_min": round(min(later_ratios), 3) if later_ratios else None,
         "second_run_failures": sum(not a.success for a in seconds),
         "second_run_out_of_time": sum(
             bool(a.failure and a.failure.startswith(FailureKind.OUT_OF_TIME)) for a in seconds
