@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from faasdl.errors import ValidationError
 from faasdl.store.base import Buffer, Pieces
-from faasdl.training.tensors import encode, unpack
+from faasdl.training.tensors import encode_tensors, unpack
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -134,9 +134,9 @@ class Shard:
         return int(self.x.nbytes + self.y.nbytes)
 
     def encode(self) -> Pieces:
-        """Safetensors (``x/0000``, ``y/0000``), so that a shard crosses the store without
-        pickle; pieces that view the arrays (see :func:`~faasdl.training.tensors.encode`)."""
-        return encode({"x": [self.x], "y": [self.y]})
+        """Safetensors (``x``, ``y``), so that a shard crosses the store without pickle; pieces
+        that view the arrays (see :func:`~faasdl.training.tensors.encode_tensors`)."""
+        return encode_tensors({"x": self.x, "y": self.y})
 
     @classmethod
     def from_bytes(cls, data: Buffer, *, index: int) -> Shard:

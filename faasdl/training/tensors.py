@@ -49,19 +49,30 @@ _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 def encode(
     groups: dict[str, list[np.ndarray]], *, metadata: dict[str, str] | None = None
 ) -> Pieces:
-    """One safetensors file of named groups of arrays (each ``<group>/0000…``), as pieces: its
-    header, then views of the arrays (copied only where one is not C-ordered little-endian). The
-    arrays must not change until the pieces are written. The widest items come first, so that
-    every array starts aligned to its item in a file whose start is (what :func:`decode` views)."""
+    """One safetensors file of named groups of arrays (each ``<group>/0000…``): see
+    :func:`encode_tensors`."""
+    return encode_tensors(
+        {f"{group}/{i:04d}": a for group, values in groups.items() for i, a in enumerate(values)},
+        metadata=metadata,
+    )
+
+
+def encode_tensors(
+    named: dict[str, np.ndarray], *, metadata: dict[str, str] | None = None
+) -> Pieces:
+    """One safetensors file of named arrays, as pieces: its header, then views of the arrays
+    (copied only where one is not C-ordered little-endian). The arrays must not change until the
+    pieces are written. The widest items come first, so that every array starts aligned to its
+    item in a file whose start is (what :func:`decode` views)."""
     tensors: list[tuple[str, np.ndarray]] = []
-    for group, values in groups.items():
-        for i, value in enumerate(values):
-            array = np.asarray(value)
-            little = array.dtype.newbyteorder("<")
-            if little not in _NAMES:
-                raise ValidationError(f"arrays of {array.dtype} cannot be stored", field=group)
-            # asarray keeps a 0-d array (the step counter) 0-d; ascontiguousarray would not.
-            tensors.append((f"{group}/{i:04d}", np.asarray(array, dtype=little, order="C")))
+    for key, value in named.items():
+        array = np.asarray(value)
+        little = array.dtype.newbyteorder("<")
+        if little not in _NAMES:
+            group = key.partition("/")[0]
+            raise ValidationError(f"arrays of {array.dtype} cannot be stored", field=group)
+        # asarray keeps a 0-d array (the step counter) 0-d; ascontiguousarray would not.
+        tensors.append((key, np.asarray(array, dtype=little, order="C")))
     tensors.sort(key=lambda item: -item[1].dtype.itemsize)  # stable: groups keep their order
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
@@ -94,9 +105,9 @@ def decode(
     data: Buffer, *, what: str = "data"
 ) -> tuple[dict[str, list[np.ndarray]], dict[str, str]]:
     """The groups of arrays a safetensors file holds (each in its original order; ``w`` holds the
-    weights) and its metadata. The arrays are views of ``data`` (read-only when it is ``bytes``):
-    nothing is copied. Raises ``ValidationError`` naming ``what`` when ``data`` is not a
-    safetensors file."""
+    weights; an array named without a ``/`` is its group's one array) and its metadata. The
+    arrays are views of ``data`` (read-only when it is ``bytes``): nothing is copied. Raises
+    ``ValidationError`` naming ``what`` when ``data`` is not a safetensors file."""
     view = memoryview(data).cast("B")
     try:
         size = int.from_bytes(view[:8], "little")

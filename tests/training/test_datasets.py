@@ -3,6 +3,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pydantic import ValidationError as PydanticValidationError
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
 
 from faasdl.errors import ValidationError
 from faasdl.training.datasets import (
@@ -52,14 +54,25 @@ def test_shards_cover_the_training_set_once_and_depend_only_on_the_seed() -> Non
     assert not np.array_equal(split_shards(data, 3, seed=8)[0].y, shards[0].y)
 
 
-def test_a_shard_crosses_the_store_as_safetensors() -> None:
+def test_a_shard_crosses_the_store_as_safetensors_x_and_y() -> None:
     shard = split_shards(load_dataset(DigitsSpec()), 2, seed=0)[1]
 
-    back = Shard.from_bytes(b"".join(shard.encode()), index=1)
+    data = b"".join(shard.encode())
+    back = Shard.from_bytes(data, index=1)
 
     assert np.array_equal(back.x, shard.x)
     assert np.array_equal(back.y, shard.y)
     assert back.count == shard.count
+    assert sorted(st_load(data)) == ["x", "y"]  # what the training action documents
+    theirs = Shard.from_bytes(st_save({"x": shard.x, "y": shard.y}), index=1)
+    assert np.array_equal(theirs.x, shard.x)
+
+
+def test_what_is_not_a_shard_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match="not a shard") as caught:
+        Shard.from_bytes(st_save({"x": np.ones(2, np.float32)}), index=0)
+
+    assert caught.value.field == "shard"
 
 
 def test_more_shards_than_examples_is_refused() -> None:
