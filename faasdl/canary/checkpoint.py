@@ -203,7 +203,7 @@ def write_checkpoint(
     zombie's data never becomes a head. The blob is not forced to disk (``durable=False``): a
     machine crash that tears it leaves a head whose blob fails its checksum, and :meth:`restore
     <Checkpointer.restore>` falls back to the one before."""
-    manifest = store.put_blob(blob, as_pieces(data), durable=False)
+    manifest = store.put_blob(blob, data, durable=False)
     if probe is not None:
         probe("blob_written")
     head = CheckpointHead(
