@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import itertools
 import json
-import math
 import os
 import time
 import uuid
@@ -291,7 +290,7 @@ class StateStore(Resource):
             # one chunk (a checkpoint) a thread's start and join cost more than that saves.
             hasher = (
                 stack.enter_context(ThreadPoolExecutor(max_workers=1))
-                if math.ceil(size / self.chunk_bytes) > 1
+                if size > self.chunk_bytes
                 else None
             )
             while batch := list(itertools.islice(chunks, CHUNKS_PER_WRITE)):

@@ -96,11 +96,6 @@ def pack(
     return encode({"w": arrays, **groups}, metadata=metadata)
 
 
-def joined(pieces: Pieces) -> bytes:
-    """The pieces as one ``bytes`` (a copy: for small files)."""
-    return b"".join(pieces)
-
-
 def decode(
     data: Buffer, *, what: str = "data"
 ) -> tuple[dict[str, list[np.ndarray]], dict[str, str]]:
@@ -163,7 +158,7 @@ class TrainState:
         return pack(self.weights, metadata={"faasdl": json.dumps(meta)}, opt=self.optimizer)
 
     def to_bytes(self) -> bytes:
-        return joined(self.encode())
+        return b"".join(self.encode())  # a copy: for small states
 
     @classmethod
     def from_bytes(cls, data: Buffer) -> TrainState:
