@@ -37,7 +37,9 @@ from faasdl.training.usage import peak_rss_mb, reset_peak_rss
 
 PRICE_PER_GB_S = Settings.model_fields["price_per_gb_s"].default
 #: Per workload, its parameters in a quick run (a full run takes the workloads' defaults):
-#: invocations of 0.8-1.9 s in 6-32 steps of 50-220 ms, a checkpoint after each. A failure costs
+#: invocations of 0.8-1.9 s in 6-32 steps of 50-220 ms, a checkpoint after each, on the machine
+#: they were chosen on (a faster one ran them in 0.29-0.65 s, steps of 20-46 ms: the sizes are
+#: work, not time, so the checkpoints' share depends on the machine). A failure costs
 #: Canary a fixed part (the kill seen, a replica's attempt started: 15-45 ms) and the steps redone
 #: and slowed after it (its replacement warming up beside it), so its share of an invocation's
 #: time falls as invocations get longer; a checkpoint's cost is a share of its step's time.
