@@ -114,6 +114,7 @@ class Container:
         self._logs = _LogBuffer()
         self._readers: list[threading.Thread] = []
         self._kill_lock = threading.Lock()
+        self._releasing = False  # a thread frees the killed process's memory (once)
 
     @property
     def pid(self) -> int | None:
@@ -308,7 +309,8 @@ class Container:
             if self.kill_reason is None:
                 self.kill_reason = reason
             if self._process is not None and self._process.poll() is None:
-                pidfd = _pidfd(self._process.pid)
+                # destroy() kills again: the signal is sent again, the memory freed once.
+                pidfd = None if self._releasing else _pidfd(self._process.pid)
                 try:
                     os.killpg(self._process.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
@@ -316,6 +318,7 @@ class Container:
                         os.close(pidfd)
                     return
                 if pidfd is not None:
+                    self._releasing = True
                     threading.Thread(
                         target=_release_and_close, args=(pidfd,), name="release", daemon=True
                     ).start()
