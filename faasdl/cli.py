@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -43,7 +44,20 @@ app.add_typer(platform_app, name="platform")
 app.add_typer(bench_app, name="bench")
 app.add_typer(keys_app, name="keys")
 
-console = Console(stderr=True)
+#: How wide output that is not a terminal (a log file, a pipe) is laid out: rich would take 80
+#: columns and squeeze a bench's table into columns a few letters wide. ``COLUMNS`` set wins.
+LOG_WIDTH = 160
+
+
+def stderr_console() -> Console:
+    """A console on stderr: the terminal's width, or :data:`LOG_WIDTH` where there is none."""
+    found = Console(stderr=True)
+    if not found.is_terminal and "COLUMNS" not in os.environ:
+        found.width = LOG_WIDTH
+    return found
+
+
+console = stderr_console()
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -591,9 +605,9 @@ def submit(
         typer.echo(job["job_id"])
         if not watch:
             return
-        view = follow(lambda: client.job(job["job_id"]), Console(stderr=True))
+        view = follow(lambda: client.job(job["job_id"]), stderr_console())
         ledger = client.ledger(job["job_id"])
-    Console(stderr=True).print(summary(view, ledger))
+    stderr_console().print(summary(view, ledger))
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
 

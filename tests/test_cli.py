@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.table import Table
 from typer.testing import CliRunner
 
 from faasdl import __version__
-from faasdl.cli import app
+from faasdl.cli import LOG_WIDTH, app, stderr_console
 from tests.conftest import Served
 
 runner = CliRunner()
@@ -151,3 +154,19 @@ def test_platform_deploy_refuses_a_class_outside_the_limits_and_deploys_nothing(
     assert result.exit_code == 2
     assert "--memory-mb 99999 is outside the platform's" in result.output
     assert served.local.list_actions() == []
+
+
+def test_output_that_is_not_a_terminal_is_laid_out_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log or a pipe gets :data:`LOG_WIDTH` columns, not rich's 80; ``COLUMNS`` wins."""
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.delenv("COLUMNS", raising=False)
+    table = Table(*(f"column {i}" for i in range(9)))
+    table.add_row(*(f"value {i:07d}" for i in range(9)))
+
+    console = stderr_console()
+    console.print(table)
+
+    assert console.width == LOG_WIDTH
+    assert "value 0000008" in sys.stderr.getvalue()  # no cell wrapped
+    monkeypatch.setenv("COLUMNS", "100")
+    assert stderr_console().width == 100
