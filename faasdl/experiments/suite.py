@@ -171,6 +171,7 @@ class _Bench:
             if (s := recovery_s(hit, r.outcome(hit.invocation))) is not None
         ]
         injected = sum(len(r.injected) for r in blocks)
+        planned = sum(_planned(r) for r in blocks)
         takeovers = _takeovers(blocks)
         waits = [o.final_wait_ms / 1000 for o in takeovers]
         activation_gb_s = sum(r.activation_gb_s for r in blocks)
@@ -184,6 +185,7 @@ class _Bench:
             "concurrency": blocks[0].spec.concurrency,
             "blocks": len(blocks),
             "makespan_s": round(sum(r.makespan_s for r in blocks), 3),
+            "planned": planned,
             "failures": injected,
             "attempts": sum(f.attempts for f in found),
             "recovery_s_mean": round(statistics.mean(recoveries), 4) if recoveries else None,
@@ -197,6 +199,12 @@ class _Bench:
             "exactly_once": all(f.exactly_once for f in found)
             and sum(f.committed for f in found) == invocations,
         }
+
+
+def _planned(report: RunReport) -> int:
+    """The faults the run's plan aimed at its invocations (``failures``: those that landed; a
+    blow timed for a point its attempt had already passed misses)."""
+    return sum(f.invocation in report.spec.indices for f in report.spec.plan.faults)
 
 
 def _takeovers(blocks: list[RunReport]) -> list[Outcome]:
@@ -935,7 +943,13 @@ def scale(size: Size, progress: Console) -> Result:
         f"{large} invocations, {big['failures']} killed: {checked.committed} units committed "
         f"in the store, each once with its failure-free result ({checked.attempts} attempts); "
         f"the controlling process peaked at {peak:.0f} MB and used {cpu:.1f} s of CPU in "
-        f"{wall:.0f} s."
+        f"{wall:.0f} s.",
+        "Kills that landed, of those planned (a blow timed for a point its invocation had "
+        "already passed misses): "
+        + "; ".join(
+            f"{r['series']}, {r['invocations']}: {r['failures']} of {r['planned']}" for r in rows
+        )
+        + ".",
     ]
     return Result(
         name="scale",
@@ -984,6 +998,7 @@ def _scale_row(report: RunReport, found: Ledger, strategy: str, workers: int) ->
         "strategy": strategy,
         "workers": workers,
         "invocations": report.spec.invocations,
+        "planned": _planned(report),
         "failures": len(report.injected),
         "attempts": found.attempts,
         "makespan_s": round(report.makespan_s, 3),

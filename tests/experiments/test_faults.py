@@ -20,6 +20,7 @@ from faasdl.experiments.inject import REACH, FailurePlan, Fault
 from faasdl.experiments.lab import Lab, ledger, open_lab
 from faasdl.experiments.measure import recovery_s
 from faasdl.experiments.runner import WORKLOAD, Hit, InvocationRunner, RunReport, RunSpec
+from faasdl.experiments.suite import LIGHT
 from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
 from faasdl.training.models import build_model
 from faasdl.training.tensors import TrainState
@@ -247,6 +248,34 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert hit.final_invoked_at is not None
     assert hit.final_invoked_at >= killed.at
     assert hit.final_init_ms is None
+
+
+def test_a_blow_aimed_into_the_first_millisecond_of_a_short_invocation_lands_in_it(
+    lab: Lab,
+) -> None:
+    """The scale experiment's light workload (a BFS of 8,191 vertices) runs in a few
+    milliseconds on a fast machine: a blow due half a millisecond after an attempt's first
+    heartbeat must find it still running, one invocation in flight (with the runner's 10 ms
+    tick alone, 0 of 15 landed in a quick scale run there)."""
+    name, params = LIGHT
+    n, hit = 6, [1, 3, 5]
+    spec = RunSpec(
+        run_id="short-blows",
+        workload=name,
+        params=params,
+        invocations=n,
+        strategy="retry",
+        plan=FailurePlan(faults=[Fault(invocation=i, at=0.1) for i in hit]),
+        expected_s=dict.fromkeys(range(n), 0.005),
+    )
+    report = lab.run(spec)
+    assert sorted(h.invocation for h in report.injected) == hit
+    for i in hit:  # each blow landed in the first attempt, which did not commit
+        assert report.outcomes[i].failures == ["crash"]
+        assert report.outcomes[i].attempts == 2
+    found = ledger(lab.store, spec.run_id, expected(n, params, name))
+    assert found.exactly_once
+    assert found.committed == n
 
 
 def test_a_killed_copy_leaves_the_other_to_commit_and_both_killed_start_again(lab: Lab) -> None:
