@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +24,12 @@ from faasdl.platform.base import Platform
 log = logging.getLogger(__name__)
 
 #: A prewarm call that took longer than this warmed a replica up (one with nothing to do answers
-#: at once); its duration is the runtime's warm-up time.
+#: at once); its duration is a warm-up time of the runtime.
 WARMED_AFTER_S = 0.05
+
+#: The warm-ups of a runtime whose shortest is its warm-up time (see
+#: :meth:`RuntimeManager.warmup_s`).
+WARMUPS_KEPT = 5
 
 
 @dataclass
@@ -44,7 +49,7 @@ class RuntimeManager:
         self.platform = platform
         self.tick_s = tick_s
         self._wants: dict[str, _Want] = {}  # by owner (a job id)
-        self._warmup_s: dict[str, float] = {}  # by runtime: its latest replica's warm-up
+        self._warmups: dict[str, deque[float]] = {}  # by runtime: its latest warm-ups' times
         self._cond = threading.Condition()
         self._closed = False
         self._warming = False  # a prewarm call is in flight
@@ -108,9 +113,17 @@ class RuntimeManager:
             return want.ready if want else 0
 
     def warmup_s(self, runtime: str) -> float | None:
-        """How long the latest replica of ``runtime`` took to warm up; ``None`` before one has."""
+        """How long a replica of ``runtime`` takes to warm up: the shortest of its latest
+        :data:`WARMUPS_KEPT` warm-ups; ``None`` before one has.
+
+        Not the latest: a call that warmed several replicas at once beside a run's work took
+        longer than one replica takes, and taking that for a replica's time made dynamic
+        replication want more replicas, whose warm-ups took longer still (in a replication run
+        at 25% failures on two cores, 1 replica wanted became 4 as the warm-up measured went
+        from 0.4 to 3.4 s)."""
         with self._cond:
-            return self._warmup_s.get(runtime)
+            found = self._warmups.get(runtime)
+            return min(found) if found else None
 
     def wait_ready(self, owner: str, timeout_s: float) -> int:
         """Wait until the replicas ``owner`` wants are warm (or ``timeout_s`` passed); returns
@@ -172,7 +185,8 @@ class RuntimeManager:
             took = time.monotonic() - started
             with self._cond:
                 if ready > 0 and took > WARMED_AFTER_S:
-                    self._warmup_s[runtime] = took
+                    kept = self._warmups.setdefault(runtime, deque(maxlen=WARMUPS_KEPT))
+                    kept.append(took)
                 for want in self._wants.values():
                     if want.runtime == runtime:
                         want.ready = min(ready, want.replicas)

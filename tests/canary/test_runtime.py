@@ -41,3 +41,22 @@ def test_settle_waits_for_a_released_jobs_warm_up(manager: RuntimeManager) -> No
 
 def test_settle_returns_at_once_when_nothing_warms_up(manager: RuntimeManager) -> None:
     assert manager.settle(timeout_s=0) is True
+
+
+def test_the_warm_up_time_is_the_shortest_of_the_latest_not_a_batchs(
+    manager: RuntimeManager,
+) -> None:
+    """Several replicas warmed at once, or beside busy cores, take longer than one takes: the
+    runtime's warm-up time stays the shortest of its latest warm-ups."""
+    assert manager.warmup_s("slow") is None
+    manager.want("job", "slow", memory_mb=128, replicas=1, warmup={"warmup": True, "warm_s": 0.2})
+    assert manager.wait_ready("job", timeout_s=30) == 1
+    first = manager.warmup_s("slow")
+    assert first is not None
+    assert 0.2 <= first < 1.0
+    manager.release("job")
+
+    # Two more at once, each taking 1 s: the call took 1 s or more.
+    manager.want("other", "slow", memory_mb=128, replicas=3, warmup={"warmup": True, "warm_s": 1})
+    assert manager.wait_ready("other", timeout_s=30) == 3
+    assert manager.warmup_s("slow") == first
