@@ -158,7 +158,8 @@ def test_platform_deploy_refuses_a_class_outside_the_limits_and_deploys_nothing(
 
 def test_output_that_is_not_a_terminal_is_laid_out_wide(monkeypatch: pytest.MonkeyPatch) -> None:
     """A log or a pipe gets :data:`LOG_WIDTH` columns, not rich's 80; ``COLUMNS`` wins."""
-    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
     monkeypatch.delenv("COLUMNS", raising=False)
     table = Table(*(f"column {i}" for i in range(9)))
     table.add_row(*(f"value {i:07d}" for i in range(9)))
@@ -167,6 +168,6 @@ def test_output_that_is_not_a_terminal_is_laid_out_wide(monkeypatch: pytest.Monk
     console.print(table)
 
     assert console.width == LOG_WIDTH
-    assert "value 0000008" in sys.stderr.getvalue()  # no cell wrapped
+    assert "value 0000008" in log.getvalue()  # no cell wrapped
     monkeypatch.setenv("COLUMNS", "100")
     assert stderr_console().width == 100
