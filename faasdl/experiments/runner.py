@@ -420,12 +420,13 @@ class InvocationRunner:
                 continue
             if attempt.started_ms is None or fault.after_checkpoint is not None:
                 return min(wait, FAULT_POLL_S)
-            due_ms = attempt.started_ms + fault.at * self._expected_ms(attempt)
-            wait = min(wait, max(0.0, due_ms / 1000 - time.time()))
+            wait = min(wait, max(0.0, self._due_ms(attempt, fault) / 1000 - time.time()))
         return wait
 
-    def _expected_ms(self, attempt: Attempt) -> float:
-        return 1000 * self.spec.expected_s.get(attempt.index, 1.0)
+    def _due_ms(self, attempt: Attempt, fault: Fault) -> float:
+        """When a timed blow is due: ``at`` × the attempt's expected duration after its start."""
+        assert attempt.started_ms is not None
+        return attempt.started_ms + fault.at * 1000 * self.spec.expected_s.get(attempt.index, 1.0)
 
     def _due(self, attempt: Attempt, fault: Fault) -> bool:
         if attempt.started_ms is None or fault.after_checkpoint is not None:
@@ -436,7 +437,7 @@ class InvocationRunner:
                 attempt.started_ms = unit.heartbeat_ms  # its first heartbeat
             if fault.after_checkpoint is not None:
                 return bool(unit.heads) and unit.heads[-1].position >= fault.after_checkpoint
-        return time.time() * 1000 >= attempt.started_ms + fault.at * self._expected_ms(attempt)
+        return time.time() * 1000 >= self._due_ms(attempt, fault)
 
     def _fire(self, activation_id: str, attempt: Attempt, fault: Fault) -> None:
         at = time.time()
