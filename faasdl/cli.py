@@ -740,13 +740,23 @@ def experiment(
             "the passes; each adds about as long as the first took.",
         ),
     ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            metavar="WORKLOAD.FIELD=VALUE",
+            help="recovery only: change a workload's parameter from its size's (repeat it for "
+            "more), e.g. training.epochs=8 or training.model=mlp; the report's name says it "
+            "(recovery-training.epochs-8/).",
+        ),
+    ] = None,
 ) -> None:
     """Run an experiment of the thesis' evaluation and write its report (CSV, PNG plots, failure
     plans, a Markdown summary); its headline figures are the last line, as JSON."""
     if name not in EXPERIMENT_NAMES:
         fail(f"name: unknown experiment {name!r} (known: {', '.join(EXPERIMENT_NAMES)})")
     from faasdl.experiments import report
-    from faasdl.experiments.suite import EXPERIMENTS, PASSES, recovery
+    from faasdl.experiments.suite import EXPERIMENTS, PASSES, recovery, workload_params
     from faasdl.experiments.workloads import WORKLOADS
 
     workloads = list(dict.fromkeys(workload or []))
@@ -754,14 +764,20 @@ def experiment(
         fail(f"--workload: only the recovery experiment runs per workload, not {name}")
     if passes is not None and name != "recovery":
         fail(f"--passes: only the recovery experiment takes turns in passes, not {name}")
+    if param and name != "recovery":
+        fail(f"--param: only the recovery experiment takes workload parameters, not {name}")
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
         fail(f"--workload: unknown workload {unknown[0]!r} (known: {', '.join(WORKLOADS)})")
+    try:
+        workload_params(param or [], workloads or list(WORKLOADS))  # before anything runs
+    except FaasdlError as exc:
+        fail(str(exc))
     size: report.Size = "full" if full else "quick"
     directory = output or Path("experiments") / ("results" if full else "quick")
     try:
         if name == "recovery":
-            result = recovery(size, console, workloads, passes or PASSES)
+            result = recovery(size, console, workloads, passes or PASSES, param or [])
         else:
             result = EXPERIMENTS[name](size, console)
     except FaasdlError as exc:

@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -66,8 +67,16 @@ class Result:
     def report_name(self) -> str:
         """The report's directory (and CSV's) name."""
         pairs = zip(self.options[::2], self.options[1::2], strict=True)
-        named = [v if o == "--workload" else f"{o.removeprefix('--')}{v}" for o, v in pairs]
-        return "-".join([self.name, *named])
+        return "-".join([self.name, *(_named(o, v) for o, v in pairs)])
+
+
+def _named(option: str, value: str) -> str:
+    """An option's part of a report's name: ``training``, ``passes8``, ``training.epochs-8``."""
+    if option == "--workload":
+        return value
+    if option == "--param":
+        return re.sub(r"[^A-Za-z0-9._-]", "_", value.strip("'").replace("=", "-", 1))
+    return f"{option.removeprefix('--')}{value}"
 
 
 def environment() -> dict[str, Any]:

@@ -12,6 +12,7 @@ replica), and pays for it in contention.
 
 from __future__ import annotations
 
+import shlex
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError as PydanticValidationError
 from rich.console import Console
 from scipy.stats import bootstrap
 
@@ -70,6 +72,67 @@ PASSES = 2
 
 def _params(name: str, size: Size) -> dict[str, Any]:
     return QUICK_PARAMS[name] if size == "quick" else {}
+
+
+def workload_params(options: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The ``--param WORKLOAD.FIELD=VALUE`` options of a run of the workloads ``names``: per
+    workload, the fields they set, with their values as its parameters read them (``8`` a
+    number, ``mlp`` a name). Raises ``ValidationError`` naming the option at fault: a workload
+    not in the run, a field it does not have, one set twice, the seed (each invocation's index),
+    one the experiment sets itself (a file its containers share), or a value out of range."""
+    found: dict[str, dict[str, str]] = {}
+    for option in options:
+        key, eq, value = option.partition("=")
+        name, dot, name_of_field = key.partition(".")
+        if not (eq and dot and name and name_of_field):
+            raise ValidationError(f"expected WORKLOAD.FIELD=VALUE, got {option!r}", field="--param")
+        field = f"--param {key}"
+        if name not in names:
+            known = ", ".join(names)
+            raise ValidationError(f"{name!r} is not a workload of this run ({known})", field=field)
+        params = workload(name).params
+        settable = settable_params(name)
+        if name_of_field not in settable:
+            if name_of_field not in params.model_fields:
+                why = f"{name} has no such parameter"
+            elif name_of_field == "seed":
+                why = "it is each invocation's index"
+            else:
+                why = "the experiment sets it (a file the containers share)"
+            raise ValidationError(f"{why} (settable: {', '.join(settable)})", field=field)
+        if name_of_field in found.get(name, {}):
+            raise ValidationError("given twice", field=field)
+        found.setdefault(name, {})[name_of_field] = value
+    typed: dict[str, dict[str, Any]] = {}
+    for name, changes in found.items():
+        try:
+            model = workload(name).params.model_validate(changes)
+        except PydanticValidationError as exc:
+            error = exc.errors()[0]
+            place = ".".join(str(p) for p in error["loc"])
+            raise ValidationError(error["msg"], field=f"--param {name}.{place}") from None
+        read = model.model_dump(mode="json")
+        typed[name] = {k: read[k] for k in changes}
+    return typed
+
+
+def settable_params(name: str) -> list[str]:
+    """The parameters of workload ``name`` a ``--param`` option may set: all but those every run
+    sets itself (the seed, each invocation's index; a file its containers share: see
+    :func:`_shared`)."""
+    found = workload(name)
+    own = {"seed", *found.shared(found.params(), Path("."))}
+    return [f for f in found.params.model_fields if f not in own]
+
+
+def _param_options(params: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """``params`` (see :func:`workload_params`) as the ``--param`` options that give them."""
+    return tuple(
+        o
+        for name, changes in params.items()
+        for k, v in changes.items()
+        for o in ("--param", shlex.quote(f"{name}.{k}={v}"))
+    )
 
 
 @dataclass
@@ -243,14 +306,22 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def recovery(
-    size: Size, progress: Console, workloads: Sequence[str] = (), passes: int = PASSES
+    size: Size,
+    progress: Console,
+    workloads: Sequence[str] = (),
+    passes: int = PASSES,
+    params: Sequence[str] = (),
 ) -> Result:
     """Total execution and recovery time against the failure rate, ideal vs retry vs canary,
     per workload (thesis Figs 6.3, 6.5, 6.6): those named in ``workloads``, or all of them;
-    the failure-free run and canary's at 15% take turns in ``passes`` passes (at least two)."""
+    the failure-free run and canary's at 15% take turns in ``passes`` passes (at least two).
+    ``params``: ``WORKLOAD.FIELD=VALUE`` options that change a workload's parameters from its
+    size's (see :func:`workload_params`)."""
     if passes < PASSES:
         raise ValidationError(f"passes: at least {PASSES} (their spread is the noise): {passes}")
     names = list(workloads or WORKLOADS)
+    changed = workload_params(params, names)
+    sized = {name: _params(name, size) | changed.get(name, {}) for name in names}
     n = 20 if size == "quick" else 100
     rates = [0.15] if size == "quick" else [0.0, 0.10, 0.15, 0.25, 0.50]
     rows: list[dict[str, Any]] = []
@@ -258,7 +329,7 @@ def recovery(
     per_workload: dict[str, dict[str, Any]] = {}
     for name in names:
         with open_lab() as lab:
-            bench = _Bench(lab, name, _params(name, size), n, concurrency=1)
+            bench = _Bench(lab, name, sized[name], n, concurrency=1)
             progress.print(f"recovery: {name}: warm-up")
             bench.warm_up()
             # The failure-free run and canary at 15% failures take turns, in passes whose order
@@ -339,7 +410,7 @@ def recovery(
             *_setup(
                 n,
                 "one invocation in flight at a time",
-                {name: _params(name, size) for name in names},
+                sized,
             ),
             "Each workload's failure-free run and canary's run at 15% failures take turns "
             "invocation by invocation (ideal, canary, canary, ideal, ...; each invocation a run "
@@ -386,6 +457,7 @@ def recovery(
         options=(
             *(o for name in workloads for o in ("--workload", name)),
             *(("--passes", str(passes)) if passes != PASSES else ()),
+            *_param_options(changed),
         ),
     )
 

@@ -21,17 +21,22 @@ from faasdl.errors import ValidationError
 from faasdl.experiments.report import Result, write
 from faasdl.experiments.runner import Hit, Outcome, RunReport, RunSpec
 from faasdl.experiments.suite import (
+    QUICK_PARAMS,
     Turns,
     _overhead_interval,
     _overhead_parts,
+    _param_options,
     _recovered,
     _recovery_figures,
     _takeover_words,
     _takeovers,
     pass_labels,
     recovery,
+    settable_params,
     verdict,
+    workload_params,
 )
+from faasdl.experiments.workloads import WORKLOADS, workload
 
 runner = CliRunner()
 
@@ -46,8 +51,10 @@ def run_experiment(
     )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output.strip().splitlines()[-1])
-    valued = zip(more[::2], more[1::2], strict=True)  # ("--passes", "3") names it "passes3"
-    report_name = "-".join([name, *workloads, *(f"{o.removeprefix('--')}{v}" for o, v in valued)])
+    # ("--passes", "3") names it "passes3", ("--param", "graph.depth=9") "graph.depth-9"
+    valued = zip(more[::2], more[1::2], strict=True)
+    named = [v.replace("=", "-") if o == "--param" else f"{o[2:]}{v}" for o, v in valued]
+    report_name = "-".join([name, *workloads, *named])
     report = tmp_path / report_name
     command = " ".join(["faasdl experiment", name, "--quick", *options])
     assert (report / "summary.md").read_text().count(command) == 1
@@ -225,11 +232,14 @@ CI_RECOVERY_WORKLOADS = ("webservice",)
 
 def test_recovery_quick_reports_reduction_and_overhead_per_workload(tmp_path: Path) -> None:
     # Three passes, one more than the default: a third is where the passes' labels and order
-    # are no longer the first two's (some 15 s more, for the webservice).
-    summary, report = run_experiment(
-        "recovery", tmp_path, workloads=CI_RECOVERY_WORKLOADS, more=("--passes", "3")
-    )
+    # are no longer the first two's (some 15 s more, for the webservice); and requests of four
+    # queries instead of five, which the runs' parameters must say.
+    more = ("--passes", "3", "--param", "webservice.queries=4")
+    workloads = CI_RECOVERY_WORKLOADS
+    summary, report = run_experiment("recovery", tmp_path, workloads=workloads, more=more)
     check_recovery(summary, report, CI_RECOVERY_WORKLOADS, passes=3)
+    setup = (report / "summary.md").read_text()
+    assert "webservice requests=16, queries=4, rows=50000," in setup
 
 
 @pytest.mark.slow
@@ -364,9 +374,24 @@ def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) ->
         (["cost", "--workload", "training"], "--workload: only the recovery experiment runs"),
         (["scale", "--passes", "3"], "--passes: only the recovery experiment takes turns"),
         (["recovery", "--passes", "1"], "Invalid value for '--passes'"),
+        (["cost", "--param", "compression.files=2"], "--param: only the recovery experiment"),
+        (["recovery", "--param", "epochs=3"], "--param: expected WORKLOAD.FIELD=VALUE"),
+        (
+            ["recovery", "--workload", "graph", "--param", "training.epochs=3"],
+            "--param training.epochs: 'training' is not a workload of this run (graph)",
+        ),
+        (["recovery", "--param", "graph.nope=1"], "--param graph.nope: graph has no such"),
+        (["recovery", "--param", "graph.seed=1"], "--param graph.seed: it is each invocation's"),
+        (["recovery", "--param", "webservice.database=x"], "webservice.database: the experiment"),
+        (["recovery", "--param", "graph.depth=0"], "--param graph.depth: Input should be greater"),
+        (["recovery", "--param", "training.model=vgg"], "training.model: Input should be"),
+        (
+            ["recovery", "--param", "graph.depth=9", "--param", "graph.depth=8"],
+            "--param graph.depth: given twice",
+        ),
     ],
 )
-def test_a_bad_workload_or_passes_option_is_refused_before_anything_runs(
+def test_a_bad_workload_passes_or_param_option_is_refused_before_anything_runs(
     args: list[str], message: str, tmp_path: Path
 ) -> None:
     result = runner.invoke(app, ["experiment", *args, "--output", str(tmp_path)])
@@ -398,3 +423,30 @@ def test_a_report_is_named_by_its_options_and_keeps_the_whole_ones(tmp_path: Pat
     assert "    faasdl experiment recovery --full --workload training --passes 4\n" in summary
     assert (written / "recovery-training-passes4.csv").read_text().splitlines()[1] == "training,2.0"
     assert json.loads((tmp_path / "recovery" / "summary.json").read_text()) == {"a": 1}
+
+
+def test_a_workloads_parameters_from_the_options_are_read_as_its_model_reads_them() -> None:
+    options = ["training.model=mlp", "training.epochs=8", "graph.every=1024"]
+
+    found = workload_params(options, ["training", "graph"])
+    result = Result("recovery", "quick", [], {}, options=_param_options(found))
+
+    assert found == {"training": {"model": "mlp", "epochs": 8}, "graph": {"every": 1024}}
+    assert result.command.endswith(
+        " --param training.model=mlp --param training.epochs=8 --param graph.every=1024"
+    )
+    assert result.report_name == "recovery-training.model-mlp-training.epochs-8-graph.every-1024"
+
+
+def test_the_readme_documents_every_parameter_the_options_can_set() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+
+    for name in WORKLOADS:
+        full = workload(name).params()
+        for field in settable_params(name):
+            default = str(getattr(full, field))
+            quick = str(QUICK_PARAMS[name].get(field, default))
+            row = f"| `{name}` | `{field}` | "
+            assert row in readme, f"{name}.{field} undocumented"
+            shown = [cell.strip("` ") for cell in readme.split(row, 1)[1].split("|")[:2]]
+            assert shown == [default, "" if quick == default else quick], f"{name}.{field}"
