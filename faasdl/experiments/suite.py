@@ -388,7 +388,8 @@ def recovery(
     }
     findings = [
         f"{name}: at 15% failures Canary {_recovered(w)} and takes "
-        f"{w['overhead_vs_ideal']:+.1%} longer than the failure-free run (95% interval "
+        f"{w['overhead_vs_ideal']:+.1%} longer than the failure-free run (its invocations "
+        f"{w['ideal_invocation_s']:.2f} s on average; 95% interval "
         f"{w['overhead_ci95'][0]:+.1%} to {w['overhead_ci95'][1]:+.1%}; retry: "
         f"{w['retry_overhead_vs_ideal']:+.1%}); measured {_times(passes)} each, the "
         f"failure-free runs came out {w['ideal_spread']:.1%} apart and canary's "
@@ -418,7 +419,10 @@ def recovery(
             f"turns, {passes} passes in all, each in the mirrored order of the one before "
             "(canary, ideal, ideal, canary, ...): this machine's CPU speed changes by up to half "
             "within seconds, and so weighs on both alike. Overhead and canary's recovery time "
-            "are the means of the passes; how far apart the passes measured (ideal_spread, "
+            "are the means of the passes, and so is the failure-free invocation's time "
+            "(ideal_invocation_s: the sizes are work, so a faster machine makes it shorter and "
+            "a checkpoint's or a failure's fixed costs a larger share of it); how far apart the "
+            "passes measured (ideal_spread, "
             "canary_spread: the slowest pass over the fastest) is what noise is left. The "
             "overhead is split in two that add up to it: the invocations without failures' "
             "(overhead_checkpoints) and those with failures' (overhead_failures), each over the "
@@ -603,7 +607,9 @@ def _overhead_interval(*passes: Turns) -> list[float]:
 
 def _recovery_figures(runs: dict[str, dict[str, Any]], passes: int = PASSES) -> dict[str, Any]:
     """One workload's headline figures at 15% failures from its runs by label. Canary and the
-    failure-free run were each measured ``passes`` times: their times are the means."""
+    failure-free run were each measured ``passes`` times: their times are the means. With the
+    failure-free invocation's mean time: the overhead's parts are shares of it, and the same
+    work takes less of it on a faster machine."""
     ideal, canary = zip(*map(pass_labels, range(passes)), strict=True)
 
     def mean(key: str, *labels: str) -> float:
@@ -630,6 +636,7 @@ def _recovery_figures(runs: dict[str, dict[str, Any]], passes: int = PASSES) -> 
         ),
         "overhead_vs_ideal": round(mean("makespan_s", *canary) / ideal_s - 1, 4),
         "retry_overhead_vs_ideal": round(runs["retry"]["makespan_s"] / ideal_s - 1, 4),
+        "ideal_invocation_s": round(ideal_s / int(runs[ideal[0]]["invocations"]), 4),
         "ideal_spread": spread(ideal),
         "canary_spread": spread(canary),
         "recovery_s_mean": {

@@ -82,8 +82,8 @@ def recovery_runs(
     for k, recovered in enumerate(recoveries):
         ideal, canary = pass_labels(k)
         ideal_k, canary_k = (times[k] if times else 10.0 for times in (ideal_s, canary_s))
-        runs[ideal] = {"makespan_s": ideal_k, "recovery_s_mean": None}
-        runs[canary] = {"makespan_s": canary_k, "recovery_s_mean": recovered}
+        runs[ideal] = {"makespan_s": ideal_k, "recovery_s_mean": None, "invocations": 20}
+        runs[canary] = {"makespan_s": canary_k, "recovery_s_mean": recovered, "invocations": 20}
     return runs
 
 
@@ -110,6 +110,7 @@ def test_recovery_figures_are_the_means_of_every_pass_and_their_spread_the_wides
     assert figures["recovery_s_mean"] == {"retry": 2.0, "canary": 0.3}
     assert figures["overhead_vs_ideal"] == pytest.approx(34.7 / 33 - 1, abs=1e-4)
     assert figures["ideal_spread"] == pytest.approx(0.2)  # 12 s over 10 s
+    assert figures["ideal_invocation_s"] == pytest.approx(11.0 / 20)
     assert figures["canary_spread"] == pytest.approx(13.2 / 10.5 - 1, abs=1e-4)
     # Two passes read only the first two.
     assert _recovery_figures(runs)["recovery_s_mean"]["canary"] == 0.25
@@ -278,6 +279,7 @@ def check_recovery(
         assert isinstance(figures["overhead_vs_ideal"], float)
         assert figures["ideal_spread"] >= 0
         assert figures["canary_spread"] >= 0
+        assert figures["ideal_invocation_s"] > 0
         # The overhead's two parts add up to it.
         parts = figures["overhead_checkpoints"] + figures["overhead_failures"]
         assert parts == pytest.approx(figures["overhead_vs_ideal"], abs=2e-4)
