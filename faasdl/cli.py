@@ -745,9 +745,10 @@ def experiment(
         typer.Option(
             "--param",
             metavar="WORKLOAD.FIELD=VALUE",
-            help="recovery only: change a workload's parameter from its size's (repeat it for "
-            "more), e.g. training.epochs=8 or training.model=mlp; the report's name says it "
-            "(recovery-training.epochs-8/).",
+            help="Change a parameter of a workload the experiment runs from its size's (repeat "
+            "it for more), e.g. training.epochs=8 or training.model=mlp (recovery), "
+            "compression.files=12 (replication, baselines, cost), graph.depth=14 (scale); the "
+            "report's name says it (recovery-training.epochs-8/). Not for disdel.",
         ),
     ] = None,
 ) -> None:
@@ -756,7 +757,13 @@ def experiment(
     if name not in EXPERIMENT_NAMES:
         fail(f"name: unknown experiment {name!r} (known: {', '.join(EXPERIMENT_NAMES)})")
     from faasdl.experiments import report
-    from faasdl.experiments.suite import EXPERIMENTS, PASSES, recovery, workload_params
+    from faasdl.experiments.suite import (
+        EXPERIMENTS,
+        PASSES,
+        experiment_workloads,
+        recovery,
+        workload_params,
+    )
     from faasdl.experiments.workloads import WORKLOADS
 
     workloads = list(dict.fromkeys(workload or []))
@@ -764,13 +771,13 @@ def experiment(
         fail(f"--workload: only the recovery experiment runs per workload, not {name}")
     if passes is not None and name != "recovery":
         fail(f"--passes: only the recovery experiment takes turns in passes, not {name}")
-    if param and name != "recovery":
-        fail(f"--param: only the recovery experiment takes workload parameters, not {name}")
+    if param and not experiment_workloads(name):
+        fail(f"--param: the {name} experiment runs training jobs, not workloads: it takes none")
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
         fail(f"--workload: unknown workload {unknown[0]!r} (known: {', '.join(WORKLOADS)})")
     try:
-        workload_params(param or [], workloads or list(WORKLOADS))  # before anything runs
+        workload_params(param or [], experiment_workloads(name, workloads))  # before it runs
     except FaasdlError as exc:
         fail(str(exc))
     size: report.Size = "full" if full else "quick"
@@ -779,7 +786,7 @@ def experiment(
         if name == "recovery":
             result = recovery(size, console, workloads, passes or PASSES, param or [])
         else:
-            result = EXPERIMENTS[name](size, console)
+            result = EXPERIMENTS[name](size, console, params=param or [])
     except FaasdlError as exc:
         fail(str(exc))
     written = report.write(result, directory)

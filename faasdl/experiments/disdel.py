@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from faasdl.bench.training import run_training_bench
 from faasdl.config import Settings
 from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.validator import JobSpec
+from faasdl.errors import ValidationError
 from faasdl.experiments.report import Plot, Result, Size
 from faasdl.store.records import JobInfo, JobState
 
@@ -58,7 +60,13 @@ def _makespan_s(job: JobInfo) -> float:
     return round(((job.finished_ms or 0) - job.created_ms) / 1000, 2)
 
 
-def disdel(size: Size, progress: Console) -> Result:
+def disdel(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
+    """DiSDeL's evaluation (thesis Figs 4.3-4.7): the execution environments, the container
+    pool's limit and a batch of jobs. It runs training jobs, no workload: ``params`` (``--param``
+    options of the other experiments) must be empty."""
+    if params:
+        message = "the disdel experiment runs training jobs, not workloads: it takes none"
+        raise ValidationError(message, field="--param")
     rows: list[dict[str, Any]] = []
     bench = run_training_bench(quick=size == "quick", seeds=1, progress=progress)
     for w in bench["workloads"]:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import ValidationError as PydanticValidationError
@@ -710,13 +710,15 @@ def _as_run(name: str, params: dict[str, Any]) -> dict[str, Any]:
 # ---- replication ----------------------------------------------------------------------------
 
 
-def replication(size: Size, progress: Console) -> Result:
-    """Time and cost of dynamic, aggressive and lenient replication (thesis Fig 6.8)."""
+def replication(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
+    """Time and cost of dynamic, aggressive and lenient replication (thesis Fig 6.8); ``params``
+    change the compared workload's parameters (see :func:`workload_params`)."""
+    compared = _compared_workload(params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.10, 0.25, 0.50]
     modes: list[ReplicationMode] = ["dynamic", "aggressive", "lenient"]
     rows, plans = _compare(
-        size,
+        compared,
         progress,
         n,
         rates,
@@ -733,22 +735,25 @@ def replication(size: Size, progress: Console) -> Result:
         _setup(
             n,
             "two invocations in flight (so that the modes keep different numbers of replicas)",
-            dict([COMPARED]),
+            dict([compared.params]),
         ),
+        compared.options,
     )
 
 
 # ---- baselines ------------------------------------------------------------------------------
 
 
-def baselines(size: Size, progress: Console) -> Result:
+def baselines(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
     """Canary against request replication (two copies of every invocation) and active-standby
-    (a warm standby per active invocation, no checkpoints), retry for reference (Fig 6.9)."""
+    (a warm standby per active invocation, no checkpoints), retry for reference (Fig 6.9);
+    ``params`` as :func:`replication`'s."""
+    compared = _compared_workload(params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.15, 0.25, 0.50]
     strategies: list[StrategyName] = ["canary", "request_replication", "active_standby", "retry"]
     rows, plans = _compare(
-        size,
+        compared,
         progress,
         n,
         rates,
@@ -766,8 +771,9 @@ def baselines(size: Size, progress: Console) -> Result:
             n,
             "one invocation in flight (request replication runs two copies of it, each "
             "killed at the failure rate independently of the other: both at its square)",
-            dict([COMPARED]),
+            dict([compared.params]),
         ),
+        compared.options,
     )
 
 
@@ -778,6 +784,7 @@ def _compared(
     plans: dict[str, FailurePlan],
     base: tuple[str, str, float],
     setup: list[str],
+    options: tuple[str, ...],
 ) -> Result:
     """A strategy comparison's report: time and cost ratios against ``base`` (its row label,
     its name in words, and the failure rate the ratios are read at)."""
@@ -792,11 +799,33 @@ def _compared(
         findings=_findings(summary, words),
         setup=setup,
         plots=_cost_time_plots(),
+        options=options,
     )
 
 
+@dataclass(frozen=True)
+class _Sized:
+    """A workload of an experiment that runs one, with its parameters (its own, and those the
+    ``--param`` options changed) and those options."""
+
+    name: str
+    params: tuple[str, dict[str, Any]]
+    options: tuple[str, ...]
+
+
+def _sized(workload_and_params: tuple[str, dict[str, Any]], options: Sequence[str]) -> _Sized:
+    name, params = workload_and_params
+    changed = workload_params(options, [name])
+    return _Sized(name, (name, params | changed.get(name, {})), _param_options(changed))
+
+
+def _compared_workload(options: Sequence[str]) -> _Sized:
+    """The workload the strategy comparisons run (:data:`COMPARED`), ``options`` applied."""
+    return _sized(COMPARED, options)
+
+
 def _compare(
-    size: Size,
+    compared: _Sized,
     progress: Console,
     n: int,
     rates: list[float],
@@ -808,8 +837,8 @@ def _compare(
     rows: list[dict[str, Any]] = []
     plans: dict[str, FailurePlan] = {}
     with open_lab() as lab:
-        compared, params = COMPARED
-        bench = _Bench(lab, compared, params, n, concurrency=concurrency)
+        name_of, params = compared.params
+        bench = _Bench(lab, name_of, params, n, concurrency=concurrency)
         bench.warm_up()
         rows.append(bench.row(bench.reference(), "ideal", 0.0))
         for rate in rates:
@@ -817,7 +846,7 @@ def _compare(
                 # Every container fails at the same rate: request replication's second copy
                 # too, independently of the first (whose faults are every strategy's).
                 copies = RunSpec.copies if strategy == "request_replication" else 1
-                key = f"{compared}-{rate:.2f}" + (f"-{copies}-copies" if copies > 1 else "")
+                key = f"{name_of}-{rate:.2f}" + (f"-{copies}-copies" if copies > 1 else "")
                 plan = plans.setdefault(key, _plan(2000 + int(rate * 100), n, rate, copies))
                 name = label(strategy, mode)
                 progress.print(f"{name} at {rate:.0%} failures")
@@ -898,13 +927,14 @@ def _cost_time_plots() -> list[Plot]:
 # ---- cost -----------------------------------------------------------------------------------
 
 
-def cost(size: Size, progress: Console) -> Result:
+def cost(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
     """Dollar cost at 0.000017 USD per GB·s, replicas included, against the failure rate for
-    ideal, retry and canary (thesis Fig 6.7)."""
+    ideal, retry and canary (thesis Fig 6.7); ``params`` as :func:`replication`'s."""
+    compared = _compared_workload(params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.0, 0.15, 0.25, 0.50]
     rows, plans = _compare(
-        size,
+        compared,
         progress,
         n,
         rates,
@@ -943,25 +973,28 @@ def cost(size: Size, progress: Console) -> Result:
         plans=plans,
         findings=findings,
         setup=[
-            *_setup(n, "one invocation in flight at a time", dict([COMPARED])),
+            *_setup(n, "one invocation in flight at a time", dict([compared.params])),
             "Cost: each activation's duration × its memory limit, plus the memory the warm "
             f"replicas held while wanted, at {PRICE_PER_GB_S} USD per GB·s.",
         ],
         plots=_cost_time_plots()[1:],
+        options=compared.options,
     )
 
 
 # ---- scale ----------------------------------------------------------------------------------
 
 
-def scale(size: Size, progress: Console) -> Result:
+def scale(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
     """Increasing invocations and workers at 15% failures, retry against canary, and one large
-    run of a light workload checked unit by unit from the store (thesis Figs 6.10, 6.11)."""
-    name, params = LIGHT
+    run of a light workload checked unit by unit from the store (thesis Figs 6.10, 6.11);
+    ``params`` change the light workload's parameters (see :func:`workload_params`)."""
+    light = _sized(LIGHT, params)
+    name, params_of = light.params
     sizes = [50, 100] if size == "quick" else [200, 400, 800, 1000]
     large = 250 if size == "quick" else 5000
     found = workload(name)
-    typed = found.params.model_validate(params)
+    typed = found.params.model_validate(params_of)
     context_cache: dict[int, str] = {}
 
     def expected(n: int) -> dict[int, str]:
@@ -973,7 +1006,7 @@ def scale(size: Size, progress: Console) -> Result:
     rows: list[dict[str, Any]] = []
     plans: dict[str, FailurePlan] = {}
     with open_lab() as lab:
-        bench = _Bench(lab, name, params, sizes[0], concurrency=2)
+        bench = _Bench(lab, name, params_of, sizes[0], concurrency=2)
         bench.warm_up()
         bench.reference()  # the failure-free durations the faults are timed by
         for n in sizes:
@@ -1038,12 +1071,14 @@ def scale(size: Size, progress: Console) -> Result:
         plans=plans,
         findings=findings,
         setup=[
-            f"The light workload: {name} with {params} (a BFS of 8,191 vertices, 8 steps).",
+            f"The light workload: {name} with {params_of} ({found.steps(typed)} steps an "
+            "invocation; by default a BFS of 8,191 vertices).",
             "The controlling process is the experiment's own: its runner (the controller's part "
             "for these invocations), the runtime manager and the embedded platform's invoker "
             "threads; the containers are other processes and are not counted. Peak RSS is the "
             "process's high-water mark, reset before the large run.",
         ],
+        options=light.options,
         plots=[
             Plot(
                 "recovery-time.png",
@@ -1088,7 +1123,22 @@ def _scale_row(report: RunReport, found: Ledger, strategy: str, workers: int) ->
     }
 
 
-EXPERIMENTS: dict[str, Callable[[Size, Console], Result]] = {
+class Experiment(Protocol):
+    """``faasdl experiment NAME``'s function: a report of the ``size`` asked, progress on
+    ``progress``; ``params``: ``--param`` options (:func:`workload_params`) of its workloads."""
+
+    def __call__(self, size: Size, progress: Console, *, params: Sequence[str] = ()) -> Result: ...
+
+
+def experiment_workloads(name: str, workloads: Sequence[str] = ()) -> list[str]:
+    """The workloads experiment ``name`` runs (recovery: ``workloads``, or all four), whose
+    parameters ``--param`` options may change; none for disdel (training jobs)."""
+    if name == "recovery":
+        return list(workloads or WORKLOADS)
+    return {"scale": [LIGHT[0]], "disdel": []}.get(name, [COMPARED[0]])
+
+
+EXPERIMENTS: dict[str, Experiment] = {
     "recovery": recovery,
     "replication": replication,
     "baselines": baselines,

@@ -311,8 +311,10 @@ def test_strategy_comparisons_print_time_and_cost_ratios(name: str, tmp_path: Pa
 
 
 def test_cost_counts_replicas(tmp_path: Path) -> None:
-    summary, _ = run_experiment("cost", tmp_path)
+    # Of files fewer than the compared workload's six: the runs' parameters must say so.
+    summary, report = run_experiment("cost", tmp_path, more=("--param", "compression.files=4"))
     assert 0 < summary["replica_share_of_canary_cost"] < 1
+    assert "compression files=4, file_kb=512, level=6." in (report / "summary.md").read_text()
 
 
 def test_scale_checks_the_large_run_from_the_store(tmp_path: Path) -> None:
@@ -376,7 +378,11 @@ def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) ->
         (["cost", "--workload", "training"], "--workload: only the recovery experiment runs"),
         (["scale", "--passes", "3"], "--passes: only the recovery experiment takes turns"),
         (["recovery", "--passes", "1"], "Invalid value for '--passes'"),
-        (["cost", "--param", "compression.files=2"], "--param: only the recovery experiment"),
+        (["disdel", "--param", "graph.depth=9"], "--param: the disdel experiment runs training"),
+        (
+            ["scale", "--param", "compression.files=2"],
+            "--param compression.files: 'compression' is not a workload of this run (graph)",
+        ),
         (["recovery", "--param", "epochs=3"], "--param: expected WORKLOAD.FIELD=VALUE"),
         (
             ["recovery", "--workload", "graph", "--param", "training.epochs=3"],
