@@ -311,7 +311,7 @@ def test_strategy_comparisons_print_time_and_cost_ratios(name: str, tmp_path: Pa
 
 
 def test_cost_counts_replicas(tmp_path: Path) -> None:
-    # Of files fewer than the compared workload's six: the runs' parameters must say so.
+    # Four files an invocation, not the compared workload's six: the summary must say so.
     summary, report = run_experiment("cost", tmp_path, more=("--param", "compression.files=4"))
     assert 0 < summary["replica_share_of_canary_cost"] < 1
     assert "compression files=4, file_kb=512, level=6." in (report / "summary.md").read_text()
