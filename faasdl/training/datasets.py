@@ -94,6 +94,15 @@ class NpzSpec(_Spec):
     name: Literal["npz"] = "npz"
     path: str = Field(description="Path of the .npz file.")
 
+    @field_validator("path")
+    @classmethod
+    def _names_a_file(cls, path: str) -> str:
+        if not path:
+            raise ValueError("is empty: name an uploaded data set or a .npz file")
+        if "\x00" in path:
+            raise ValueError("contains a NUL character, which no file's name can")
+        return path
+
 
 DatasetSpec = Annotated[DigitsSpec | SyntheticSpec | NpzSpec, Field(discriminator="name")]
 
