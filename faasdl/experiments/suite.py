@@ -713,7 +713,7 @@ def _as_run(name: str, params: dict[str, Any]) -> dict[str, Any]:
 def replication(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
     """Time and cost of dynamic, aggressive and lenient replication (thesis Fig 6.8); ``params``
     change the compared workload's parameters (see :func:`workload_params`)."""
-    compared = _compared_workload(params)
+    compared = _Sized.of(COMPARED, params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.10, 0.25, 0.50]
     modes: list[ReplicationMode] = ["dynamic", "aggressive", "lenient"]
@@ -735,7 +735,7 @@ def replication(size: Size, progress: Console, params: Sequence[str] = ()) -> Re
         _setup(
             n,
             "two invocations in flight (so that the modes keep different numbers of replicas)",
-            dict([compared.params]),
+            {compared.name: compared.params},
         ),
         compared.options,
     )
@@ -748,7 +748,7 @@ def baselines(size: Size, progress: Console, params: Sequence[str] = ()) -> Resu
     """Canary against request replication (two copies of every invocation) and active-standby
     (a warm standby per active invocation, no checkpoints), retry for reference (Fig 6.9);
     ``params`` as :func:`replication`'s."""
-    compared = _compared_workload(params)
+    compared = _Sized.of(COMPARED, params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.15, 0.25, 0.50]
     strategies: list[StrategyName] = ["canary", "request_replication", "active_standby", "retry"]
@@ -771,7 +771,7 @@ def baselines(size: Size, progress: Console, params: Sequence[str] = ()) -> Resu
             n,
             "one invocation in flight (request replication runs two copies of it, each "
             "killed at the failure rate independently of the other: both at its square)",
-            dict([compared.params]),
+            {compared.name: compared.params},
         ),
         compared.options,
     )
@@ -805,23 +805,18 @@ def _compared(
 
 @dataclass(frozen=True)
 class _Sized:
-    """A workload of an experiment that runs one, with its parameters (its own, and those the
-    ``--param`` options changed) and those options."""
+    """The workload of an experiment that runs one (:data:`COMPARED`, :data:`LIGHT`) with its
+    parameters, those its ``--param`` options changed included, and those options."""
 
     name: str
-    params: tuple[str, dict[str, Any]]
+    params: dict[str, Any]
     options: tuple[str, ...]
 
-
-def _sized(workload_and_params: tuple[str, dict[str, Any]], options: Sequence[str]) -> _Sized:
-    name, params = workload_and_params
-    changed = workload_params(options, [name])
-    return _Sized(name, (name, params | changed.get(name, {})), _param_options(changed))
-
-
-def _compared_workload(options: Sequence[str]) -> _Sized:
-    """The workload the strategy comparisons run (:data:`COMPARED`), ``options`` applied."""
-    return _sized(COMPARED, options)
+    @classmethod
+    def of(cls, workload_and_params: tuple[str, dict[str, Any]], options: Sequence[str]) -> _Sized:
+        name, params = workload_and_params
+        changed = workload_params(options, [name])
+        return cls(name, params | changed.get(name, {}), _param_options(changed))
 
 
 def _compare(
@@ -837,8 +832,7 @@ def _compare(
     rows: list[dict[str, Any]] = []
     plans: dict[str, FailurePlan] = {}
     with open_lab() as lab:
-        name_of, params = compared.params
-        bench = _Bench(lab, name_of, params, n, concurrency=concurrency)
+        bench = _Bench(lab, compared.name, compared.params, n, concurrency=concurrency)
         bench.warm_up()
         rows.append(bench.row(bench.reference(), "ideal", 0.0))
         for rate in rates:
@@ -846,7 +840,7 @@ def _compare(
                 # Every container fails at the same rate: request replication's second copy
                 # too, independently of the first (whose faults are every strategy's).
                 copies = RunSpec.copies if strategy == "request_replication" else 1
-                key = f"{name_of}-{rate:.2f}" + (f"-{copies}-copies" if copies > 1 else "")
+                key = f"{compared.name}-{rate:.2f}" + (f"-{copies}-copies" if copies > 1 else "")
                 plan = plans.setdefault(key, _plan(2000 + int(rate * 100), n, rate, copies))
                 name = label(strategy, mode)
                 progress.print(f"{name} at {rate:.0%} failures")
@@ -930,7 +924,7 @@ def _cost_time_plots() -> list[Plot]:
 def cost(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
     """Dollar cost at 0.000017 USD per GB·s, replicas included, against the failure rate for
     ideal, retry and canary (thesis Fig 6.7); ``params`` as :func:`replication`'s."""
-    compared = _compared_workload(params)
+    compared = _Sized.of(COMPARED, params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.0, 0.15, 0.25, 0.50]
     rows, plans = _compare(
@@ -973,7 +967,7 @@ def cost(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
         plans=plans,
         findings=findings,
         setup=[
-            *_setup(n, "one invocation in flight at a time", dict([compared.params])),
+            *_setup(n, "one invocation in flight at a time", {compared.name: compared.params}),
             "Cost: each activation's duration × its memory limit, plus the memory the warm "
             f"replicas held while wanted, at {PRICE_PER_GB_S} USD per GB·s.",
         ],
@@ -989,8 +983,8 @@ def scale(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
     """Increasing invocations and workers at 15% failures, retry against canary, and one large
     run of a light workload checked unit by unit from the store (thesis Figs 6.10, 6.11);
     ``params`` change the light workload's parameters (see :func:`workload_params`)."""
-    light = _sized(LIGHT, params)
-    name, params_of = light.params
+    light = _Sized.of(LIGHT, params)
+    name, params_of = light.name, light.params
     sizes = [50, 100] if size == "quick" else [200, 400, 800, 1000]
     large = 250 if size == "quick" else 5000
     found = workload(name)
