@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -74,8 +75,8 @@ def _named(option: str, value: str) -> str:
     """An option's part of a report's name: ``training``, ``passes8``, ``training.epochs-8``."""
     if option == "--workload":
         return value
-    if option == "--param":
-        return re.sub(r"[^A-Za-z0-9._-]", "_", value.strip("'").replace("=", "-", 1))
+    if option == "--param":  # as the command quotes it (shlex), unquoted
+        return re.sub(r"[^A-Za-z0-9._-]", "_", shlex.split(value)[0].replace("=", "-", 1))
     return f"{option.removeprefix('--')}{value}"
 
 
