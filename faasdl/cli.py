@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
 import typer
 from pydantic import ValidationError as PydanticValidationError
@@ -26,19 +26,32 @@ if TYPE_CHECKING:
     from faasdl.controller.client import ControllerClient
     from faasdl.store import StateStore
 
+#: The commands' help is Markdown: their docstrings quote commands in backticks, and a summary
+#: that spans lines of its docstring is one paragraph in a group's list of commands (rich mode
+#: kept its line breaks there).
+HELP_MARKUP: Final = "markdown"
+
 app = typer.Typer(
     name="faasdl",
     help="Train deep-learning models on Apache OpenWhisk, through failures.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=HELP_MARKUP,
 )
-platform_app = typer.Typer(help="The embedded OpenWhisk-compatible platform.", no_args_is_help=True)
+platform_app = typer.Typer(
+    help="The embedded OpenWhisk-compatible platform.",
+    no_args_is_help=True,
+    rich_markup_mode=HELP_MARKUP,
+)
 bench_app = typer.Typer(
-    help="Benchmarks; each prints its figures as JSON on its last line.", no_args_is_help=True
+    help="Benchmarks; each prints its figures as JSON on its last line.",
+    no_args_is_help=True,
+    rich_markup_mode=HELP_MARKUP,
 )
 keys_app = typer.Typer(
     help="API keys of the controller, made and revoked in its state store (FAASDL_STORE__URL).",
     no_args_is_help=True,
+    rich_markup_mode=HELP_MARKUP,
 )
 app.add_typer(platform_app, name="platform")
 app.add_typer(bench_app, name="bench")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from rich.table import Table
 from typer.testing import CliRunner
 
@@ -171,3 +174,26 @@ def test_output_that_is_not_a_terminal_is_laid_out_wide(monkeypatch: pytest.Monk
     assert "value 0000008" in log.getvalue()  # no cell wrapped
     monkeypatch.setenv("COLUMNS", "100")
     assert stderr_console().width == 100
+
+
+def _groups(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every group of commands under ``command`` (itself first), with its words on the line."""
+    if hasattr(command, "commands"):
+        yield path, command
+        for name, sub in command.commands.items():
+            yield from _groups(sub, (*path, name))
+
+
+def test_every_groups_help_lists_each_commands_summary_whole_on_its_line() -> None:
+    """A command's summary (its docstring's first paragraph) is one paragraph in its group's
+    list, whatever lines the docstring wraps it on; its backticks are markup."""
+    groups = list(_groups(typer.main.get_command(app)))
+    assert [path for path, _ in groups] == [(), ("platform",), ("bench",), ("keys",)]
+    for path, group in groups:
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        lines = [" ".join(line.strip("│ ").split()) for line in result.output.splitlines()]
+        for name, command in group.commands.items():
+            summary = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+            expected = f"{name} {summary.replace('`', '')}"
+            assert expected in lines, f"faasdl {' '.join(path)} --help: {name}"
