@@ -9,6 +9,7 @@ from a real OpenWhisk and one made by the embedded platform are the same type.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from abc import abstractmethod
@@ -20,6 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.errors import InvalidAction
 from faasdl.lifecycle import Resource
+
+
+def parse_json(data: str | bytes | bytearray) -> Any:
+    """JSON as OpenWhisk reads it: Python's ``json`` also reads ``NaN`` and ``±Infinity``, which
+    JSON has not, OpenWhisk's parser refuses, and no JSON response can carry (the embedded
+    server answered 500 for a request or a result that held one). Raises ``ValueError``."""
+    return json.loads(data, parse_constant=_not_json)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
 
 #: ``response.status`` for each OpenWhisk status code (``ActivationResponse.messageForCode``).
 SUCCESS = "success"

@@ -261,6 +261,17 @@ def test_bad_return_value_and_broken_init_are_developer_errors(platform: Platfor
     assert classify(broken).kind is FailureKind.APPLICATION_ERROR  # type: ignore[union-attr]
 
 
+def test_a_result_that_is_not_json_is_a_developer_error(platform: Platform) -> None:
+    # Python's json writes NaN; OpenWhisk's parser refuses it, and so does every JSON response
+    # (the embedded server answered 500 for it).
+    deploy(platform, "nan", "def main(args):\n    return {'loss': float('nan')}\n")
+
+    record = platform.call("nan")
+
+    assert record.response.status == DEVELOPER_ERROR
+    assert record.error == messages.invalid_run_response('{"loss": NaN}')
+
+
 def test_result_over_the_limit_is_truncated(platform: Platform) -> None:
     deploy(platform, "big", actions.BIG_RESULT)
 

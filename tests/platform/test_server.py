@@ -173,6 +173,21 @@ def test_malformed_json_is_a_bad_request(api: Api) -> None:
     assert_error(response, 400, "The request content was malformed")
 
 
+def test_a_number_json_has_not_is_a_bad_request(api: Api) -> None:
+    # Python's json reads NaN and Infinity; JSON has neither, and the response that echoed one
+    # was a 500.
+    api.put_action("echo", python_action())
+
+    response = api.session.post(
+        f"{api.base}/actions/echo",
+        data=b'{"x": NaN, "y": -Infinity}',
+        params={"blocking": "true", "result": "true"},
+        headers={"Content-Type": "application/json"},
+    )
+
+    assert_error(response, 400, "The request content was malformed:\nNaN is not a JSON value")
+
+
 def test_payload_that_is_not_an_object_is_a_bad_request(api: Api) -> None:
     api.put_action("echo", python_action())
 

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from faasdl.platform.base import parse_json
 from faasdl.platform.local.memory import MemoryGuard
 from faasdl.platform.messages import ACTIVATION_LOG_SENTINEL
 
@@ -66,7 +67,7 @@ class Reply:
     ended_ms: int = 0
 
     def json(self) -> Any:
-        return json.loads(self.body)
+        return parse_json(self.body)
 
 
 def _log_timestamp() -> str:

@@ -12,7 +12,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import json
 import secrets
 import uuid
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from faasdl.errors import (
     InvalidAction,
 )
 from faasdl.platform import messages
-from faasdl.platform.base import Action, ActionSpec, Activation, StatusCode
+from faasdl.platform.base import Action, ActionSpec, Activation, StatusCode, parse_json
 from faasdl.platform.local.embedded import LocalPlatform, decode_code
 from faasdl.serving import AppThread
 
@@ -177,7 +176,7 @@ def create_app(
         if not body.strip():
             return None
         try:
-            return json.loads(body)
+            return parse_json(body)
         except ValueError as exc:
             raise ApiError(400, f"The request content was malformed:\n{exc}") from None
 
