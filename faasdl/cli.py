@@ -433,6 +433,8 @@ def _read_spec(path: Path) -> dict[str, Any]:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         fail(f"--spec: cannot read {path}: {exc.strerror}")
+    except UnicodeDecodeError as exc:
+        fail(f"--spec: {path} is not UTF-8 text: {exc.reason} at byte {exc.start}")
     except yaml.YAMLError as exc:
         fail(f"--spec: {path} is not valid YAML or JSON: {exc}")
     if not isinstance(loaded, dict):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "FAASDL_"
@@ -37,7 +37,14 @@ def read_secret_file(path: Path, field: str) -> SecretStr:
     return SecretStr(value)
 
 
-class LocalPlatformSettings(BaseModel):
+class Section(BaseModel):
+    """A group of settings. A number must be finite: ``inf`` would pass a bound like ``gt=0``
+    and fail later (a socket's timeout), and JSON has no infinity to show it with."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class LocalPlatformSettings(Section):
     """The embedded OpenWhisk-like platform (``faasdl.platform.local``)."""
 
     namespace: str = Field("guest", description="Name of the single namespace the platform serves.")
@@ -122,7 +129,7 @@ class LocalPlatformSettings(BaseModel):
         return self
 
 
-class OpenWhiskSettings(BaseModel):
+class OpenWhiskSettings(Section):
     """A real OpenWhisk reached through its REST API v1 (``faasdl.platform.openwhisk``)."""
 
     api_host: str = Field("http://127.0.0.1:3233", description="Base URL of the OpenWhisk API.")
@@ -165,7 +172,7 @@ class OpenWhiskSettings(BaseModel):
         return self
 
 
-class KubernetesSettings(BaseModel):
+class KubernetesSettings(Section):
     """The Kubernetes cluster OpenWhisk runs on (``faasdl.platform.kubernetes``, the
     ``kubernetes`` extra): the controller watches its action pods and tells Canary of an OOM-killed,
     deleted or evicted pod sooner than the activation's record."""
@@ -183,7 +190,7 @@ class KubernetesSettings(BaseModel):
     )
 
 
-class ServerSettings(BaseModel):
+class ServerSettings(Section):
     """The embedded platform's OpenWhisk-compatible REST server (``faasdl platform serve``)."""
 
     host: str = Field("127.0.0.1", description="Interface to listen on.")
@@ -207,7 +214,7 @@ class ServerSettings(BaseModel):
 SqliteSynchronous = Literal["EXTRA", "FULL", "NORMAL"]
 
 
-class StoreSettings(BaseModel):
+class StoreSettings(Section):
     """The state store (``faasdl.store``): the URL picks the backend."""
 
     url: str = Field(
@@ -248,7 +255,7 @@ class StoreSettings(BaseModel):
         return self
 
 
-class EstimatorSettings(BaseModel):
+class EstimatorSettings(Section):
     """How faasdl sizes training actions."""
 
     memory_step_mb: int = Field(
@@ -259,7 +266,7 @@ class EstimatorSettings(BaseModel):
     )
 
 
-class ControllerSettings(BaseModel):
+class ControllerSettings(Section):
     """The controller (``faasdl serve``): its REST API, admission and job runner."""
 
     host: str = Field("127.0.0.1", description="Interface the REST API listens on.")
@@ -273,7 +280,7 @@ class ControllerSettings(BaseModel):
     events_kept: int = Field(500, ge=10, description="Log lines kept in a job's record.")
 
 
-class ApiSettings(BaseModel):
+class ApiSettings(Section):
     """Who may use the controller's REST API, and how much of it (``faasdl.controller.auth``)."""
 
     auth: Literal["keys", "none"] = Field(
@@ -333,7 +340,7 @@ class ApiSettings(BaseModel):
     )
 
 
-class ClientSettings(BaseModel):
+class ClientSettings(Section):
     """The CLI as a client of a controller (``faasdl submit``, ``jobs``, ``status``, …)."""
 
     api_key: SecretStr | None = Field(
@@ -354,7 +361,11 @@ class Settings(BaseSettings):
     """All of faasdl's configuration."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+        allow_inf_nan=False,
     )
 
     platform: Literal["local", "openwhisk"] = Field(

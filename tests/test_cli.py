@@ -74,8 +74,16 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         (["--model", "mlp", "--dataset", "npz", "--path", "/nonexistent.npz"], "dataset.path"),
         (["--model", "mlp", "--dataset", "imagenet"], "dataset"),
         (["--model", "resnet50"], "needs images of at least 32×32"),
+        (["--model", "mlp", "--expected-cost", "inf"], "expected_cost: Input should be a finite"),
     ],
-    ids=["unknown-model", "batch-size", "missing-npz", "unknown-dataset", "shape-mismatch"],
+    ids=[
+        "unknown-model",
+        "batch-size",
+        "missing-npz",
+        "unknown-dataset",
+        "shape-mismatch",
+        "infinite-cost",
+    ],
 )
 def test_estimate_refuses_bad_input_naming_the_field(
     args: list[str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -89,14 +97,27 @@ def test_estimate_refuses_bad_input_naming_the_field(
     assert not any(tmp_path.iterdir())  # nothing was written for a rejected job
 
 
-def test_estimate_reads_a_spec_file_and_refuses_a_bad_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (b"- not\n- a mapping\n", "must hold a mapping"),
+        (b"model: mlp\nepochs: [\n", "is not valid YAML or JSON"),
+        (b"model: mlp\n# \xff\n", "is not UTF-8 text: invalid start byte at byte 13"),
+        (b"model: mlp\nexpected_cost: .inf\n", "expected_cost: Input should be a finite number"),
+    ],
+    ids=["not-a-mapping", "not-yaml", "not-utf-8", "infinite-cost"],
+)
+def test_estimate_refuses_a_bad_spec_file_naming_it(
+    content: bytes, named: str, tmp_path: Path
+) -> None:
     spec = tmp_path / "job.yaml"
-    spec.write_text("- not\n- a mapping\n")
+    spec.write_bytes(content)
 
     result = runner.invoke(app, ["estimate", "--spec", str(spec)])
 
-    assert result.exit_code == 2
-    assert "must hold a mapping" in " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert named in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
 def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Path) -> None:

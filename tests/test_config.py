@@ -45,6 +45,9 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_LOCAL__MEMORY_STD_MB", "4000", "memory_min_mb <= memory_std_mb <= memory_max_mb"),
         ("FAASDL_OPENWHISK__AUTH", "no-colon-here", "uuid:key"),
         ("FAASDL_NOT_A_SETTING", "1", "Extra inputs are not permitted"),
+        # inf passes gt=0 and failed as a socket's timeout.
+        ("FAASDL_OPENWHISK__REQUEST_TIMEOUT_S", "inf", "openwhisk.request_timeout_s\n.*finite"),
+        ("FAASDL_PRICE_PER_GB_S", "inf", "finite number"),
     ],
 )
 def test_nonsense_is_refused_naming_the_setting(

@@ -16,6 +16,8 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from faasdl import __version__
@@ -29,6 +31,10 @@ from faasdl.platform import make_platform
 from faasdl.redact import Redactor, redact_logs
 from faasdl.store import make_store
 from faasdl.training.datasets import preload
+
+
+def _json_float(value: float) -> float | str:
+    return value if math.isfinite(value) else repr(value)
 
 
 def build_controller(settings: Settings) -> Controller:
@@ -102,6 +108,14 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
             status_code=exc.status_code,
             headers=headers,
         )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler, save that an input echoed back that JSON cannot hold (the
+        # Infinity or NaN Python's json reads in a body) is written as its repr: the response's
+        # encoder refused it, and the client got a 500 for its bad input.
+        errors = jsonable_encoder(exc.errors(), custom_encoder={float: _json_float})
+        return JSONResponse({"detail": errors}, status_code=422)
 
     app.include_router(jobs.router)
     app.include_router(datasets.router(max_upload_bytes=api.max_upload_bytes))

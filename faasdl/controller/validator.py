@@ -27,7 +27,7 @@ TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 class FaultTolerance(BaseModel):
     """How a job survives failed activations (:mod:`faasdl.canary.strategies`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     policy: StrategyName = Field(
         "canary",

@@ -37,7 +37,9 @@ HISTORY_MEMORY_SLACK = 1.1
 class EstimateRequest(BaseModel):
     """What sizing needs of a job (the job's spec has these fields and more)."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    # A cost or a loss must be finite: JSON has no infinity, so a stored job would read it
+    # back as null.
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
     model: str = Field(
         description="A model of the zoo (``faasdl.training.models.MODELS``).",

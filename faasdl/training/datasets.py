@@ -26,7 +26,7 @@ NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 #: The images in scikit-learn's digits.

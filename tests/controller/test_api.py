@@ -8,6 +8,8 @@ model's profile and the runtime's baseline are measured by the training action o
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import httpx
@@ -77,6 +79,10 @@ def stored(controller: Controller) -> list[str]:
             "test_fraction",
             "no training images",
         ),
+        # JSON has no infinity (Python's json reads one): a stored job read it back as null.
+        ({**MLP, "expected_cost": math.inf}, "expected_cost", "finite number"),
+        ({**MLP, "target_loss": math.nan}, "target_loss", "finite number"),  # was a 500
+        ({**MLP, "dataset": {"name": "synthetic", "noise": math.nan}}, "noise", "finite number"),
         ({**MLP, "colour": "blue"}, "colour", ""),
         ({"dataset": {"name": "digits"}}, "model", ""),
     ],
@@ -86,7 +92,12 @@ def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_stored(
 ) -> None:
     before = stored(controller)
 
-    response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k1"})
+    # Python's json writes (and reads) Infinity and NaN, which httpx's json= refuses to send.
+    response = client.post(
+        "/v1/jobs",
+        content=json.dumps(body),
+        headers={"Idempotency-Key": "k1", "content-type": "application/json"},
+    )
 
     assert response.status_code == 422, response.text
     assert field in response.text
