@@ -395,16 +395,27 @@ class Settings(BaseSettings):
     def _no_unknown_variables(self) -> Settings:
         # pydantic-settings ignores variables it does not know; a misspelt one would silently
         # leave a default in force. FAASDL_TEST_* is the test suite's own namespace.
-        known = {name.upper() for name in type(self).model_fields}
         unknown = sorted(
             var
             for var in os.environ
             if var.startswith(ENV_PREFIX)
             and not var.startswith(f"{ENV_PREFIX}TEST_")
-            and var[len(ENV_PREFIX) :].split("__")[0] not in known
+            and not _is_setting(type(self), var[len(ENV_PREFIX) :].split("__"))
         )
         if unknown:
             raise ValueError(
                 f"unknown setting(s) {', '.join(unknown)}: Extra inputs are not permitted"
             )
         return self
+
+
+def _is_setting(model: type[BaseModel], names: list[str]) -> bool:
+    """Whether a variable's ``__``-separated names lead to a setting of ``model``
+    (``LOCAL__POOL_MEMORY_MB``), not to a group of them or past one."""
+    field = model.model_fields.get(names[0].lower())
+    if field is None:
+        return False
+    section = field.annotation
+    if isinstance(section, type) and issubclass(section, Section):
+        return len(names) > 1 and _is_setting(section, names[1:])
+    return len(names) == 1

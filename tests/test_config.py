@@ -48,6 +48,8 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         # inf passes gt=0 and failed as a socket's timeout.
         ("FAASDL_OPENWHISK__REQUEST_TIMEOUT_S", "inf", "openwhisk.request_timeout_s\n.*finite"),
         ("FAASDL_PRICE_PER_GB_S", "inf", "finite number"),
+        # A misspelt setting of a group left its default in force.
+        ("FAASDL_LOCAL__POOL_MEMORY", "2048", "unknown setting.*FAASDL_LOCAL__POOL_MEMORY:"),
     ],
 )
 def test_nonsense_is_refused_naming_the_setting(
