@@ -28,6 +28,7 @@ Each class carries the HTTP status the controller's single exception handler ans
     │   └── Superseded (409)               a fenced write from an attempt that lost ownership
     ├── EstimationError (422)
     ├── AggregationError (500)
+    ├── TrainingDiverged (422)             a loss or weight no longer finite; a retry would too
     ├── AccessError (403)                  the controller's API refused the caller
     │   ├── Unauthenticated (401)          no API key, or one unknown or revoked
     │   └── LimitExceeded (429)            a rate limit or a tenant's quota; retry after a while
@@ -178,6 +179,13 @@ class EstimationError(FaasdlError):
 
 class AggregationError(FaasdlError):
     """Models that cannot be merged (shapes differ, no examples, missing results)."""
+
+
+class TrainingDiverged(FaasdlError):
+    """A training step's loss is NaN or infinite. Training is deterministic, so every attempt
+    would end the same: the job's learning rate (or its data) must change."""
+
+    status_code = 422
 
 
 class AccessError(FaasdlError):

@@ -23,6 +23,8 @@ from faasdl.store.base import Buffer, Pieces
 from faasdl.training.tensors import encode_tensors, unpack
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+#: How many input values the check for ones that are not finite looks at a time.
+NONFINITE_CHECK_VALUES = 1 << 22
 
 
 class _Spec(BaseModel):
@@ -282,7 +284,21 @@ def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.nda
         )
     if len(y) == 0:
         raise ValidationError(f"x_{part} is empty", field="dataset.path")
-    scaled = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
+    with np.errstate(over="ignore"):  # a float64 past float32's range: counted below
+        scaled = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
+    # NaN or ±inf would make every loss NaN; counted a slice at a time, not with a mask as
+    # large as the inputs.
+    rows = max(1, NONFINITE_CHECK_VALUES // max(1, scaled[0].size))
+    bad = sum(
+        int(np.count_nonzero(~np.isfinite(scaled[i : i + rows])))
+        for i in range(0, len(scaled), rows)
+    )
+    if bad:
+        raise ValidationError(
+            f"x_{part} holds {bad:,} values that are not finite as float32 (NaN, ±inf or "
+            "beyond ±3.4e38)",
+            field="dataset.path",
+        )
     if x.ndim == 3:  # grey images without a channel axis
         scaled = scaled[..., np.newaxis]
     return scaled, y.astype(np.int32)

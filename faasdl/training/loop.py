@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from faasdl.errors import TrainingDiverged
 from faasdl.training.tensors import TrainState
 
 if TYPE_CHECKING:
@@ -100,6 +101,14 @@ class Trainer:
             return total, correct
 
         self._train_step = train_step
+
+        @tf.function  # type: ignore[untyped-decorator]
+        def all_finite() -> tf.Tensor:
+            return tf.reduce_all(
+                [tf.reduce_all(tf.math.is_finite(v)) for v in model.trainable_variables]
+            )
+
+        self._all_finite = all_finite
         variables = [*model.weights, *self.optimizer.variables]
 
         @tf.function  # type: ignore[untyped-decorator]
@@ -194,6 +203,10 @@ class Trainer:
             while state.step < steps:
                 batch = order[state.step * self.config.batch_size :][: self.config.batch_size]
                 total, correct = self._train_step(x[batch], y[batch])
+                if not math.isfinite(float(total)):
+                    loss = float(total) / len(batch)
+                    where = f"the loss of epoch {state.epoch + 1}, step {state.step + 1} is {loss}"
+                    raise self._diverged(where)
                 state.loss_sum += float(total)
                 state.correct += int(correct)
                 state.seen += len(batch)
@@ -201,6 +214,9 @@ class Trainer:
                 report.steps += 1
                 if on_step is not None:
                     on_step(state)
+            # A weight may be NaN while the loss is not: ReLU's kernel makes max(NaN, 0) zero.
+            if not bool(self._all_finite()):
+                raise self._diverged(f"a weight is not finite after epoch {state.epoch + 1}")
             state.epochs.append(
                 {"loss": state.loss_sum / state.seen, "accuracy": state.correct / state.seen}
             )
@@ -217,6 +233,14 @@ class Trainer:
                 break
         return report
 
+    def _diverged(self, where: str) -> TrainingDiverged:
+        # Training on would average NaN into the global model, and a result's JSON cannot
+        # hold one.
+        return TrainingDiverged(
+            f"training diverged: {where} ({self.config.optimizer}, learning rate "
+            f"{self.config.learning_rate:g} in this action): a lower learning_rate may train"
+        )
+
     def evaluate(self, x: np.ndarray, y: np.ndarray, *, batch_size: int = 256) -> dict[str, float]:
         """Loss and accuracy of the current weights on ``(x, y)``."""
         import keras
@@ -227,6 +251,11 @@ class Trainer:
             logits = self.model(x[start : start + batch_size], training=False)
             total += float(loss_fn(y[start : start + batch_size], logits))
             correct += int(np.sum(np.argmax(np.asarray(logits), axis=1) == y[start:][:batch_size]))
+        if not math.isfinite(total):  # finite weights whose logits overflow
+            raise TrainingDiverged(
+                f"training diverged: the model's loss on {len(y)} examples is {total / len(y)}: "
+                "a lower learning_rate may train"
+            )
         return {"loss": total / len(y), "accuracy": correct / len(y)}
 
 

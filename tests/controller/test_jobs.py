@@ -150,6 +150,22 @@ def test_a_job_with_a_target_loss_stops_early(client: httpx.Client) -> None:
     assert record["model"] == f"jobs/{job_id}/global/{len(losses):05d}"
 
 
+def test_a_job_that_diverges_fails_at_once_saying_so(client: httpx.Client) -> None:
+    # Momentum SGD at 10 × √4 on batches of one takes a shard's loss to NaN within its first
+    # epoch. Training is deterministic: a retry would diverge again.
+    spec = {**DIGITS_JOB, "optimizer": "sgd", "learning_rate": 10, "batch_size": 1}
+
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    record = job(client, job_id)["job"]
+
+    assert record["state"] == "failed"
+    assert "training diverged: " in record["error"]
+    assert "a lower learning_rate may train" in record["error"]
+    assert [f["classification"] for f in record["failures"]] == ["application_error"]
+    assert record["failures"][0]["recovery"] == "fail"
+
+
 def test_two_jobs_that_do_not_fit_together_both_complete_the_second_queued_first(
     client: httpx.Client, controller: Controller
 ) -> None:

@@ -7,6 +7,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from faasdl.errors import ValidationError
+from faasdl.training import datasets
 from faasdl.training.datasets import (
     DIGITS_IMAGES,
     DigitsSpec,
@@ -127,8 +128,17 @@ def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path)
             },
             "would need pickle",
         ),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.zeros(4, int),
+                "x_test": np.array([[0.0, 1e300], [0.0, 0.0]]),  # float32's inf
+                "y_test": np.zeros(2, int),
+            },
+            "x_test holds 1 values that are not finite as float32",
+        ),
     ],
-    ids=["missing-keys", "label-count", "needs-pickle"],
+    ids=["missing-keys", "label-count", "needs-pickle", "beyond-float32"],
 )
 def test_a_bad_npz_is_refused_naming_the_field(
     tmp_path: Path, arrays: dict[str, np.ndarray], message: str
@@ -183,3 +193,23 @@ def test_the_extreme_digits_test_fractions_leave_some_of_both(fraction: float) -
     assert len(data.y_train) > 0
     assert len(data.y_test) > 0
     assert len(data.y_train) + len(data.y_test) == DIGITS_IMAGES
+
+
+def test_inputs_that_are_not_finite_are_counted_and_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A NaN in a data set makes every loss NaN: refused as it is read (an upload, a job's spec),
+    # counted a few rows at a time.
+    monkeypatch.setattr(datasets, "NONFINITE_CHECK_VALUES", 5)  # two rows of two
+    x_train = np.zeros((7, 2), dtype=np.float32)
+    x_train[[0, 3, 6], [1, 0, 1]] = [np.nan, np.inf, -np.inf]
+    spec = _npz(
+        tmp_path / "nan.npz",
+        x_train=x_train,
+        y_train=np.zeros(7, int),
+        x_test=np.zeros((2, 2)),
+        y_test=np.zeros(2, int),
+    )
+
+    with pytest.raises(ValidationError, match="x_train holds 3 values that are not finite"):
+        load_dataset(spec)

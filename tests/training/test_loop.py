@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
 
+from faasdl.errors import TrainingDiverged
 from faasdl.training.datasets import DigitsSpec, Shard, load_dataset, split_shards
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
 from faasdl.training.models import build_model
@@ -101,3 +102,25 @@ def test_a_run_stopped_mid_epoch_resumes_in_a_new_trainer_bit_identical() -> Non
     pairs = zip(uninterrupted.state.weights, resumed.state.weights, strict=True)
     assert all(np.array_equal(a, b) for a, b in pairs)
     assert resumed.state.epochs == uninterrupted.state.epochs
+
+
+def test_weights_that_are_no_longer_finite_stop_training_naming_the_learning_rate() -> None:
+    # An input near float32's largest makes the first layer's sums overflow: the weights turn
+    # NaN at its step (the loss may stay finite, ReLU's kernel zeroing NaN), and every later
+    # step would train on them.
+    net = build_model("mlp", DIGITS.input_shape, DIGITS.classes, seed=5)
+    t = Trainer(net, TrainConfig(batch_size=32, epochs=2, seed=5, optimizer="sgd"))
+    x = SHARD.x.copy()
+    x[40] = 3e38
+
+    with pytest.raises(TrainingDiverged, match=r"training diverged: .* epoch 1\b") as caught:
+        t.train(x, SHARD.y, t.initial_state())
+    assert "(sgd, learning rate 0.001 in this action): a lower learning_rate" in str(caught.value)
+
+
+def test_a_model_whose_test_loss_overflows_is_reported_as_diverged() -> None:
+    t = trainer("mlp")
+    t.load(TrainState(weights=[w * np.float32(1e30) for w in t.weights()]))  # finite, huge
+
+    with pytest.raises(TrainingDiverged, match=r"the model's loss on 359 examples is (nan|inf)"):
+        t.evaluate(DIGITS.x_test, DIGITS.y_test)
