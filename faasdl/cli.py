@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
@@ -309,7 +310,10 @@ def _store() -> Iterator[StateStore]:
     """The configured state store, open; its errors end the command with one line."""
     from faasdl.store import make_store
 
-    store = make_store(load_settings().store)
+    try:
+        store = make_store(load_settings().store)
+    except FaasdlError as exc:
+        fail(str(exc))
     try:
         store.open()
         yield store
@@ -390,7 +394,7 @@ def estimate(
 
     fields: dict[str, Any] = {}
     if spec is not None:
-        fields = _read_spec(spec)
+        fields = _read_spec(spec, given_as="--spec")
     data = dict(fields.get("dataset") or {})
     for key, value in (("name", dataset), ("path", path)):
         if value is not None:
@@ -426,19 +430,20 @@ def estimate(
     typer.echo(plan.model_dump_json())
 
 
-def _read_spec(path: Path) -> dict[str, Any]:
+def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
+    """The job fields of a YAML or JSON file; an error names it as the command's ``given_as``."""
     import yaml
 
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        fail(f"--spec: cannot read {path}: {exc.strerror}")
+        fail(f"{given_as}: cannot read {path}: {exc.strerror}")
     except UnicodeDecodeError as exc:
-        fail(f"--spec: {path} is not UTF-8 text: {exc.reason} at byte {exc.start}")
+        fail(f"{given_as}: {path} is not UTF-8 text: {exc.reason} at byte {exc.start}")
     except yaml.YAMLError as exc:
-        fail(f"--spec: {path} is not valid YAML or JSON: {exc}")
+        fail(f"{given_as}: {path} is not valid YAML or JSON: {exc}")
     if not isinstance(loaded, dict):
-        fail(f"--spec: {path} must hold a mapping of job fields")
+        fail(f"{given_as}: {path} must hold a mapping of job fields")
     return loaded
 
 
@@ -563,7 +568,19 @@ def _controller(url: str | None) -> Iterator[ControllerClient]:
         client.close()
 
 
-JobIdArgument = Annotated[str, typer.Argument(help="The job's id.")]
+def _job_id(value: str) -> str:
+    """A job id as the controller makes them, checked before a request is made of it (an empty
+    one asked for the list of jobs, ``../x`` for another path)."""
+    from faasdl.store.records import JOB_ID_PATTERN
+
+    if not re.fullmatch(JOB_ID_PATTERN, value):
+        raise typer.BadParameter(
+            f"{value!r} is not a job's id (16 hex digits, as faasdl jobs lists them)"
+        )
+    return value
+
+
+JobIdArgument = Annotated[str, typer.Argument(help="The job's id.", callback=_job_id)]
 UrlOption = Annotated[
     str | None,
     typer.Option(
@@ -610,7 +627,7 @@ def submit(
     from faasdl.controller.watch import summary
     from faasdl.controller.watch import watch as follow
 
-    fields = _read_spec(spec)
+    fields = _read_spec(spec, given_as="spec")
     try:
         JobSpec.model_validate(fields)
     except PydanticValidationError as exc:

@@ -107,16 +107,50 @@ def test_estimate_refuses_bad_input_naming_the_field(
     ],
     ids=["not-a-mapping", "not-yaml", "not-utf-8", "infinite-cost"],
 )
-def test_estimate_refuses_a_bad_spec_file_naming_it(
-    content: bytes, named: str, tmp_path: Path
+@pytest.mark.parametrize("command", ["estimate", "submit"])
+def test_a_bad_spec_file_is_refused_naming_it(
+    content: bytes, named: str, command: str, tmp_path: Path
 ) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_bytes(content)
+    args = {
+        "estimate": ["estimate", "--spec", str(spec)],
+        "submit": ["submit", str(spec), "--url", "http://127.0.0.1:9"],  # never reached
+    }[command]
 
-    result = runner.invoke(app, ["estimate", "--spec", str(spec)])
+    result = runner.invoke(app, args)
 
     assert result.exit_code == 2, result.output
-    assert named in " ".join(result.output.split())
+    output = " ".join(result.output.split())
+    assert named in output
+    if "finite" not in named:  # the file's errors name it as the command takes it
+        assert f"error: {'--spec' if command == 'estimate' else 'spec'}: {spec}" in output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("job_id", ["", "../../etc", "0123456789ABCDEF", "0123456789abcde"])
+@pytest.mark.parametrize("command", ["status", "ledger", "cancel", "model"])
+def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
+    command: str, job_id: str, tmp_path: Path
+) -> None:
+    # An empty id asked for the list of jobs, "../../etc" for the controller's /etc.
+    extra = ["--output", str(tmp_path / "model.safetensors")] if command == "model" else []
+
+    result = runner.invoke(app, [command, job_id, "--url", "http://127.0.0.1:9", *extra])
+
+    assert result.exit_code == 2, result.output
+    assert f"{job_id!r} is not a job's id" in " ".join(result.output.split())
+    assert "unreachable" not in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_store_url_of_an_unknown_scheme_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAASDL_STORE__URL", "bogus://x")
+
+    result = runner.invoke(app, ["keys", "list"])
+
+    assert result.exit_code == 2
+    assert "unknown scheme 'bogus'" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 

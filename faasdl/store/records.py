@@ -45,6 +45,10 @@ class WorkerInfo(Record):
         return worker_key(self.worker_id)
 
 
+#: A job's id: 16 hex digits (the controller makes it from a UUID).
+JOB_ID_PATTERN = r"^[0-9a-f]{16}$"
+
+
 class JobState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"

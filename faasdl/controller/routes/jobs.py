@@ -28,13 +28,12 @@ from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, Controller, JobLine, Job
 from faasdl.controller.routes import AUTHENTICATED, problems
 from faasdl.controller.validator import TENANT_PATTERN, JobSpec
 from faasdl.errors import JobNotFound
-from faasdl.store.records import ActivationUse, JobEvent, JobInfo, JobState
+from faasdl.store.records import JOB_ID_PATTERN, ActivationUse, JobEvent, JobInfo, JobState
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["jobs"], responses={**AUTHENTICATED, **problems(404, 409)}
 )
 
-JOB_ID_PATTERN = r"^[0-9a-f]{16}$"
 JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]
 #: How often the events stream looks at the job record.
 EVENTS_POLL_S = 0.25
