@@ -815,6 +815,7 @@ def experiment(
     size: report.Size = "full" if full else "quick"
     directory = output or Path("experiments") / ("results" if full else "quick")
     try:
+        report.check_writable(directory)
         if name == "recovery":
             result = recovery(size, console, workloads, passes or PASSES, param or [])
         else:

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from typing import Any, Literal
 import psutil
 
 from faasdl import __version__
+from faasdl.errors import ValidationError
 from faasdl.experiments.inject import FailurePlan
 
 #: An experiment's size: minutes on 2 cores (CI's smoke test), or the thesis-sized run.
@@ -89,6 +91,20 @@ def environment() -> dict[str, Any]:
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def check_writable(directory: Path) -> None:
+    """Make ``directory`` if need be and write a file in it, before an experiment runs for
+    minutes only to fail at :func:`write`. Raises ``ValidationError`` naming ``--output``."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ValidationError(
+            f"{directory}: cannot write a report there: {reason}", field="--output"
+        ) from exc
 
 
 def write(result: Result, directory: Path) -> Path:

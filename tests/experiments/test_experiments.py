@@ -408,6 +408,23 @@ def test_a_bad_workload_passes_or_param_option_is_refused_before_anything_runs(
     assert not list(tmp_path.iterdir())
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    # The report is written at the end: a run of minutes had failed there.
+    (tmp_path / "a-file").write_text("")
+    output = tmp_path / "a-file" / "results"
+
+    result = runner.invoke(app, ["experiment", "scale", "--output", str(output)])
+
+    assert result.exit_code == 2
+    assert f"--output: {output}: cannot write a report there: Not a directory" in " ".join(
+        result.output.split()
+    )
+    assert "scale:" not in result.output  # no progress: nothing ran
+    assert [p.name for p in tmp_path.iterdir()] == ["a-file"]
+
+
 def test_the_recovery_experiment_refuses_fewer_than_two_passes() -> None:
     with pytest.raises(ValidationError, match="passes: at least 2"):
         recovery("quick", Console(quiet=True), ("graph",), passes=1)
