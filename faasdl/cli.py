@@ -570,7 +570,7 @@ def _controller(url: str | None) -> Iterator[ControllerClient]:
 
 def _job_id(value: str) -> str:
     """A job id as the controller makes them, checked before a request is made of it (an empty
-    one asked for the list of jobs, ``../x`` for another path)."""
+    one asked for ``/v1/jobs/``, ``../x`` for another path)."""
     from faasdl.store.records import JOB_ID_PATTERN
 
     if not re.fullmatch(JOB_ID_PATTERN, value):
@@ -723,16 +723,18 @@ def model(
     url: UrlOption = None,
 ) -> None:
     """Download a finished job's model (safetensors: weights w/…, optimizer state opt/…)."""
-    with _controller(url) as client:
-        data = client.model(job_id)
+    # Written as it arrives into a file opened first (a place that cannot be written fails
+    # before the download), renamed when whole: never half a file under the name asked for.
     partial = output.with_name(output.name + ".partial")
     try:
-        partial.write_bytes(data)
-        partial.replace(output)  # never half a file under the name asked for
+        with _controller(url) as client, partial.open("wb") as out:
+            size = client.download_model(job_id, out)
+        partial.replace(output)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         fail(f"--output: cannot write {output}: {exc.strerror}")
-    typer.echo(json.dumps({"job_id": job_id, "path": str(output), "bytes": len(data)}))
+    finally:
+        partial.unlink(missing_ok=True)
+    typer.echo(json.dumps({"job_id": job_id, "path": str(output), "bytes": size}))
 
 
 EXPERIMENT_NAMES = ("recovery", "replication", "baselines", "scale", "cost", "disdel")

@@ -252,3 +252,21 @@ def test_every_groups_help_lists_each_commands_summary_whole_on_its_line() -> No
             summary = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
             expected = f"{name} {summary.replace('`', '')}"
             assert expected in lines, f"faasdl {' '.join(path)} --help: {name}"
+
+
+def test_a_model_download_fails_before_asking_where_it_cannot_be_written(tmp_path: Path) -> None:
+    unwritable = tmp_path / "no-such-dir" / "model.safetensors"
+    nowhere = runner.invoke(
+        app, ["model", "0123456789abcdef", "-o", str(unwritable), "--url", "http://127.0.0.1:9"]
+    )
+    writable = tmp_path / "model.safetensors"
+    unreachable = runner.invoke(
+        app, ["model", "0123456789abcdef", "-o", str(writable), "--url", "http://127.0.0.1:9"]
+    )
+
+    assert nowhere.exit_code == 2
+    reason = f"--output: cannot write {unwritable}: No such file or directory"
+    assert reason in " ".join(nowhere.output.split())
+    assert unreachable.exit_code == 2
+    assert "is unreachable" in unreachable.output
+    assert not any(tmp_path.iterdir())  # no .partial left behind

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, BinaryIO
 
 import requests
 
@@ -16,6 +16,9 @@ from faasdl.errors import (
     Unauthenticated,
     ValidationError,
 )
+
+#: How much of a model a download writes at a time.
+DOWNLOAD_CHUNK_BYTES = 1 << 20
 
 
 class ControllerClient:
@@ -53,6 +56,20 @@ class ControllerClient:
 
     def model(self, job_id: str) -> bytes:
         return self._call("GET", f"/v1/jobs/{job_id}/model").content
+
+    def download_model(self, job_id: str, out: BinaryIO) -> int:
+        """Write the job's model to ``out`` as it arrives, not held whole; returns its size."""
+        written = 0
+        with self._call("GET", f"/v1/jobs/{job_id}/model", stream=True) as response:
+            try:
+                for chunk in response.iter_content(chunk_size=DOWNLOAD_CHUNK_BYTES):
+                    out.write(chunk)
+                    written += len(chunk)
+            except requests.RequestException as exc:
+                raise PlatformUnavailable(
+                    f"the controller at {self.url} stopped sending the model: {exc}"
+                ) from exc
+        return written
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:

@@ -272,7 +272,9 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert f"{len(used)} activations" in status.output
     assert downloaded.exit_code == 0, downloaded.output
     assert len(unpack(out.read_bytes())["w"]) > 0
+    assert json.loads(downloaded.stdout.splitlines()[-1])["bytes"] == out.stat().st_size
     assert missing.exit_code == 2
+    assert not list(tmp_path.glob("none*"))  # its partial file is gone with it
     assert "no job '0123456789abcdef'" in missing.output
     assert not (tmp_path / "none").exists()
 
