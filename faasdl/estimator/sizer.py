@@ -14,11 +14,11 @@ from typing import Any
 
 from faasdl.actions import TRAIN, deploy_variant
 from faasdl.config import Settings
-from faasdl.errors import EstimationError
+from faasdl.errors import EstimationError, ValidationError
 from faasdl.estimator import history
 from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
 from faasdl.platform.base import Activation, Platform
-from faasdl.platform.classify import Failure, FailureKind
+from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
 from faasdl.store.records import BaselineRecord
 from faasdl.training.datasets import Dataset, SyntheticSpec, load_dataset
@@ -97,14 +97,24 @@ class Sizer:
         known = history.read_profile(self.store, name)
         if known is not None:
             return known
-        result = self._probe(
-            {
-                "mode": "profile",
-                "model": model,
-                "input_shape": list(input_shape),
-                "classes": classes,
-            }
-        )
+        params = {
+            "mode": "profile",
+            "model": model,
+            "input_shape": list(input_shape),
+            "classes": classes,
+        }
+        record = self._probe_record(params, check=False)
+        failure = classify(record)
+        if failure is not None and failure.kind is FailureKind.OUT_OF_MEMORY:
+            shape = "×".join(map(str, input_shape))
+            raise ValidationError(
+                f"{model} for {shape} inputs and {classes} classes runs out of memory as it is "
+                f"built, in the platform's largest action memory "
+                f"({self.platform.limits().memory_max_mb} MB): use a smaller model or smaller "
+                "inputs",
+                field="model",
+            )
+        result = self._checked(record, params)
         profile = ModelProfile(**{f.name: int(result[f.name]) for f in fields(ModelProfile)})
         history.write_profile(self.store, name, profile)
         return profile
@@ -146,11 +156,9 @@ class Sizer:
         elif failure.kind is FailureKind.OUT_OF_TIME:
             history.record_failure(self.store, plan.signature, timeout_floor_ms=plan.timeout_ms)
 
-    def _probe(self, params: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._probe_record(params).response.result
-        return result
-
-    def _probe_record(self, params: dict[str, Any]) -> Activation:
+    def _probe_record(self, params: dict[str, Any], *, check: bool = True) -> Activation:
+        """A probe's activation at the platform's largest limits; with ``check``, one that
+        failed raises ``EstimationError``."""
         limits = self.platform.limits()
         variant = deploy_variant(
             self.platform,
@@ -159,9 +167,15 @@ class Sizer:
             timeout_ms=min(limits.timeout_max_ms, PROBE_TIMEOUT_MS),
         )
         record = self.platform.call(variant, params)
-        result = record.response.result or {}
+        if check:
+            self._checked(record, params)
+        return record
+
+    @staticmethod
+    def _checked(record: Activation, params: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = record.response.result or {}
         if not record.success:
             raise EstimationError(
                 f"measuring {params.get('mode')} failed: {record.error or result.get('error')}"
             )
-        return record
+        return result

@@ -11,6 +11,8 @@ from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
 from faasdl.aggregation.average import weighted_average
 from faasdl.canary.checkpoint import CanaryArgs
 from faasdl.config import Settings
+from faasdl.errors import ValidationError
+from faasdl.estimator import history
 from faasdl.estimator.planner import EstimateRequest
 from faasdl.estimator.sizer import Sizer
 from faasdl.platform.classify import classify
@@ -251,3 +253,20 @@ def test_the_sizer_measures_once_then_learns_from_a_real_run(
     assert (learned.memory_source, learned.timeout_source) == ("history", "history")
     assert learned.memory_mb >= record.response.result["peak_rss_mb"] * 1.1
     assert learned.timeout_ms < first.timeout_ms
+
+
+def test_a_model_that_cannot_be_built_in_the_largest_memory_is_refused_naming_it(
+    tf_platform: LocalPlatform, tf_store: Store
+) -> None:
+    # 2048×2048×3 inputs give the MLP's first layer 1.6 billion weights (6.4 GB): the probe
+    # that measures the model runs out of memory before it has one.
+    store, _ = tf_store
+    sizer = Sizer(platform=tf_platform, store=store, settings=Settings())
+    shape = (2048, 2048, 3)
+
+    with pytest.raises(ValidationError, match="runs out of memory as it is built") as caught:
+        sizer.profile("mlp", shape, 10)
+
+    assert caught.value.field == "model"
+    assert f"({tf_platform.limits().memory_max_mb} MB)" in str(caught.value)
+    assert history.read_profile(store, history.profile_name("mlp", shape, 10)) is None
