@@ -22,12 +22,38 @@ from pydantic import BaseModel, ConfigDict, Field
 from faasdl.errors import InvalidAction
 from faasdl.lifecycle import Resource
 
+#: How deep arrays and objects may nest in the JSON the platform reads: well inside what Python's
+#: recursion can encode again within a response.
+MAX_JSON_DEPTH = 200
+
 
 def parse_json(data: str | bytes | bytearray) -> Any:
     """JSON as OpenWhisk reads it: Python's ``json`` also reads ``NaN`` and ``±Infinity``, which
     JSON has not, OpenWhisk's parser refuses, and no JSON response can carry (the embedded
-    server answered 500 for a request or a result that held one). Raises ``ValueError``."""
-    return json.loads(data, parse_constant=_not_json)
+    server answered 500 for a request or a result that held one). A value nested deeper than
+    :data:`MAX_JSON_DEPTH` is refused too: one that Python's recursion could read but not write
+    back inside a response reset the connection. Raises ``ValueError``."""
+    too_deep = f"nested deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        value = json.loads(data, parse_constant=_not_json)
+    except RecursionError:
+        raise ValueError(too_deep) from None
+    if not _within_depth(value, MAX_JSON_DEPTH):
+        raise ValueError(too_deep)
+    return value
+
+
+def _within_depth(value: Any, most: int) -> bool:
+    """Whether no array or object in ``value`` lies deeper than ``most`` (walked without
+    recursion, containers only)."""
+    pending = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while pending:
+        item, depth = pending.pop()
+        if depth > most:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        pending.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return True
 
 
 def _not_json(constant: str) -> Any:

@@ -19,7 +19,7 @@ from faasdl.actions import TRAIN, deploy_variant
 from faasdl.config import OpenWhiskSettings
 from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
 from faasdl.platform import messages
-from faasdl.platform.base import ActionSpec
+from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec
 from faasdl.platform.openwhisk import OpenWhiskPlatform
 from tests.conftest import Served
 from tests.platform import actions
@@ -186,6 +186,22 @@ def test_a_number_json_has_not_is_a_bad_request(api: Api) -> None:
     )
 
     assert_error(response, 400, "The request content was malformed:\nNaN is not a JSON value")
+
+
+def test_json_nested_too_deeply_is_a_bad_request(api: Api) -> None:
+    # Deeper than Python's recursion, it answered 500; within it but too deep to be written
+    # back inside a response, it reset the connection.
+    api.put_action("echo", python_action())
+
+    for depth in (MAX_JSON_DEPTH + 1, 100_000):
+        response = api.session.post(
+            f"{api.base}/actions/echo",
+            data=b'{"x": ' + b"[" * depth + b"]" * depth + b"}",
+            params={"blocking": "true"},
+            headers={"Content-Type": "application/json"},
+        )
+
+        assert_error(response, 400, f"nested deeper than {MAX_JSON_DEPTH} levels")
 
 
 def test_payload_that_is_not_an_object_is_a_bad_request(api: Api) -> None:
