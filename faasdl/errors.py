@@ -182,8 +182,8 @@ class AggregationError(FaasdlError):
 
 
 class TrainingDiverged(FaasdlError):
-    """A training step's loss is NaN or infinite. Training is deterministic, so every attempt
-    would end the same: the job's learning rate (or its data) must change."""
+    """A loss or a weight that is no longer finite (NaN or infinite). Training is deterministic,
+    so every attempt would end the same: the job's learning rate (or its data) must change."""
 
     status_code = 422
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any, BinaryIO
 
 import requests
@@ -55,7 +56,9 @@ class ControllerClient:
         return found
 
     def model(self, job_id: str) -> bytes:
-        return self._call("GET", f"/v1/jobs/{job_id}/model").content
+        buffer = io.BytesIO()
+        self.download_model(job_id, buffer)
+        return buffer.getvalue()
 
     def download_model(self, job_id: str, out: BinaryIO) -> int:
         """Write the job's model to ``out`` as it arrives, not held whole; returns its size."""

@@ -295,8 +295,8 @@ def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.nda
     )
     if bad:
         raise ValidationError(
-            f"x_{part} holds {bad:,} values that are not finite as float32 (NaN, ±inf or "
-            "beyond ±3.4e38)",
+            f"x_{part} holds {bad:,} value{'s' if bad > 1 else ''} not finite as float32 "
+            "(NaN, ±inf or beyond ±3.4e38)",
             field="dataset.path",
         )
     if x.ndim == 3:  # grey images without a channel axis

@@ -214,7 +214,7 @@ class Trainer:
                 report.steps += 1
                 if on_step is not None:
                     on_step(state)
-            # A weight may be NaN while the loss is not: ReLU's kernel makes max(NaN, 0) zero.
+            # A weight may be NaN while the steps' losses stay finite (an MLP's did).
             if not bool(self._all_finite()):
                 raise self._diverged(f"a weight is not finite after epoch {state.epoch + 1}")
             state.epochs.append(

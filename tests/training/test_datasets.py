@@ -135,7 +135,7 @@ def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path)
                 "x_test": np.array([[0.0, 1e300], [0.0, 0.0]]),  # float32's inf
                 "y_test": np.zeros(2, int),
             },
-            "x_test holds 1 values that are not finite as float32",
+            "x_test holds 1 value not finite as float32",
         ),
     ],
     ids=["missing-keys", "label-count", "needs-pickle", "beyond-float32"],
@@ -211,5 +211,5 @@ def test_inputs_that_are_not_finite_are_counted_and_refused(
         y_test=np.zeros(2, int),
     )
 
-    with pytest.raises(ValidationError, match="x_train holds 3 values that are not finite"):
+    with pytest.raises(ValidationError, match="x_train holds 3 values not finite as float32"):
         load_dataset(spec)

@@ -106,8 +106,7 @@ def test_a_run_stopped_mid_epoch_resumes_in_a_new_trainer_bit_identical() -> Non
 
 def test_weights_that_are_no_longer_finite_stop_training_naming_the_learning_rate() -> None:
     # An input near float32's largest makes the first layer's sums overflow: the weights turn
-    # NaN at its step (the loss may stay finite, ReLU's kernel zeroing NaN), and every later
-    # step would train on them.
+    # NaN at its step (whose loss may stay finite), and every later step would train on them.
     net = build_model("mlp", DIGITS.input_shape, DIGITS.classes, seed=5)
     t = Trainer(net, TrainConfig(batch_size=32, epochs=2, seed=5, optimizer="sgd"))
     x = SHARD.x.copy()
