@@ -177,7 +177,7 @@ def ledger(
 def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> Response:
     owned(controller, principal, job_id)
     return Response(
-        bytes(controller.model(job_id)),
+        memoryview(controller.model(job_id)),  # bytes() had copied the model once more
         media_type="application/octet-stream",
         headers={"Content-Disposition": f'attachment; filename="{job_id}.safetensors"'},
     )
