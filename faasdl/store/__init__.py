@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from faasdl.config import StoreSettings
 from faasdl.errors import ValidationError
@@ -20,9 +20,11 @@ def _sqlite(url: str, s: StoreSettings) -> StateStore:
     from faasdl.store.sqlite import SqliteStore
 
     path = url.removeprefix("sqlite:///")
-    if not path:
+    if not path or path == url:  # sqlite://x.db had made a store at ./sqlite:/x.db
         raise ValidationError(
-            "sqlite URLs need a path: sqlite:///relative.db or sqlite:////abs.db", field="store url"
+            "sqlite URLs need a path after three slashes: sqlite:///relative.db or "
+            f"sqlite:////abs.db, not {url}",
+            field="store url",
         )
     return SqliteStore(
         path=Path(path),
@@ -34,8 +36,17 @@ def _sqlite(url: str, s: StoreSettings) -> StateStore:
 
 
 def _redis(url: str, s: StoreSettings) -> StateStore:
+    from redis import ConnectionPool
+
     from faasdl.store.redis import RedisStore
 
+    try:
+        ConnectionPool.from_url(url)  # parses, connects to nothing: open() raised ValueError
+        port = urlsplit(url).port
+    except ValueError as exc:
+        raise ValidationError(f"{exc}", field="store url") from None
+    if port == 0:  # redis-py would take 6379
+        raise ValidationError("port 0 is not a Redis port", field="store url")
     return RedisStore(
         url=url,
         password=s.password.get_secret_value() if s.password else None,

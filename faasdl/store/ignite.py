@@ -13,6 +13,7 @@ wherever ``FAASDL_TEST_IGNITE_URL`` points at an Ignite 2.x node.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -23,13 +24,18 @@ from faasdl.store.base import StateStore
 T = TypeVar("T")
 _VERSION = struct.Struct(">Q")
 
+# pyignite logs a failed handshake with its traceback; with no handler configured (the CLI),
+# Python's last-resort handler printed it above the one line StoreUnavailable gives. A server's
+# configured logging still receives it.
+logging.getLogger("pyignite").addHandler(logging.NullHandler())
+
 
 def parse_nodes(hosts: str) -> list[tuple[str, int]]:
     """``host:port[,host2:port2]`` → ``[(host, port), ...]`` (port 10800 when left out)."""
     nodes = []
     for part in hosts.split(","):
         host, _, port = part.strip().rpartition(":") if ":" in part else (part.strip(), "", "10800")
-        if not host or not port.isdigit():
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValidationError(f"'{part}' is not host:port", field="store url")
         nodes.append((host, int(port)))
     return nodes

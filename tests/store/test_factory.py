@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,14 +42,41 @@ def test_urls_pick_the_backend_without_io(tmp_path: Path) -> None:
         ),
         ("just-a-path.db", "is not a URL"),
         ("sqlite:///", "sqlite URLs need a path"),
+        ("sqlite://x.db", "need a path after three slashes: .* not sqlite://x.db"),
+        ("redis://127.0.0.1:99999", "Port out of range"),
+        ("redis://:pw@[::1", "Invalid IPv6 URL"),
+        ("redis://h:0", "port 0 is not a Redis port"),
         ("ignite://host:notaport", "'host:notaport' is not host:port"),
+        ("ignite://host:99999", "'host:99999' is not host:port"),
     ],
 )
-def test_bad_urls_are_refused_naming_the_problem(url: str, text: str) -> None:
+def test_bad_urls_are_refused_naming_the_problem(
+    url: str, text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # sqlite://x.db had made a store at ./sqlite:/x.db
+
     with pytest.raises(ValidationError, match=text) as caught:
-        make_store(StoreSettings(), url)
+        make_store(StoreSettings(), url).open()  # the Redis ones raised ValueError here
 
     assert caught.value.field == "store url"
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_unreachable_ignite_is_one_line_from_the_cli() -> None:
+    # pyignite logs a failed handshake with its traceback; with no logging configured, Python
+    # printed it above the CLI's one line.
+    port = free_port()
+    env = {**os.environ, "FAASDL_STORE__URL": f"ignite://127.0.0.1:{port}"}
+    code = "from faasdl.cli import app; app(['keys', 'list'])"
+
+    ran = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+    assert ran.returncode == 2
+    assert ran.stderr.strip().splitlines() == [
+        f"error: cannot reach Ignite at [('127.0.0.1', {port})]: Can not connect."
+    ]
 
 
 def test_an_unreachable_redis_is_store_unavailable() -> None:
