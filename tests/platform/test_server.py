@@ -204,6 +204,23 @@ def test_json_nested_too_deeply_is_a_bad_request(api: Api) -> None:
         assert_error(response, 400, f"nested deeper than {MAX_JSON_DEPTH} levels")
 
 
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"since": "abc"}, "The query parameter 'since' was malformed:\nInput should be a valid"),
+        ({"limit": "1.5"}, "The query parameter 'limit' was malformed:\nInput should be a valid"),
+        ({"docs": "maybe"}, "The query parameter 'docs' was malformed:\nInput should be a valid"),
+    ],
+)
+def test_a_malformed_query_parameter_is_a_bad_request_in_openwhisks_words(
+    api: Api, query: dict[str, str], message: str
+) -> None:
+    # FastAPI answered 422 with its own body, which no OpenWhisk client reads.
+    response = api.session.get(f"{api.base}/activations", params=query)
+
+    assert_error(response, 400, message)
+
+
 def test_payload_that_is_not_an_object_is_a_bad_request(api: Api) -> None:
     api.put_action("echo", python_action())
 

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from faasdl import __version__
@@ -135,6 +136,15 @@ def create_app(
         if isinstance(exc, (ActionNotFound, ActivationNotFound)):
             return _error(404, messages.RESOURCE_DOES_NOT_EXIST)
         return _error(exc.status_code, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # akka-http's rejection as OpenWhisk answers it, not FastAPI's 422 and its own body.
+        first = exc.errors()[0]
+        where, name = first["loc"][0], first["loc"][-1]
+        if where == "query":
+            return _error(400, f"The query parameter '{name}' was malformed:\n{first['msg']}")
+        return _error(400, f"The request content was malformed:\n{name}: {first['msg']}")
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
