@@ -44,7 +44,7 @@ def _redis(url: str, s: StoreSettings) -> StateStore:
         ConnectionPool.from_url(url)  # parses, connects to nothing: open() raised ValueError
         port = urlsplit(url).port
     except ValueError as exc:
-        raise ValidationError(f"{exc}", field="store url") from None
+        raise ValidationError(str(exc), field="store url") from None
     if port == 0:  # redis-py would take 6379
         raise ValidationError("port 0 is not a Redis port", field="store url")
     return RedisStore(
