@@ -133,7 +133,7 @@ def test_a_bad_spec_file_is_refused_naming_it(
 def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
     command: str, job_id: str, tmp_path: Path
 ) -> None:
-    # An empty id asked for the list of jobs, "../../etc" for the controller's /etc.
+    # An empty id asked for /v1/jobs/, "../../etc" for the controller's /etc.
     extra = ["--output", str(tmp_path / "model.safetensors")] if command == "model" else []
 
     result = runner.invoke(app, [command, job_id, "--url", "http://127.0.0.1:9", *extra])
