@@ -250,27 +250,32 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert hit.final_init_ms is None
 
 
-def test_a_blow_aimed_into_the_first_millisecond_of_a_short_invocation_lands_in_it(
+def test_blows_aimed_into_the_first_millisecond_of_short_invocations_land_in_them(
     lab: Lab,
 ) -> None:
     """The scale experiment's light workload (a BFS of 8,191 vertices) runs in a few
     milliseconds on a fast machine: a blow due half a millisecond after an attempt's first
-    heartbeat must find it still running, one invocation in flight (with the runner's 10 ms
-    tick alone, 0 of 15 landed in a quick scale run there)."""
+    heartbeat must find it still running (with the runner's 10 ms tick alone, 0 of 15 landed in
+    a quick scale run there; polled every 10 ms, 4 of these 24). Counted, not each one: on two
+    busy cores a wake-up can still come after a 5 ms invocation has ended (one blow of three
+    missed in a clean clone's suite run)."""
     name, params = LIGHT
-    n, hit = 6, [1, 3, 5]
+    n = 48
+    aimed = list(range(1, n, 2))
     spec = RunSpec(
         run_id="short-blows",
         workload=name,
         params=params,
         invocations=n,
         strategy="retry",
-        plan=FailurePlan(faults=[Fault(invocation=i, at=0.1) for i in hit]),
+        plan=FailurePlan(faults=[Fault(invocation=i, at=0.1) for i in aimed]),
         expected_s=dict.fromkeys(range(n), 0.005),
     )
     report = lab.run(spec)
-    assert sorted(h.invocation for h in report.injected) == hit
-    for i in hit:  # each blow landed in the first attempt, which did not commit
+    landed = sorted(h.invocation for h in report.injected)
+    assert len(landed) >= 18, f"{len(landed)} of {len(aimed)} blows landed"
+    assert set(landed) <= set(aimed)
+    for i in landed:  # each blow landed in the first attempt, which did not commit
         assert report.outcomes[i].failures == ["crash"]
         assert report.outcomes[i].attempts == 2
     found = ledger(lab.store, spec.run_id, expected(n, params, name))
