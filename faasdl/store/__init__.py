@@ -42,11 +42,18 @@ def _redis(url: str, s: StoreSettings) -> StateStore:
 
     try:
         ConnectionPool.from_url(url)  # parses, connects to nothing: open() raised ValueError
-        port = urlsplit(url).port
+        parts = urlsplit(url)
+        port = parts.port
     except ValueError as exc:
         raise ValidationError(str(exc), field="store url") from None
     if port == 0:  # redis-py would take 6379
         raise ValidationError("port 0 is not a Redis port", field="store url")
+    database = parts.path.strip("/")
+    if database and not database.isdigit():  # redis-py would take database 0
+        raise ValidationError(
+            f"the database after the host must be a number (/0, /1, …), not /{database}",
+            field="store url",
+        )
     return RedisStore(
         url=url,
         password=s.password.get_secret_value() if s.password else None,

@@ -46,6 +46,7 @@ def test_urls_pick_the_backend_without_io(tmp_path: Path) -> None:
         ("redis://127.0.0.1:99999", "Port out of range"),
         ("redis://:pw@[::1", "Invalid IPv6 URL"),
         ("redis://h:0", "port 0 is not a Redis port"),
+        ("redis://h:6379/l", "must be a number .* not /l"),  # redis-py had taken database 0
         ("ignite://host:notaport", "'host:notaport' is not host:port"),
         ("ignite://host:99999", "'host:99999' is not host:port"),
     ],
