@@ -183,9 +183,14 @@ class AggregationError(FaasdlError):
 
 class TrainingDiverged(FaasdlError):
     """A loss or a weight that is no longer finite (NaN or infinite). Training is deterministic,
-    so every attempt would end the same: the job's learning rate (or its data) must change."""
+    so every attempt would end the same: the job's learning rate (or its data) must change.
+    ``where`` says what was found, ``trained_with`` the optimizer and rate it trained at."""
 
     status_code = 422
+
+    def __init__(self, where: str, *, trained_with: str | None = None) -> None:
+        how = f" ({trained_with})" if trained_with else ""
+        super().__init__(f"training diverged: {where}{how}: a lower learning_rate may train")
 
 
 class AccessError(FaasdlError):

@@ -103,7 +103,7 @@ class Sizer:
             "input_shape": list(input_shape),
             "classes": classes,
         }
-        record = self._probe_record(params, check=False)
+        record = self._probe_record(params)
         failure = classify(record)
         if failure is not None and failure.kind is FailureKind.OUT_OF_MEMORY:
             shape = "×".join(map(str, input_shape))
@@ -125,11 +125,13 @@ class Sizer:
         known = history.read_baseline(self.store, runtime)
         if known is not None:
             return known
-        record = self._probe_record({"mode": "baseline"})
+        params = {"mode": "baseline"}
+        record = self._probe_record(params)
+        result = self._checked(record, params)
         return history.write_baseline(
             self.store,
             runtime,
-            peak_memory_mb=float(record.response.result["peak_rss_mb"]),
+            peak_memory_mb=float(result["peak_rss_mb"]),
             init_ms=record.init_time,
         )
 
@@ -156,9 +158,9 @@ class Sizer:
         elif failure.kind is FailureKind.OUT_OF_TIME:
             history.record_failure(self.store, plan.signature, timeout_floor_ms=plan.timeout_ms)
 
-    def _probe_record(self, params: dict[str, Any], *, check: bool = True) -> Activation:
-        """A probe's activation at the platform's largest limits; with ``check``, one that
-        failed raises ``EstimationError``."""
+    def _probe_record(self, params: dict[str, Any]) -> Activation:
+        """A probe's activation at the platform's largest limits (:meth:`_checked` says whether
+        it failed)."""
         limits = self.platform.limits()
         variant = deploy_variant(
             self.platform,
@@ -166,13 +168,11 @@ class Sizer:
             memory_mb=limits.memory_max_mb,
             timeout_ms=min(limits.timeout_max_ms, PROBE_TIMEOUT_MS),
         )
-        record = self.platform.call(variant, params)
-        if check:
-            self._checked(record, params)
-        return record
+        return self.platform.call(variant, params)
 
     @staticmethod
     def _checked(record: Activation, params: dict[str, Any]) -> dict[str, Any]:
+        """A probe's result; one that failed raises ``EstimationError``."""
         result: dict[str, Any] = record.response.result or {}
         if not record.success:
             raise EstimationError(

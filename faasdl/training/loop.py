@@ -203,11 +203,12 @@ class Trainer:
             while state.step < steps:
                 batch = order[state.step * self.config.batch_size :][: self.config.batch_size]
                 total, correct = self._train_step(x[batch], y[batch])
-                if not math.isfinite(float(total)):
-                    loss = float(total) / len(batch)
+                batch_loss = float(total)
+                if not math.isfinite(batch_loss):
+                    loss = batch_loss / len(batch)
                     where = f"the loss of epoch {state.epoch + 1}, step {state.step + 1} is {loss}"
                     raise self._diverged(where)
-                state.loss_sum += float(total)
+                state.loss_sum += batch_loss
                 state.correct += int(correct)
                 state.seen += len(batch)
                 state.step += 1
@@ -236,10 +237,9 @@ class Trainer:
     def _diverged(self, where: str) -> TrainingDiverged:
         # Training on would average NaN into the global model, and a result's JSON cannot
         # hold one.
-        return TrainingDiverged(
-            f"training diverged: {where} ({self.config.optimizer}, learning rate "
-            f"{self.config.learning_rate:g} in this action): a lower learning_rate may train"
-        )
+        config = self.config
+        rate = f"{config.optimizer}, learning rate {config.learning_rate:g} in this action"
+        return TrainingDiverged(where, trained_with=rate)
 
     def evaluate(self, x: np.ndarray, y: np.ndarray, *, batch_size: int = 256) -> dict[str, float]:
         """Loss and accuracy of the current weights on ``(x, y)``."""
@@ -252,10 +252,7 @@ class Trainer:
             total += float(loss_fn(y[start : start + batch_size], logits))
             correct += int(np.sum(np.argmax(np.asarray(logits), axis=1) == y[start:][:batch_size]))
         if not math.isfinite(total):  # finite weights whose logits overflow
-            raise TrainingDiverged(
-                f"training diverged: the model's loss on {len(y)} examples is {total / len(y)}: "
-                "a lower learning_rate may train"
-            )
+            raise TrainingDiverged(f"the model's loss on {len(y)} examples is {total / len(y)}")
         return {"loss": total / len(y), "accuracy": correct / len(y)}
 
 
