@@ -273,11 +273,14 @@ def test_blows_aimed_into_the_first_millisecond_of_short_invocations_land_in_the
     )
     report = lab.run(spec)
     landed = sorted(h.invocation for h in report.injected)
-    assert len(landed) >= 18, f"{len(landed)} of {len(aimed)} blows landed"
     assert set(landed) <= set(aimed)
-    for i in landed:  # each blow landed in the first attempt, which did not commit
-        assert report.outcomes[i].failures == ["crash"]
-        assert report.outcomes[i].attempts == 2
+    # A blow that lands as the attempt commits counts as its success (one did in cc88).
+    crashed = [i for i in landed if report.outcomes[i].failures == ["crash"]]
+    assert len(crashed) >= 18, f"{len(crashed)} of {len(aimed)} blows landed in a running attempt"
+    for i in landed:
+        outcome = report.outcomes[i]
+        assert outcome.failures in ([], ["crash"])
+        assert outcome.attempts == 1 + len(outcome.failures)
     found = ledger(lab.store, spec.run_id, expected(n, params, name))
     assert found.exactly_once
     assert found.committed == n
