@@ -41,7 +41,7 @@ from faasdl.estimator.sizer import Sizer, checked_facts
 from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import absolute_url, make_store
-from faasdl.store.base import StateStore, Versioned
+from faasdl.store.base import BlobManifest, StateStore, Versioned
 from faasdl.store.records import (
     ActivationUse,
     FunctionInfo,
@@ -365,12 +365,13 @@ class Controller:
                 raise JobError(f"job {job_id} is still {job.state} after {timeout_s:g} s")
             time.sleep(poll_s)
 
-    def model(self, job_id: str) -> bytearray:
-        """The trained model (safetensors) of a finished job."""
+    def model(self, job_id: str) -> tuple[BlobManifest, Iterator[bytes]]:
+        """The trained model (safetensors) of a finished job: its size, and its bytes as they
+        are read from the store, each piece checked (:meth:`StateStore.read_blob`)."""
         job = self.job(job_id)
         if job.state is not JobState.DONE or job.model is None:
             raise JobError(f"job {job_id} has no model: it is {job.state}")
-        return self.store.get_blob(job.model)
+        return self.store.read_blob(job.model)
 
     def ledger(self, job_id: str) -> list[ActivationUse]:
         """The job's ledger: each activation it has run, what it used and cost, in the order

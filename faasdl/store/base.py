@@ -313,33 +313,74 @@ class StateStore(Resource):
         Raises ``BlobNotFound`` if there is none and ``BlobCorrupted`` if a chunk is missing or
         does not match its checksum: never wrong data.
         """
+        manifest, pieces = self.read_blob(name)
+        data = bytearray(manifest.size)
+        filled = 0
+        for piece in pieces:
+            data[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        return data
+
+    def read_blob(self, name: str) -> tuple[BlobManifest, Iterator[bytes]]:
+        """The blob's manifest, and its bytes a chunk at a time as they are read: for a reader
+        that passes them on (the API's model download) rather than holding the blob whole.
+
+        The manifest is checked first: ``BlobNotFound`` or ``BlobCorrupted`` before a byte is
+        read. Each piece is checked before it is yielded, and the iterator raises
+        ``BlobCorrupted`` at the first that is missing or wrong, so that a reader passing them
+        on has sent fewer bytes than the manifest's size, never wrong ones. (A spill file has one
+        checksum over it all: its last piece is held back until the whole is checked.)
+        """
         manifest = self._manifest(check_key(name, "name"))
         if manifest is None:
             raise BlobNotFound(f"no blob named {name!r}")
-        if manifest.spill_path is not None:
-            data = self._read_spill(manifest)
-            if hashlib.sha256(data).hexdigest() != manifest.sha256:
-                raise BlobCorrupted(f"blob {name!r}: the spill file does not match its checksum")
-            return data
-        if _hash_list(manifest.chunk_sha256) != manifest.sha256:
-            raise BlobCorrupted(f"blob {name!r}: its manifest's chunk list is damaged")
-        if manifest.size > len(manifest.chunk_sha256) * manifest.chunk_size:
-            raise BlobCorrupted(f"blob {name!r}: its manifest's size is more than its chunks hold")
-        data = bytearray(manifest.size)
-        filled = 0
+        if manifest.spill_path is None:
+            if _hash_list(manifest.chunk_sha256) != manifest.sha256:
+                raise BlobCorrupted(f"blob {name!r}: its manifest's chunk list is damaged")
+            if manifest.size > len(manifest.chunk_sha256) * manifest.chunk_size:
+                raise BlobCorrupted(
+                    f"blob {name!r}: its manifest's size is more than its chunks hold"
+                )
+            return manifest, self._checked_chunks(manifest)
+        return manifest, self._checked_spill(manifest)
+
+    def _checked_chunks(self, manifest: BlobManifest) -> Iterator[bytes]:
+        name, sent = manifest.name, 0
         for i, expected in enumerate(manifest.chunk_sha256):
             piece = self._read_chunk(self._chunk_key(name, manifest.write_id, i))
             if piece is None:
                 raise BlobCorrupted(f"blob {name!r}: chunk {i} is missing")
             if hashlib.sha256(piece).hexdigest() != expected:
                 raise BlobCorrupted(f"blob {name!r}: chunk {i} does not match its checksum")
-            if filled + len(piece) > manifest.size:
+            if sent + len(piece) > manifest.size:
                 raise BlobCorrupted(f"blob {name!r} has more than its {manifest.size} bytes")
-            data[filled : filled + len(piece)] = piece
-            filled += len(piece)
-        if filled != manifest.size:
-            raise BlobCorrupted(f"blob {name!r} has {filled} bytes, not {manifest.size}")
-        return data
+            sent += len(piece)
+            yield piece
+        if sent != manifest.size:
+            raise BlobCorrupted(f"blob {name!r} has {sent} bytes, not {manifest.size}")
+
+    def _checked_spill(self, manifest: BlobManifest) -> Iterator[bytes]:
+        name = manifest.name
+        digest = hashlib.sha256()
+        try:
+            with open(manifest.spill_path or "", "rb") as fh:
+                if os.fstat(fh.fileno()).st_size != manifest.size:
+                    raise BlobCorrupted(
+                        f"blob {name!r}: the spill file does not have its {manifest.size} bytes"
+                    )
+                held = fh.read(self.chunk_bytes)
+                while held:
+                    digest.update(held)
+                    piece = fh.read(self.chunk_bytes)
+                    if not piece:
+                        break
+                    yield held
+                    held = piece
+        except OSError as exc:
+            raise BlobCorrupted(f"blob {name!r}: spill file unreadable ({exc})") from exc
+        if digest.hexdigest() != manifest.sha256:
+            raise BlobCorrupted(f"blob {name!r}: the spill file does not match its checksum")
+        yield held
 
     def blob_manifest(self, name: str) -> BlobManifest | None:
         return self._manifest(check_key(name, "name"))
@@ -427,20 +468,6 @@ class StateStore(Resource):
             chunk_sha256=(digest.hexdigest(),),
             spill_path=str(path.resolve()),
         )
-
-    def _read_spill(self, manifest: BlobManifest) -> bytearray:
-        try:
-            with open(manifest.spill_path or "", "rb") as fh:
-                if os.fstat(fh.fileno()).st_size != manifest.size:
-                    raise BlobCorrupted(
-                        f"blob {manifest.name!r}: the spill file does not have its "
-                        f"{manifest.size} bytes"
-                    )
-                data = bytearray(manifest.size)
-                fh.readinto(data)
-        except OSError as exc:
-            raise BlobCorrupted(f"blob {manifest.name!r}: spill file unreadable ({exc})") from exc
-        return data
 
     # -- what a backend implements ---------------------------------------------------------
 

@@ -3,7 +3,9 @@ platform with a SQLite store."""
 
 from __future__ import annotations
 
+import io
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,12 @@ from typer.testing import CliRunner
 from faasdl.aggregation.average import weighted_average
 from faasdl.cli import app
 from faasdl.config import Settings, StoreSettings
+from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
+from faasdl.errors import PlatformUnavailable
 from faasdl.platform.local import LocalPlatform
-from faasdl.store import make_store
+from faasdl.store import StateStore, make_store
 from faasdl.store.records import ActivationUse, FunctionInfo, JobState, create
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually
@@ -277,6 +281,52 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert not list(tmp_path.glob("none*"))  # its partial file is gone with it
     assert "no job '0123456789abcdef'" in missing.output
     assert not (tmp_path / "none").exists()
+
+
+def test_a_model_is_sent_a_checked_chunk_at_a_time_and_a_damaged_chunk_ends_its_download(
+    client: httpx.Client,
+    controller: Controller,
+    tf_store: tuple[StateStore, str],
+    api_url: str,
+    admin_key: str,
+    tmp_path: Path,
+) -> None:
+    # Arrange: a finished job whose model is stored again in 1 KiB chunks.
+    job_id = submit(client, {**DIGITS_JOB, "workers": 1, "epochs": 1, "seed": 11})["job_id"]
+    follow(client, job_id)
+    name = controller.job(job_id).model
+    assert name is not None
+    out = tmp_path / "model.safetensors"
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    api = ControllerClient(url=api_url, api_key=admin_key)
+    with make_store(StoreSettings(chunk_bytes=1024), tf_store[1]) as small, closing(api):
+        model = bytes(small.get_blob(name))
+        manifest = small.put_blob(name, model)
+
+        # Execute: download it whole, then with chunk 3 damaged, then with chunk 0 damaged.
+        whole = client.get(f"/v1/jobs/{job_id}/model")
+        small._write_chunks([(small._chunk_key(name, manifest.write_id, 3), b"x" * 1024)])
+        received = io.BytesIO()
+        with pytest.raises(PlatformUnavailable, match="stopped sending the model"):
+            api.download_model(job_id, received)
+        small._write_chunks([(small._chunk_key(name, manifest.write_id, 0), b"x" * 1024)])
+        refused = client.get(f"/v1/jobs/{job_id}/model")
+        cli = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url], env=env)
+
+    # Assert: the whole model with its length; a damaged chunk ends the answer short of its
+    # length, after nothing but the good chunks before it; a damaged first chunk is an error
+    # answer, and the CLI writes no file.
+    assert len(manifest.chunk_sha256) > 4
+    assert whole.status_code == 200
+    assert whole.content == model
+    assert whole.headers["content-length"] == str(len(model))
+    assert len(received.getvalue()) <= 3 * 1024
+    assert model.startswith(received.getvalue())
+    assert refused.status_code == 500
+    assert "chunk 0 does not match its checksum" in refused.json()["detail"]
+    assert cli.exit_code != 0
+    assert "chunk 0 does not match its checksum" in cli.output
+    assert not list(tmp_path.glob("model*"))
 
 
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(

@@ -3,12 +3,15 @@ Ignite wherever FAASDL_TEST_IGNITE_URL is set (the ``store_url`` fixture)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -275,6 +278,58 @@ def test_a_corrupted_chunk_is_detected_not_returned(make_store_for: StoreFactory
 
     with pytest.raises(BlobCorrupted, match="chunk 2 does not match its checksum"):
         store.get_blob("ckpt/c")
+
+
+def read_to_damage(pieces: Iterator[bytes]) -> tuple[int, str, BlobCorrupted]:
+    """How many bytes were read, and their SHA-256, until the ``BlobCorrupted`` that ends them."""
+    digest, sent = hashlib.sha256(), 0
+    try:
+        for piece in pieces:
+            digest.update(piece)
+            sent += len(piece)
+    except BlobCorrupted as exc:
+        return sent, digest.hexdigest(), exc
+    raise AssertionError(f"all {sent} bytes were read: the damage was not found")
+
+
+def test_a_blob_is_read_a_checked_chunk_at_a_time_never_held_whole(
+    make_store_for: StoreFactory,
+) -> None:
+    store = make_store_for(chunk_bytes=64 * 1024)
+    data = os.urandom(4 * 1024 * 1024)
+    written = store.put_blob("model/m", data)
+    store._write_chunks([(store._chunk_key("model/m", written.write_id, 40), b"x" * 65536)])
+
+    tracemalloc.start()
+    try:
+        manifest, pieces = store.read_blob("model/m")
+        sent, digest, damage = read_to_damage(pieces)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert manifest.size == len(data)
+    assert "chunk 40 does not match its checksum" in str(damage)
+    assert sent == 40 * 65536  # the good chunks before it, and nothing of it
+    assert digest == hashlib.sha256(data[:sent]).hexdigest()
+    assert peak < 1024 * 1024  # a few chunks (a client's buffers), not 2.5 MiB read or 4 whole
+
+
+def test_a_spill_file_that_fails_its_checksum_is_read_short_of_its_last_piece(
+    make_store_for: StoreFactory,
+) -> None:
+    store = make_store_for(chunk_bytes=4096, spill_bytes=10_000)
+    manifest = store.put_blob("model/big", bytes(range(256)) * 200)  # 51 200 bytes
+    assert manifest.spill_path is not None
+    damaged = bytearray(Path(manifest.spill_path).read_bytes())
+    damaged[-1] ^= 0xFF
+    Path(manifest.spill_path).write_bytes(damaged)
+
+    sent, digest, damage = read_to_damage(store.read_blob("model/big")[1])
+
+    assert "the spill file does not match its checksum" in str(damage)
+    assert sent == 12 * 4096  # all but the last piece, held back until the whole is checked
+    assert digest == hashlib.sha256(damaged[:sent]).hexdigest()
 
 
 def test_a_blob_over_the_value_limit_goes_through_the_spill_tier(

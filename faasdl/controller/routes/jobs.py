@@ -6,6 +6,7 @@ is a 404, exactly as one that does not exist, so that ids cannot be probed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import weakref
@@ -176,10 +177,19 @@ def ledger(
 )
 def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> Response:
     owned(controller, principal, job_id)
-    return Response(
-        memoryview(controller.model(job_id)),  # bytes() had copied the model once more
+    # Sent from the store a chunk at a time, each checked before it goes (a model is not held
+    # whole: VGG16's with Adam's moments is ~1.6 GB). A chunk found damaged once the answer has
+    # begun ends it short of its Content-Length, which a client reads as a failed download; the
+    # first is read before answering, so that a damaged one-chunk model is an error answer.
+    manifest, pieces = controller.model(job_id)
+    first = next(pieces, b"")
+    return StreamingResponse(
+        itertools.chain([first], pieces),
         media_type="application/octet-stream",
-        headers={"Content-Disposition": f'attachment; filename="{job_id}.safetensors"'},
+        headers={
+            "Content-Disposition": f'attachment; filename="{job_id}.safetensors"',
+            "Content-Length": str(manifest.size),
+        },
     )
 
 
