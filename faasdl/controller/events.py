@@ -288,7 +288,7 @@ class JobRunner:
         weights, examples = done[root]
         final = global_blob(self.job_id, round_ + 1)
         if weights != final:  # a single trainer is its own root: publish its weights as global
-            self.rt.store.put_blob(final, self.rt.store.get_blob(weights))
+            self.rt.store.copy_blob(weights, final)
         score = self._evaluate(round_, final)
         return RoundResult(
             round=round_,

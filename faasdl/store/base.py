@@ -259,7 +259,20 @@ class StateStore(Resource):
         """
         check_key(name, "name")
         pieces = _byte_views(data)
-        size = sum(len(p) for p in pieces)
+        return self._put_pieces(name, pieces, sum(len(p) for p in pieces), durable=durable)
+
+    def copy_blob(self, source: str, name: str, *, durable: bool = True) -> BlobManifest:
+        """Store blob ``source``'s bytes under ``name`` as :meth:`put_blob` would, read (each
+        chunk checked) and written a chunk at a time: the blob is never held whole. A damaged
+        ``source`` raises ``BlobCorrupted`` and leaves ``name`` as it was."""
+        check_key(name, "name")
+        manifest, pieces = self.read_blob(source)
+        views = (memoryview(piece) for piece in pieces)
+        return self._put_pieces(name, views, manifest.size, durable=durable)
+
+    def _put_pieces(
+        self, name: str, pieces: Iterable[memoryview], size: int, *, durable: bool
+    ) -> BlobManifest:
         write_id = _write_id()
         previous = self._manifest(name)
         if self.spill_bytes is not None and size > self.spill_bytes:
@@ -280,7 +293,7 @@ class StateStore(Resource):
         return manifest
 
     def _write_chunked(
-        self, name: str, write_id: str, pieces: list[memoryview], size: int, *, durable: bool
+        self, name: str, write_id: str, pieces: Iterable[memoryview], size: int, *, durable: bool
     ) -> tuple[str, ...]:
         """Write ``pieces`` as the chunks of blob ``name``; their checksums in order."""
         chunks = enumerate(_chunks(pieces, self.chunk_bytes))
@@ -438,7 +451,7 @@ class StateStore(Resource):
         return f"{_blob_id(name)}/{write_id}/{index:08d}"
 
     def _write_spill(
-        self, name: str, write_id: str, pieces: list[memoryview], size: int, *, durable: bool
+        self, name: str, write_id: str, pieces: Iterable[memoryview], size: int, *, durable: bool
     ) -> BlobManifest:
         if self.spill_dir is None:
             raise ValidationError(
@@ -522,7 +535,7 @@ def _byte_views(data: Buffer | Pieces) -> list[memoryview]:
     return views
 
 
-def _chunks(pieces: list[memoryview], size: int) -> Iterator[bytes | memoryview]:
+def _chunks(pieces: Iterable[memoryview], size: int) -> Iterator[bytes | memoryview]:
     """The bytes of ``pieces`` in order cut into ``size``-byte chunks (the last one shorter):
     views where a chunk lies within one piece, joined copies where it spans several."""
     parts: list[memoryview] = []

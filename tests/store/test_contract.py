@@ -332,6 +332,34 @@ def test_a_spill_file_that_fails_its_checksum_is_read_short_of_its_last_piece(
     assert digest == hashlib.sha256(damaged[:sent]).hexdigest()
 
 
+@pytest.mark.parametrize("spill_bytes", [1 << 20, 10_000], ids=["chunks", "spill"])
+def test_a_blob_is_copied_a_chunk_at_a_time_and_a_damaged_one_is_not_copied(
+    make_store_for: StoreFactory, spill_bytes: int
+) -> None:
+    store = make_store_for(chunk_bytes=4096, spill_bytes=spill_bytes)
+    data = os.urandom(40_000)
+    source = store.put_blob("model/trainer", data)
+    store.put_blob("model/global", b"before")
+
+    copied = store.copy_blob("model/trainer", "model/global")
+    store.put_blob("model/damaged", data)
+    manifest = store.blob_manifest("model/damaged")
+    assert manifest is not None
+    damaged = bytes(b ^ 0xFF for b in data[:4096])  # every byte changed
+    if manifest.spill_path is None:
+        store._write_chunks([(store._chunk_key("model/damaged", manifest.write_id, 5), damaged)])
+    else:
+        Path(manifest.spill_path).write_bytes(data[:-4096] + damaged)
+    with pytest.raises(BlobCorrupted):
+        store.copy_blob("model/damaged", "model/global")
+
+    assert (copied.spill_path is None) == (spill_bytes > len(data))
+    assert copied.write_id != source.write_id
+    assert copied.size == len(data)
+    assert store.get_blob("model/global") == data  # the copy, and not the damaged blob
+    assert store.get_blob("model/trainer") == data  # the source as it was
+
+
 def test_a_blob_over_the_value_limit_goes_through_the_spill_tier(
     make_store_for: StoreFactory,
 ) -> None:
