@@ -25,6 +25,8 @@ from faasdl.training.tensors import encode_tensors, unpack
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 #: How many input values the check for ones that are not finite looks at a time.
 NONFINITE_CHECK_VALUES = 1 << 22
+#: The largest label: shards hold labels as int32, and ``classes`` (the largest + 1) is one too.
+MAX_LABEL = 2**31 - 2
 
 
 class _Spec(BaseModel):
@@ -260,11 +262,21 @@ def _npz(spec: NpzSpec) -> Dataset:
         raise _invalid(spec, exc) from exc
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise _invalid(spec, exc) from exc
+    x_train, y_train = _inputs(arrays["x_train"], arrays["y_train"], "train")
+    x_test, y_test = _inputs(arrays["x_test"], arrays["y_test"], "test")
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise ValidationError(
+            f"x_test's examples are {_shape(x_test)}, x_train's {_shape(x_train)}: a model "
+            "takes one shape",
+            field="dataset.path",
+        )
     return Dataset(
-        *_inputs(arrays["x_train"], arrays["y_train"], "train"),
-        *_inputs(arrays["x_test"], arrays["y_test"], "test"),
-        classes=_classes(arrays["y_train"], arrays["y_test"]),
+        x_train, y_train, x_test, y_test, classes=_classes(arrays["y_train"], arrays["y_test"])
     )
+
+
+def _shape(x: np.ndarray) -> str:
+    return "×".join(str(d) for d in x.shape[1:])
 
 
 def _invalid(spec: NpzSpec, exc: Exception) -> ValidationError:
@@ -272,10 +284,15 @@ def _invalid(spec: NpzSpec, exc: Exception) -> ValidationError:
 
 
 def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.ndarray]:
-    if x.ndim not in (2, 3, 4) or not np.issubdtype(x.dtype, np.number):
+    real = np.issubdtype(x.dtype, np.number) and not np.issubdtype(x.dtype, np.complexfloating)
+    if x.ndim not in (2, 3, 4) or not real:
         raise ValidationError(
-            f"x_{part} must be numeric with 2 to 4 dimensions, got {x.dtype} {list(x.shape)}",
+            f"x_{part} must be real numbers with 2 to 4 dimensions, got {x.dtype} {list(x.shape)}",
             field="dataset.path",
+        )
+    if 0 in x.shape[1:]:
+        raise ValidationError(
+            f"x_{part}'s examples hold no values (shape {list(x.shape)})", field="dataset.path"
         )
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or len(y) != len(x):
         raise ValidationError(
@@ -306,6 +323,16 @@ def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.nda
 
 def _classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
     low = min(int(y_train.min()), int(y_test.min()))
+    high = max(int(y_train.max()), int(y_test.max()))
     if low < 0:
         raise ValidationError(f"labels must be ≥ 0, found {low}", field="dataset.path")
-    return max(int(y_train.max()), int(y_test.max())) + 1
+    if high > MAX_LABEL:
+        raise ValidationError(
+            f"labels must be at most {MAX_LABEL:,} (they are stored as int32), found {high:,}",
+            field="dataset.path",
+        )
+    if high == 0:
+        raise ValidationError(
+            "every label is 0: a classifier needs at least two classes", field="dataset.path"
+        )
+    return high + 1

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -76,9 +77,22 @@ def build_model(name: str, input_shape: tuple[int, ...], classes: int, *, seed: 
     """A freshly initialised model (weights drawn from ``seed``) that outputs logits."""
     check_model(name, input_shape, classes)
     import keras
+    import tensorflow as tf
 
     keras.utils.set_random_seed(seed)
-    return _BUILDERS[name](input_shape, classes)
+    try:
+        return _BUILDERS[name](input_shape, classes)
+    except tf.errors.ResourceExhaustedError as exc:
+        # TensorFlow's allocator refused a weight outright (64 × 10⁹ floats for a billion
+        # classes), before the action's memory limit could: its message is a graph node's name.
+        found = re.search(r"tensor with shape\[([\d,]+)\]", str(exc))
+        tensor = f" (a tensor of {found[1].replace(',', '×')} values)" if found else ""
+        shape = "×".join(map(str, input_shape))
+        raise ValidationError(
+            f"{name} for {shape} inputs and {classes:,} classes cannot be allocated{tensor}: "
+            "use a smaller model, fewer classes or smaller inputs",
+            field="model",
+        ) from exc
 
 
 def profile_model(model: keras.Model) -> ModelProfile:

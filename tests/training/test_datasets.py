@@ -137,8 +137,63 @@ def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path)
             },
             "x_test holds 1 value not finite as float32",
         ),
+        (
+            {
+                "x_train": np.zeros((4, 2), np.complex64),
+                "y_train": np.arange(4),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.arange(2),
+            },
+            r"x_train must be real numbers with 2 to 4 dimensions, got complex64 \[4, 2\]",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 0)),
+                "y_train": np.arange(4),
+                "x_test": np.zeros((2, 0)),
+                "y_test": np.arange(2),
+            },
+            r"x_train's examples hold no values \(shape \[4, 0\]\)",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 8, 8)),  # grey images: 8×8×1 once a channel is added
+                "y_train": np.arange(4),
+                "x_test": np.zeros((2, 10, 10, 1)),
+                "y_test": np.arange(2),
+            },
+            "x_test's examples are 10×10×1, x_train's 8×8×1",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.array([0, 1, 2, 2**31], np.uint64),  # int32 would wrap it to < 0
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.arange(2),
+            },
+            "labels must be at most 2,147,483,646 .* found 2,147,483,648",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.zeros(4, int),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.zeros(2, int),
+            },
+            "every label is 0: a classifier needs at least two classes",
+        ),
     ],
-    ids=["missing-keys", "label-count", "needs-pickle", "beyond-float32"],
+    ids=[
+        "missing-keys",
+        "label-count",
+        "needs-pickle",
+        "beyond-float32",
+        "complex",
+        "no-values",
+        "shapes-differ",
+        "label-beyond-int32",
+        "one-class",
+    ],
 )
 def test_a_bad_npz_is_refused_naming_the_field(
     tmp_path: Path, arrays: dict[str, np.ndarray], message: str

@@ -1,7 +1,7 @@
 import pytest
 
 from faasdl.errors import ValidationError
-from faasdl.training.models import MODELS, check_model
+from faasdl.training.models import MODELS, build_model, check_model
 
 
 def test_the_zoo_has_the_small_models_and_four_keras_applications() -> None:
@@ -28,3 +28,11 @@ def test_a_model_that_does_not_fit_the_data_is_refused_naming_the_field(
 
 def test_a_dense_model_takes_any_shape() -> None:
     assert not check_model("mlp", (3,), 2).images
+
+
+@pytest.mark.tensorflow
+def test_a_model_whose_weights_cannot_be_allocated_is_refused_naming_the_field() -> None:
+    # A last layer of 64 × 2³¹ floats: TensorFlow's allocator refuses its 550 GB outright.
+    with pytest.raises(ValidationError, match=r"a tensor of 64×2147483647 values\): use") as caught:
+        build_model("mlp", (8, 8, 1), 2**31 - 1, seed=0)
+    assert caught.value.field == "model"
