@@ -23,6 +23,8 @@ from faasdl.store.base import Buffer, Pieces
 from faasdl.training.tensors import encode_tensors, unpack
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+#: Compression methods of a zip archive that zipfile reads and numpy does not write.
+ZIP_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "LZMA"}
 #: How many input values the check for ones that are not finite looks at a time.
 NONFINITE_CHECK_VALUES = 1 << 22
 #: The largest label: shards hold labels as int32, and ``classes`` (the largest + 1) is one too.
@@ -56,9 +58,10 @@ class DigitsSpec(_Spec):
         return fraction
 
 
-#: Bounds of a generated data set, so that a request cannot exhaust the controller's memory.
+#: Bounds of a data set, generated or a user's, so that a request cannot exhaust the
+#: controller's memory (it holds a data set as float32 while it cuts it into shards).
 MAX_SIDE = 4096
-MAX_SYNTHETIC_VALUES = 2**28
+MAX_DATASET_VALUES = 2**28
 
 
 class SyntheticSpec(_Spec):
@@ -84,10 +87,10 @@ class SyntheticSpec(_Spec):
     @model_validator(mode="after")
     def _fits_in_memory(self) -> SyntheticSpec:
         values = (self.train_size + self.test_size) * math.prod(self.shape)
-        if values > MAX_SYNTHETIC_VALUES:
+        if values > MAX_DATASET_VALUES:
             raise ValueError(
                 f"train_size, test_size and shape make {values:,} values, more than the "
-                f"{MAX_SYNTHETIC_VALUES:,} (1 GiB of float32) a generated data set may hold"
+                f"{MAX_DATASET_VALUES:,} (1 GiB of float32) a data set may hold"
             )
         return self
 
@@ -242,23 +245,16 @@ def _npz(spec: NpzSpec) -> Dataset:
             if fh.read(4) != b"PK\x03\x04":
                 raise ValidationError(f"{spec.path} is not a .npz archive", field="dataset.path")
             fh.seek(0)
+            # The arrays' shapes and types are checked from their headers before any is read:
+            # a compressed archive of 1 MB can hold a gigabyte of zeros (nine as float32).
+            with zipfile.ZipFile(fh) as archive:
+                _check_headers(spec, _npy_headers(spec, archive))
+            fh.seek(0)
             with np.load(fh, allow_pickle=False) as archive:
-                missing = [key for key in NPZ_KEYS if key not in archive.files]
-                if missing:
-                    raise ValidationError(
-                        f"{spec.path} lacks {', '.join(missing)} (needs {', '.join(NPZ_KEYS)})",
-                        field="dataset.path",
-                    )
                 arrays = {key: archive[key] for key in NPZ_KEYS}
     except ValidationError:
         raise
     except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise ValidationError(
-                f"{spec.path} holds Python objects, which would need pickle to load; "
-                "save plain numeric arrays",
-                field="dataset.path",
-            ) from exc
         raise _invalid(spec, exc) from exc
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise _invalid(spec, exc) from exc
@@ -275,6 +271,75 @@ def _npz(spec: NpzSpec) -> Dataset:
     )
 
 
+def _npy_headers(
+    spec: NpzSpec, archive: zipfile.ZipFile
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Each array's shape and type, read from its ``.npy`` header: nothing decompressed but
+    the header's few bytes."""
+    missing = [key for key in NPZ_KEYS if f"{key}.npy" not in archive.namelist()]
+    if missing:
+        raise ValidationError(
+            f"{spec.path} lacks {', '.join(missing)} (needs {', '.join(NPZ_KEYS)})",
+            field="dataset.path",
+        )
+    headers = {}
+    for key in NPZ_KEYS:
+        info = archive.getinfo(f"{key}.npy")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            # zipfile decompresses bzip2 and LZMA whole blocks at a time: a few bytes read of
+            # one can be gigabytes of zeros.
+            raise ValidationError(
+                f"{spec.path}: {key} is compressed with "
+                f"{ZIP_METHODS.get(info.compress_type, f'method {info.compress_type}')}; an .npz "
+                "holds arrays stored or deflated (np.savez, np.savez_compressed)",
+                field="dataset.path",
+            )
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            read = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _, dtype = read(member)
+        headers[key] = (tuple(shape), dtype)
+    return headers
+
+
+def _check_headers(spec: NpzSpec, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    values = 0
+    for part in ("train", "test"):
+        (x_shape, x_dtype), (y_shape, y_dtype) = headers[f"x_{part}"], headers[f"y_{part}"]
+        if x_dtype.hasobject or y_dtype.hasobject:
+            raise ValidationError(
+                f"{spec.path} holds Python objects, which would need pickle to load; "
+                "save plain numeric arrays",
+                field="dataset.path",
+            )
+        real = np.issubdtype(x_dtype, np.number) and not np.issubdtype(x_dtype, np.complexfloating)
+        if len(x_shape) not in (2, 3, 4) or not real:
+            raise ValidationError(
+                f"x_{part} must be real numbers with 2 to 4 dimensions, got {x_dtype} "
+                f"{list(x_shape)}",
+                field="dataset.path",
+            )
+        if 0 in x_shape:
+            empty = "is empty" if x_shape[0] == 0 else "'s examples hold no values"
+            raise ValidationError(f"x_{part}{empty} (shape {list(x_shape)})", field="dataset.path")
+        if y_shape != x_shape[:1] or not np.issubdtype(y_dtype, np.integer):
+            raise ValidationError(
+                f"y_{part} must be {x_shape[0]} integer labels, got {y_dtype} {list(y_shape)}",
+                field="dataset.path",
+            )
+        values += math.prod(x_shape)
+    if values > MAX_DATASET_VALUES:
+        raise ValidationError(
+            f"x_train and x_test hold {values:,} values, more than the {MAX_DATASET_VALUES:,} "
+            "(1 GiB of float32) a data set may hold",
+            field="dataset.path",
+        )
+
+
 def _shape(x: np.ndarray) -> str:
     return "×".join(str(d) for d in x.shape[1:])
 
@@ -284,25 +349,12 @@ def _invalid(spec: NpzSpec, exc: Exception) -> ValidationError:
 
 
 def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.ndarray]:
-    real = np.issubdtype(x.dtype, np.number) and not np.issubdtype(x.dtype, np.complexfloating)
-    if x.ndim not in (2, 3, 4) or not real:
-        raise ValidationError(
-            f"x_{part} must be real numbers with 2 to 4 dimensions, got {x.dtype} {list(x.shape)}",
-            field="dataset.path",
-        )
-    if 0 in x.shape[1:]:
-        raise ValidationError(
-            f"x_{part}'s examples hold no values (shape {list(x.shape)})", field="dataset.path"
-        )
-    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or len(y) != len(x):
-        raise ValidationError(
-            f"y_{part} must be {len(x)} integer labels, got {y.dtype} {list(y.shape)}",
-            field="dataset.path",
-        )
-    if len(y) == 0:
-        raise ValidationError(f"x_{part} is empty", field="dataset.path")
+    """``x`` as float32 (``uint8`` scaled to [0, 1], a channel added to grey images) and ``y`` as
+    int32, once :func:`_check_headers` has passed their shapes and types."""
     with np.errstate(over="ignore"):  # a float64 past float32's range: counted below
-        scaled = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
+        scaled = x.astype(np.float32, copy=False)  # float32 already: not copied
+    if x.dtype == np.uint8:
+        scaled /= 255.0  # in place: not a second float32 copy of the data set
     # NaN or ±inf would make every loss NaN; counted a slice at a time, not with a mask as
     # large as the inputs.
     rows = max(1, NONFINITE_CHECK_VALUES // max(1, scaled[0].size))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,6 +115,23 @@ def save_npz(path: Path, rows: int = 400) -> Path:
     x = rng.random((rows, 8), dtype=np.float32)
     y = (np.arange(rows) % 3).astype(np.int32)
     np.savez(path, x_train=x, y_train=y, x_test=x[:10], y_test=y[:10])
+    return path
+
+
+def forged_npz(path: Path, rows: int, compression: int) -> Path:
+    """An .npz whose arrays' headers announce ``rows`` × 256 × 256 bytes of images, with as many
+    bytes of zeros as ``compression`` will compress, or none (stored: only the headers)."""
+    shapes = {"x_train": (rows, 256, 256), "y_train": (rows,), "x_test": (1, 8), "y_test": (1,)}
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for key, shape in shapes.items():
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                dtype = np.dtype(np.uint8 if key.startswith("x") else np.int64)
+                header = {"descr": dtype.descr[0][1], "fortran_order": False, "shape": shape}
+                np.lib.format.write_array_header_1_0(member, header)
+                left = math.prod(shape) * dtype.itemsize if compression else 0
+                while left > 0:
+                    member.write(bytes(min(left, 1 << 22)))
+                    left -= 1 << 22
     return path
 
 
@@ -236,6 +255,12 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
         created = alice.put("/v1/datasets/mine", content=data)
         not_npz = alice.put("/v1/datasets/junk", content=b"PK\x03\x04 not really a zip")
         too_big = alice.put("/v1/datasets/big", content=os.urandom(65 * 1024))
+        # Under the 64 KiB upload limit, and each gigabytes once read: the arrays' headers are
+        # read first, and bzip2 (which zipfile decompresses whole blocks of) is refused.
+        vast = forged_npz(tmp_path / "vast.npz", 2**20, zipfile.ZIP_STORED).read_bytes()
+        bomb = forged_npz(tmp_path / "bomb.npz", 4200, zipfile.ZIP_BZIP2).read_bytes()
+        refused_vast = alice.put("/v1/datasets/vast", content=vast)
+        refused_bomb = alice.put("/v1/datasets/bomb", content=bomb)
         listed = alice.get("/v1/datasets").json()
         estimate = alice.post(
             "/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": "mine.npz"}}
@@ -252,6 +277,11 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert not_npz.status_code == 422
     assert not_npz.json()["field"] == "body"
     assert too_big.status_code == 413
+    assert len(vast) < 1024
+    assert len(bomb) < 2048
+    assert refused_vast.status_code == refused_bomb.status_code == 422
+    assert "hold 68,719,476,744 values, more than the 268,435,456" in refused_vast.text
+    assert "x_train is compressed with bzip2" in refused_bomb.text
     assert [d["name"] for d in listed] == ["mine"]
     assert estimate.status_code == 200, estimate.text
     assert bobs_try.status_code == 422

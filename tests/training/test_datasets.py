@@ -1,3 +1,4 @@
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +219,27 @@ def test_a_corrupt_or_missing_npz_is_refused(tmp_path: Path) -> None:
         load_dataset(NpzSpec(path=str(plain)))
     with pytest.raises(ValidationError, match="no such file"):
         load_dataset(NpzSpec(path=str(tmp_path / "absent.npz")))
+
+
+def test_a_compressed_npz_too_large_to_hold_is_refused_from_its_headers(tmp_path: Path) -> None:
+    # 275 million zeros compress to ~260 KB: decompressed as float32 they would take 1.1 GB.
+    images = np.zeros((4200, 256, 256), np.uint8)
+    bomb = tmp_path / "bomb.npz"
+    labels = np.arange(4200) % 10
+    np.savez_compressed(bomb, x_train=images, y_train=labels, x_test=images[:1], y_test=labels[:1])
+    del images
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValidationError, match="more than the 268,435,456") as caught:
+            load_dataset(NpzSpec(path=str(bomb)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert bomb.stat().st_size < 1 << 20
+    assert "x_train and x_test hold 275,316,736 values" in str(caught.value)
+    assert peak < 1 << 20  # headers read, no array
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 2, 2), (0, 8), (5000, 1)])
