@@ -580,6 +580,10 @@ def _job_id(value: str) -> str:
     return value
 
 
+def _job_id_if_given(value: str | None) -> str | None:
+    return None if value is None else _job_id(value)
+
+
 JobIdArgument = Annotated[str, typer.Argument(help="The job's id.", callback=_job_id)]
 UrlOption = Annotated[
     str | None,
@@ -649,10 +653,20 @@ def jobs(
     url: UrlOption = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs.")] = None,
     state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=1000, help="Jobs in a page (the newest first).")
+    ] = 100,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            help="The page after this job: the id the page before ends with.",
+            callback=_job_id_if_given,
+        ),
+    ] = None,
 ) -> None:
-    """List jobs, newest first; JSON last."""
+    """List jobs, newest first, a page at a time; JSON last."""
     with _controller(url) as client:
-        found = client.jobs(tenant=tenant, state=state)
+        found, more = client.jobs(tenant=tenant, state=state, limit=limit, before=before)
     table = Table(title="jobs")
     for column in ("job", "tenant", "state", "model", "round", "accuracy", "cost (USD)"):
         table.add_column(column)
@@ -668,6 +682,12 @@ def jobs(
             f"{j['cost_usd']:.6f}",
         )
     console.print(table, width=140)
+    if more:
+        again = [
+            f"--{name} {value}" for name, value in (("tenant", tenant), ("state", state)) if value
+        ]
+        options = " ".join([*again, f"--limit {limit}", f"--before {more}"])
+        console.print(f"more: faasdl jobs {options}", markup=False)
     typer.echo(json.dumps(found))
 
 

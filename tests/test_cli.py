@@ -144,6 +144,23 @@ def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--before", "../x"], "'../x' is not a job's id"),
+        (["--limit", "0"], "'--limit': Input should be greater than or equal to 1"),
+        (["--limit", "1001"], "'--limit': Input should be less than or equal to 1000"),
+    ],
+)
+def test_a_bad_page_of_jobs_is_refused_before_the_controller_is_asked(
+    options: list[str], message: str
+) -> None:
+    result = runner.invoke(app, ["jobs", *options, "--url", "http://127.0.0.1:9"])
+
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+
+
 def test_a_store_url_of_an_unknown_scheme_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAASDL_STORE__URL", "bogus://x")
 

@@ -38,10 +38,14 @@ class ControllerClient:
         found: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers).json()
         return found
 
-    def jobs(self, **filters: str | None) -> list[dict[str, Any]]:
+    def jobs(self, **filters: str | int | None) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of jobs (``limit``, ``before`` and the filters as the API takes them), and the
+        last job's id when there are more: the next page's ``before``."""
         params = {k: v for k, v in filters.items() if v is not None}
-        found: list[dict[str, Any]] = self._call("GET", "/v1/jobs", params=params).json()
-        return found
+        response = self._call("GET", "/v1/jobs", params=params)
+        found: list[dict[str, Any]] = response.json()
+        more = "next" in response.links and bool(found)
+        return found, found[-1]["job_id"] if more else None
 
     def job(self, job_id: str) -> dict[str, Any]:
         found: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}").json()

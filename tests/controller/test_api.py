@@ -24,7 +24,9 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from typer.testing import CliRunner
 
+from faasdl.cli import app
 from faasdl.config import Settings
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
@@ -145,6 +147,40 @@ def test_a_queued_job_has_no_model_and_a_cancelled_one_cannot_be_cancelled_into_
     assert "has no model" in no_model.json()["detail"]
     assert cancelled.json()["job"]["state"] == "cancelled"
     assert cancelled.json()["queue_position"] is None
+
+
+def test_jobs_are_listed_a_page_at_a_time_newest_first(
+    client: httpx.Client, api_url: str, admin_key: str
+) -> None:
+    submitted = [
+        client.post("/v1/jobs", json={**MLP, "tenant": "paging", "seed": seed}).json()["job"]
+        for seed in range(5)
+    ]
+    newest_first = [
+        j["job_id"] for j in sorted(submitted, key=lambda j: (j["created_ms"], j["job_id"]))
+    ][::-1]
+
+    pages, links = [], []
+    params: dict[str, Any] = {"tenant": "paging", "limit": 2}
+    while True:
+        page = client.get("/v1/jobs", params=params)
+        pages.append([j["job_id"] for j in page.json()])
+        links.append(page.headers.get("link"))
+        if "next" not in page.links:
+            break
+        params = dict(httpx.URL(page.links["next"]["url"]).params)
+    unknown = client.get("/v1/jobs", params={"before": "0123456789abcdef"})
+    too_many = client.get("/v1/jobs", params={"limit": 1001})
+    command = ["jobs", "--tenant", "paging", "--limit", "3", "--url", api_url]
+    cli = CliRunner().invoke(app, command, env={"FAASDL_CLIENT__API_KEY": admin_key})
+
+    assert pages == [newest_first[:2], newest_first[2:4], newest_first[4:]]
+    assert links[0] == f'</v1/jobs?tenant=paging&limit=2&before={newest_first[1]}>; rel="next"'
+    assert links[2] is None
+    assert unknown.status_code == 404
+    assert too_many.status_code == 422
+    assert [j["job_id"] for j in json.loads(cli.stdout.splitlines()[-1])] == newest_first[:3]
+    assert f"more: faasdl jobs --tenant paging --limit 3 --before {newest_first[2]}" in cli.output
 
 
 def test_an_estimate_of_a_bad_data_set_path_is_refused_naming_it(client: httpx.Client) -> None:

@@ -12,6 +12,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from typing import Annotated
+from urllib.parse import urlencode
 
 import anyio
 from fastapi import APIRouter, Header, Path, Query, Response, status
@@ -38,6 +39,9 @@ router = APIRouter(
 JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]
 #: How often the events stream looks at the job record.
 EVENTS_POLL_S = 0.25
+#: Jobs in a page of the list, by default and at most.
+PAGE = 100
+MAX_PAGE = 1000
 
 
 @router.post(
@@ -71,10 +75,24 @@ def submit(
     return controller.view(submitted.job.job_id)
 
 
-@router.get("", summary="List jobs, newest first")
+@router.get(
+    "",
+    summary="List jobs, newest first, a page at a time",
+    responses={
+        200: {
+            "headers": {
+                "Link": {
+                    "description": 'The next page\'s URL, rel="next", when there are more jobs',
+                    "schema": {"type": "string"},
+                }
+            }
+        }
+    },
+)
 def list_jobs(
     controller: ControllerDep,
     principal: PrincipalDep,
+    response: Response,
     tenant: Annotated[
         str | None,
         Query(
@@ -82,12 +100,29 @@ def list_jobs(
         ),
     ] = None,
     state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Jobs in a page.")] = PAGE,
+    before: Annotated[
+        str | None,
+        Query(
+            pattern=JOB_ID_PATTERN,
+            description="Only the jobs listed after this one: the last job_id of the page before.",
+        ),
+    ] = None,
 ) -> list[JobLine]:
+    asked = tenant
     if not principal.admin:
         if tenant not in (None, principal.tenant):
             return []
         tenant = principal.tenant
-    return [job_line(j) for j in controller.jobs(tenant=tenant, state=state)]
+    found = controller.jobs(tenant=tenant, state=state)
+    if before is not None:
+        cursor = owned(controller, principal, before)
+        found = [j for j in found if (j.created_ms, j.job_id) < (cursor.created_ms, cursor.job_id)]
+    if len(found) > limit:
+        query = {"tenant": asked, "state": state, "limit": limit, "before": found[limit - 1].job_id}
+        given = urlencode({k: v for k, v in query.items() if v is not None})
+        response.headers["Link"] = f'</v1/jobs?{given}>; rel="next"'
+    return [job_line(j) for j in found[:limit]]
 
 
 def owned(controller: Controller, principal: Principal, job_id: str) -> JobInfo:

@@ -91,9 +91,11 @@ function openList() {
 }
 
 async function refreshList() {
-  let jobs;
+  let jobs, more;
   try {
-    jobs = await (await api("/v1/jobs")).json();
+    const response = await api("/v1/jobs");
+    more = response.headers.has("Link"); // a next page: older jobs than these
+    jobs = await response.json();
   } catch (error) {
     if (error.message !== "unauthenticated") say(error.message);
     $("#jobs tbody").replaceChildren();
@@ -117,7 +119,7 @@ async function refreshList() {
   const focused = document.activeElement?.closest("#jobs tbody tr")?.dataset.job;
   $("#jobs tbody").replaceChildren(...rows);
   if (focused) $(`#jobs tbody tr[data-job="${CSS.escape(focused)}"] a`)?.focus();
-  say(jobs.length ? "" : "no jobs yet");
+  say(!jobs.length ? "no jobs yet" : more ? `the ${jobs.length} newest jobs` : "");
 }
 
 // ---- one job ------------------------------------------------------------------------------
