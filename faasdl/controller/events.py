@@ -40,9 +40,11 @@ from faasdl.errors import (
     StoreUnavailable,
     Throttled,
     Unsupported,
+    ValidationError,
 )
 from faasdl.estimator.failures import Limits, correct
-from faasdl.estimator.sizer import Sizer, load_checked
+from faasdl.estimator.planner import DataFacts
+from faasdl.estimator.sizer import Sizer, facts_of, load_checked
 from faasdl.platform.base import WHISK_ERROR, Activation, ActivationResponse, Platform
 from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
@@ -234,6 +236,7 @@ class JobRunner:
         if all(store.blob_manifest(n) is not None for n in [*names, test_blob(self.job_id)]):
             return
         dataset = load_checked(self.spec)
+        _check_as_planned(facts_of(dataset), self.plan)
         shards = split_shards(dataset, workers, seed=self.spec.seed)
         for name, shard in zip(names, shards, strict=True):
             self._check_stop()
@@ -984,6 +987,29 @@ def _seed(seed: int, round_: int) -> int:
         return seed
     digest = hashlib.sha256(f"{seed}/{round_}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
+    """The data set is the one the job was planned for: a file replaced since it was submitted
+    (an upload of the same name) would train a model of another shape, or labels it lacks
+    outputs for, and fail inside TensorFlow."""
+    facts = [
+        ("input shape", _dims(plan.input_shape), _dims(data.input_shape)),
+        ("classes", plan.classes, data.classes),
+        ("training examples", plan.examples, data.examples),
+        ("test examples", plan.test_examples, data.test_examples),
+    ]
+    changed = [f"{name} {was} → {now}" for name, was, now in facts if was != now]
+    if changed:
+        raise ValidationError(
+            f"the data set changed after the job was planned ({', '.join(changed)}): submit the "
+            "job again to plan it for this one",
+            field="dataset.path",
+        )
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "×".join(map(str, shape))
 
 
 def _finish_round(result: RoundResult, job: JobInfo, *, stop: bool, rounds: int) -> JobInfo:
