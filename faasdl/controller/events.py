@@ -926,7 +926,7 @@ class JobRunner:
                 return j
             new = change(j)
             if event is not None:
-                new = new.model_copy(update={"events": [*new.events, event][-kept:]})
+                return new.with_event(event, kept=kept, updated_ms=now_ms())
             return new.model_copy(update={"updated_ms": now_ms()})
 
         job = update(self.rt.store, job_key(self.job_id), JobInfo, apply)

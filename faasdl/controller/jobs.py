@@ -325,13 +325,12 @@ class Controller:
                 return job
             t = now_ms()
             line = JobEvent(t_ms=t, kind="cancelled", message="cancelled by request")
-            return job.model_copy(
-                update={
-                    "state": JobState.CANCELLED,
-                    "finished_ms": t,
-                    "updated_ms": t,
-                    "events": [*job.events, line],
-                }
+            return job.with_event(
+                line,
+                kept=self.settings.controller.events_kept,
+                state=JobState.CANCELLED,
+                finished_ms=t,
+                updated_ms=t,
             )
 
         was = self.job(job_id).state
@@ -434,8 +433,11 @@ class Controller:
             t = now_ms()
             waited = (t - job.created_ms) / 1000
             line = JobEvent(t_ms=t, kind="admitted", message=f"admitted after {waited:.1f} s")
-            return job.model_copy(
-                update={"state": JobState.RUNNING, "updated_ms": t, "events": [*job.events, line]}
+            return job.with_event(
+                line,
+                kept=self.settings.controller.events_kept,
+                state=JobState.RUNNING,
+                updated_ms=t,
             )
 
         return update(self.store, job_key(job_id), JobInfo, change).state is JobState.RUNNING

@@ -42,14 +42,15 @@ def watch(read: Callable[[], dict[str, Any]], console: Console) -> dict[str, Any
     total = view["job"]["plan"]["rounds"]
     overall = rounds.add_task("rounds", total=total, info="")
     bars: dict[int, TaskID] = {}
-    printed = 0
+    printed = 0  # the job's log lines printed, counted from its first (the record keeps the last)
     with Live(Group(rounds, units), console=console, refresh_per_second=4, transient=False) as live:
         while True:
             job = view["job"]
-            for event in job["events"][printed:]:
+            dropped = job.get("events_dropped", 0)  # absent from a controller before it
+            for event in job["events"][max(0, printed - dropped) :]:
                 style = _STYLE.get(event["kind"], "dim")
                 live.console.print(f"[{style}]{event['kind']:>15}[/] {event['message']}")
-            printed = len(job["events"])
+            printed = dropped + len(job["events"])
             last = job["rounds"][-1] if job["rounds"] else None
             info = (
                 f"loss {last['loss']:.4f}  accuracy {last['accuracy']:.4f}  "

@@ -148,11 +148,22 @@ class JobInfo(Record):
     replica_gb_s: float = 0.0  # memory the job's warm replicas held
     cost_usd: float = 0.0  # activations and replicas
     events: list[JobEvent] = Field(default_factory=list)
+    # Log lines dropped from the start of ``events`` to keep it short: ``events[i]`` is the job's
+    # line number ``events_dropped + i`` (the events stream's ids; what ``--watch`` has printed).
+    events_dropped: int = 0
     error: str | None = None
 
     @property
     def finished(self) -> bool:
         return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+    def with_event(self, event: JobEvent, *, kept: int, **update: Any) -> JobInfo:
+        """The record with ``update`` applied and ``event`` added to its log, of which the
+        ``kept`` newest lines stay."""
+        events = [*self.events, event]
+        dropped = max(0, len(events) - kept)
+        numbered = {"events": events[dropped:], "events_dropped": self.events_dropped + dropped}
+        return self.model_copy(update={**update, **numbered})
 
     def key(self) -> str:
         return job_key(self.job_id)

@@ -18,11 +18,13 @@ from typer.testing import CliRunner
 from faasdl.aggregation.average import weighted_average
 from faasdl.cli import app
 from faasdl.config import Settings, StoreSettings
+from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import PlatformUnavailable
 from faasdl.platform.local import LocalPlatform
+from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.records import ActivationUse, FunctionInfo, JobState, create
 from faasdl.training.tensors import unpack
@@ -39,6 +41,20 @@ DIGITS_JOB: dict[str, Any] = {
     "epochs": 3,
     "batch_size": 32,
 }
+
+
+def numbered(client: httpx.Client, job_id: str, *, after: int | None = None) -> list[int | str]:
+    """The ids of the job's server-sent events (resumed ``after`` one) until its end, which has
+    none: ``"end"`` stands for it."""
+    headers = {} if after is None else {"Last-Event-ID": str(after)}
+    ids: list[int | str] = []
+    with client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("id: "):
+                ids.append(int(line.removeprefix("id: ")))
+            elif line == "event: end":
+                ids.append("end")
+    return ids
 
 
 def submit(client: httpx.Client, spec: dict[str, Any], **headers: str) -> dict[str, Any]:
@@ -365,6 +381,46 @@ def test_a_data_set_replaced_after_its_job_was_planned_fails_the_job_saying_so(
         "classes 3 → 5): submit the job again to plan it for this one"
     )
     assert job.activation_count == 0
+
+
+def test_a_log_longer_than_the_record_keeps_is_watched_whole_and_streamed_by_number(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a controller whose job records keep 10 log lines, and a job that writes more.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    settings = Settings(
+        controller={"scheduler_tick_s": 0.1, "events_kept": 10}, api={"auth": "none"}
+    )
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**DIGITS_JOB, "epochs": 2, "seed": 5}))
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
+        with controller:
+            api = create_app(controller, owns=False)
+            server = AppThread(api, host="127.0.0.1", port=0, name="api")
+            api_url = server.start()
+            try:
+                # Execute
+                watched = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url])
+                job_id = watched.stdout.splitlines()[0]
+                record = controller.job(job_id)
+                with httpx.Client(base_url=api_url, timeout=60) as http:
+                    resumed = numbered(http, job_id, after=record.events_dropped + 2)
+                    whole = numbered(http, job_id)
+            finally:
+                server.stop()
+
+    # Assert: --watch printed the lines written after the record began to drop the oldest (it
+    # had stopped at the 10th); the stream numbers the lines from the job's first, resumes
+    # after the one named, and starts a new follower at the oldest line kept.
+    assert watched.exit_code == 0, watched.output
+    assert record.events_dropped > 0
+    assert len(record.events) == 10
+    for line in record.events:
+        assert line.message in watched.output
+    total = record.events_dropped + len(record.events)
+    assert resumed == [*range(record.events_dropped + 3, total), "end"]
+    assert whole == [*range(record.events_dropped, total), "end"]
 
 
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(

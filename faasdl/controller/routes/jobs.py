@@ -30,7 +30,7 @@ from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, Controller, JobLine, Job
 from faasdl.controller.routes import AUTHENTICATED, problems
 from faasdl.controller.validator import TENANT_PATTERN, JobSpec
 from faasdl.errors import JobNotFound
-from faasdl.store.records import JOB_ID_PATTERN, ActivationUse, JobEvent, JobInfo, JobState
+from faasdl.store.records import JOB_ID_PATTERN, ActivationUse, JobInfo, JobState
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["jobs"], responses={**AUTHENTICATED, **problems(404, 409)}
@@ -155,12 +155,25 @@ async def get_job(
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 def events(
-    job_id: JobId, controller: ControllerDep, principal: PrincipalDep, limits: LimitsDep
+    job_id: JobId,
+    controller: ControllerDep,
+    principal: PrincipalDep,
+    limits: LimitsDep,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            pattern=r"^\d{1,18}$",
+            description="Resume after this line of the log (the last `id:` received).",
+        ),
+    ] = None,
 ) -> StreamingResponse:
-    """One event per line of the job's log (``event:`` its kind, ``data:`` the line as JSON), then
-    ``event: end`` with the job's final state once it has ended. A quiet stream sends a comment
-    every ``FAASDL_API__STREAM_KEEPALIVE_S`` (a client gone away is noticed), and ends after
-    ``FAASDL_API__STREAM_MAX_S`` without ``end`` (the client reconnects)."""
+    """One event per line of the job's log (``id:`` the line's number from 0, ``event:`` its kind,
+    ``data:`` the line as JSON), then ``event: end`` with the job's final state once it has
+    ended. A quiet stream sends a comment every ``FAASDL_API__STREAM_KEEPALIVE_S`` (a client gone
+    away is noticed), and ends after ``FAASDL_API__STREAM_MAX_S`` without ``end``: the client
+    reconnects with ``Last-Event-ID`` (as a browser's EventSource does) and gets the lines after
+    it. Lines the job's record no longer keeps (``events_kept``) are skipped."""
     owned(controller, principal, job_id)  # a 404 now, not inside the stream
     api = controller.settings.api
     caller = caller_id(principal)
@@ -169,15 +182,15 @@ def events(
     async def stream() -> AsyncIterator[str]:
         # Async, so that a stream holds no worker thread between looks at the job: a thousand
         # idle followers cost the thread pool nothing.
-        last: JobEvent | None = None
+        sent = 0 if last_event_id is None else int(last_event_id) + 1  # the next line's number
         started = quiet = time.monotonic()
         while time.monotonic() - started < api.stream_max_s:
             job = await anyio.to_thread.run_sync(controller.job, job_id)
-            # The log is capped: resume after the last line sent, or from its start if trimmed.
-            start = job.events.index(last) + 1 if last in job.events else 0
-            for event in job.events[start:]:
-                yield f"event: {event.kind}\ndata: {event.model_dump_json()}\n\n"
-                last, quiet = event, time.monotonic()
+            first = max(sent, job.events_dropped)
+            for number, event in enumerate(job.events[first - job.events_dropped :], first):
+                data = event.model_dump_json()
+                yield f"id: {number}\nevent: {event.kind}\ndata: {data}\n\n"
+                sent, quiet = number + 1, time.monotonic()
             if job.finished:
                 end = {"state": job.state, "error": job.error, "round": job.round}
                 yield f"event: end\ndata: {json.dumps(end)}\n\n"
