@@ -295,6 +295,15 @@ class ApiSettings(Section):
     submissions_per_minute: int = Field(
         60, ge=0, description="Job submissions one key may make per minute (429 beyond); 0: any."
     )
+    estimates_per_minute: int = Field(
+        60,
+        ge=0,
+        description="Estimates one key may ask for per minute (429 beyond; each new model, input "
+        "shape and classes runs a probe action at the platform's largest memory); 0: any.",
+    )
+    uploads_per_minute: int = Field(
+        10, ge=0, description="Data set uploads one key may make per minute (429 beyond); 0: any."
+    )
     tenant_max_running_jobs: int = Field(
         4, ge=0, description="Jobs of one tenant running at once (more wait queued); 0: any."
     )

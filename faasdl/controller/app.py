@@ -92,6 +92,8 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
     app.state.controller = controller
     app.state.limits = ApiLimits(
         submissions=RateLimiter(per_minute=api.submissions_per_minute),
+        estimates=RateLimiter(per_minute=api.estimates_per_minute),
+        uploads=RateLimiter(per_minute=api.uploads_per_minute),
         streams=StreamSlots(per_caller=api.max_streams_per_key),
     )
 

@@ -24,6 +24,8 @@ class ApiLimits:
     """The per-key limits of one controller process."""
 
     submissions: RateLimiter
+    estimates: RateLimiter
+    uploads: RateLimiter
     streams: StreamSlots
 
 

@@ -375,6 +375,31 @@ def test_submissions_are_rate_limited_per_key_and_queues_per_tenant(
     assert "queued" in queue_full.json()["detail"]
 
 
+def test_estimates_and_uploads_are_rate_limited_per_key(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str], tmp_path: Path
+) -> None:
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    uploads = tmp_path / "uploads"
+    with serve(
+        tf_platform,
+        tf_store,
+        estimates_per_minute=1,
+        uploads_per_minute=1,
+        upload_dir=str(uploads),
+    ) as (url, controller):
+        key = create_key(controller.store, tenant="hana")[1]
+        with client((url, controller), key) as hana:
+            estimates = [hana.post("/v1/estimate", json=MLP) for _ in range(2)]
+            sent = [hana.put(f"/v1/datasets/set{i}", content=data) for i in range(2)]
+
+    assert [a.status_code for a in estimates] == [200, 429]
+    assert "estimates: at most 1 a minute per API key" in estimates[1].json()["detail"]
+    assert 1 <= int(estimates[1].headers["retry-after"]) <= 60
+    assert [a.status_code for a in sent] == [201, 429]
+    assert "data set uploads: at most 1 a minute" in sent[1].json()["detail"]
+    assert sorted(p.name for p in (uploads / "hana").iterdir()) == ["set0.npz"]
+
+
 def test_a_job_larger_than_its_tenants_memory_quota_is_refused(
     tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
 ) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Path, Request, status
 
+from faasdl.controller.auth import caller_id
 from faasdl.controller.datasets import (
     DATASET_NAME_PATTERN,
     UploadedDataset,
@@ -14,7 +15,7 @@ from faasdl.controller.datasets import (
     store_upload,
     uploads,
 )
-from faasdl.controller.deps import ControllerDep, PrincipalDep
+from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep
 from faasdl.controller.routes import AUTHENTICATED, problems
 from faasdl.errors import DatasetNotFound
 
@@ -42,11 +43,16 @@ def router(*, max_upload_bytes: int) -> APIRouter:
         },
     )
     async def upload(
-        name: DatasetName, request: Request, controller: ControllerDep, principal: PrincipalDep
+        name: DatasetName,
+        request: Request,
+        controller: ControllerDep,
+        principal: PrincipalDep,
+        limits: LimitsDep,
     ) -> UploadedDataset:
         """Streamed to disk as it arrives, checked (``x_train``, ``y_train``, ``x_test``,
         ``y_test``, no pickled objects), then kept as ``<name>.npz``: jobs name it as
         ``{"name": "npz", "path": "<name>.npz"}``. A refused upload leaves nothing behind."""
+        limits.uploads.take(caller_id(principal), "data set uploads")
         return await store_upload(controller.settings.api, principal.tenant, name, request.stream())
 
     @routes.get("", summary="The caller's uploaded data sets")

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from faasdl.controller.auth import spec_for
-from faasdl.controller.deps import AdminDep, ControllerDep, PrincipalDep
+from faasdl.controller.auth import caller_id, spec_for
+from faasdl.controller.deps import AdminDep, ControllerDep, LimitsDep, PrincipalDep
 from faasdl.controller.plan import JobPlan
 from faasdl.controller.routes import AUTHENTICATED
 from faasdl.controller.validator import JobSpec
@@ -26,8 +26,12 @@ router = APIRouter()
     summary="Plan, run nothing",
     responses=AUTHENTICATED,
 )
-def estimate(spec: JobSpec, controller: ControllerDep, principal: PrincipalDep) -> JobPlan:
-    return controller.estimate(spec_for(spec, principal))
+def estimate(
+    spec: JobSpec, controller: ControllerDep, principal: PrincipalDep, limits: LimitsDep
+) -> JobPlan:
+    spec = spec_for(spec, principal)
+    limits.estimates.take(caller_id(principal), "estimates")
+    return controller.estimate(spec)
 
 
 @router.get("/healthz", tags=["ops"], summary="The process answers")
