@@ -329,6 +329,12 @@ class ApiSettings(Section):
     max_upload_bytes: int = Field(
         1 << 30, ge=1024, description="Largest data set upload (413 beyond, nothing kept)."
     )
+    tenant_max_upload_bytes: int = Field(
+        10 << 30,
+        ge=0,
+        description="What one tenant's uploads may hold together (an upload beyond it is refused, "
+        "403, nothing kept); 0: any.",
+    )
     stream_max_s: float = Field(
         3600.0, gt=0, description="An event stream is closed after this long (clients reconnect)."
     )

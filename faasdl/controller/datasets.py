@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from faasdl.config import ApiSettings
 from faasdl.controller.validator import JobSpec
-from faasdl.errors import ValidationError
+from faasdl.errors import AccessError, ValidationError
 from faasdl.training.datasets import NpzSpec, load_dataset
 
 #: An upload's name: a file name of its own, never a path.
@@ -91,6 +91,7 @@ async def store_upload(
                 size += len(chunk)
         if size == 0:
             raise ValidationError("is empty: send the .npz file as the body", field="body")
+        _check_quota(api, tenant, name, size)
         try:
             await asyncio.to_thread(load_dataset, NpzSpec(path=partial))
         except ValidationError as exc:
@@ -102,6 +103,20 @@ async def store_upload(
         Path(partial).unlink(missing_ok=True)
         raise
     return UploadedDataset(name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=digest.hexdigest())
+
+
+def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:
+    """``AccessError`` if the tenant's uploads would hold more than its quota with this one (which
+    replaces one of the same name)."""
+    quota = api.tenant_max_upload_bytes
+    if not quota:
+        return
+    held = sum(d.bytes for d in uploads(api, tenant) if d.name != name) + size
+    if held > quota:
+        raise AccessError(
+            f"tenant {tenant!r}'s uploads would hold {held:,} bytes with this one, more than the "
+            f"{quota:,} they may: delete one first (DELETE /v1/datasets/NAME)"
+        )
 
 
 def delete_upload(api: ApiSettings, tenant: str, name: str) -> bool:

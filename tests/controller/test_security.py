@@ -400,6 +400,32 @@ def test_estimates_and_uploads_are_rate_limited_per_key(
     assert sorted(p.name for p in (uploads / "hana").iterdir()) == ["set0.npz"]
 
 
+def test_a_tenants_uploads_are_held_to_its_quota(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str], tmp_path: Path
+) -> None:
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    uploads = tmp_path / "uploads"
+    quota = len(data) * 3 // 2
+    with serve(tf_platform, tf_store, tenant_max_upload_bytes=quota, upload_dir=str(uploads)) as (
+        url,
+        controller,
+    ):
+        key = create_key(controller.store, tenant="ivan")[1]
+        with client((url, controller), key) as ivan:
+            first = ivan.put("/v1/datasets/one", content=data)
+            second = ivan.put("/v1/datasets/two", content=data)
+            replaced = ivan.put("/v1/datasets/one", content=data)  # the same name: no more held
+
+    assert first.status_code == 201
+    assert second.status_code == 403
+    assert (
+        f"would hold {2 * len(data):,} bytes with this one, more than the {quota:,}"
+        in (second.json()["detail"])
+    )
+    assert replaced.status_code == 201
+    assert sorted(p.name for p in (uploads / "ivan").iterdir()) == ["one.npz"]
+
+
 def test_a_job_larger_than_its_tenants_memory_quota_is_refused(
     tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
 ) -> None:
