@@ -37,6 +37,7 @@ from faasdl.errors import (
     EstimationError,
     FaasdlError,
     JobFailed,
+    StoreError,
     StoreUnavailable,
     Throttled,
     Unsupported,
@@ -184,6 +185,7 @@ class JobRunner:
             # running and end this runner; the scheduler starts another once the store answers,
             # and that one re-attaches to them like a restarted controller.
             log.warning("job %s paused, the store is unavailable: %s", self.job_id, exc)
+            return
         except FaasdlError as exc:
             self._kill_in_flight()
             log.warning("job %s failed: %s", self.job_id, exc)
@@ -194,6 +196,26 @@ class JobRunner:
             log.exception("job %s crashed", self.job_id)
             self._charge_replicas()
             self._finish(JobState.FAILED, error=f"internal error: {exc!r}")
+        self._release_data()
+
+    def _release_data(self) -> None:
+        """Once the job has ended, delete what it wrote to the store but its model (unless
+        ``keep_job_data``): its shards and test set, each round's trained and merged weights,
+        checkpoints of attempts that never committed. Its record and ledger stay."""
+        if self.rt.settings.controller.keep_job_data:
+            return
+        try:
+            job = self._job()
+            if not job.finished:  # the controller is shutting down: another resumes the job
+                return
+            names = self.rt.store.blob_names(f"jobs/{self.job_id}/")
+            doomed = [name for name in names if name != job.model]
+            for name in doomed:
+                self.rt.store.delete_blob(name)
+        except (StoreError, Stopped) as exc:
+            log.warning("job %s: its data was not all deleted: %s", self.job_id, exc)
+        else:
+            log.info("job %s: %d blobs of its data deleted", self.job_id, len(doomed))
 
     def _run(self) -> None:
         job = self._job()

@@ -398,6 +398,10 @@ class StateStore(Resource):
     def blob_manifest(self, name: str) -> BlobManifest | None:
         return self._manifest(check_key(name, "name"))
 
+    def blob_names(self, prefix: str) -> list[str]:
+        """The names of the blobs that start with ``prefix``, sorted."""
+        return [key[len(MANIFEST_PREFIX) :] for key, _ in self.scan_raw(MANIFEST_PREFIX + prefix)]
+
     def delete_blob(self, name: str) -> bool:
         """Delete the blob and its chunks; ``False`` if there was none."""
         manifest = self._manifest(check_key(name, "name"))

@@ -19,9 +19,12 @@ def controller(
     tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
 ) -> Iterator[Controller]:
     """A running controller on the module's embedded platform (4096 MB pool) and SQLite store;
-    a fan-in of 3 gives four trainers a two-level aggregation tree."""
+    a fan-in of 3 gives four trainers a two-level aggregation tree, whose trainers' outputs an
+    ended job keeps (``keep_job_data``) for the tests to read."""
     store, url = tf_store
-    settings = Settings(controller={"scheduler_tick_s": 0.2, "max_fan_in": 3})
+    settings = Settings(
+        controller={"scheduler_tick_s": 0.2, "max_fan_in": 3, "keep_job_data": True}
+    )
     with Controller(settings=settings, platform=tf_platform, store=store, store_url=url) as c:
         yield c
 

@@ -383,7 +383,7 @@ def test_a_data_set_replaced_after_its_job_was_planned_fails_the_job_saying_so(
     assert job.activation_count == 0
 
 
-def test_a_log_longer_than_the_record_keeps_is_watched_whole_and_streamed_by_number(
+def test_an_ended_job_keeps_its_model_and_its_log_numbered_from_its_first_line(
     tmp_path: Path, tf_platform: LocalPlatform
 ) -> None:
     # Arrange: a controller whose job records keep 10 log lines, and a job that writes more.
@@ -404,16 +404,20 @@ def test_a_log_longer_than_the_record_keeps_is_watched_whole_and_streamed_by_num
                 watched = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url])
                 job_id = watched.stdout.splitlines()[0]
                 record = controller.job(job_id)
+                leftover = store.blob_names(f"jobs/{job_id}/")
                 with httpx.Client(base_url=api_url, timeout=60) as http:
                     resumed = numbered(http, job_id, after=record.events_dropped + 2)
                     whole = numbered(http, job_id)
             finally:
                 server.stop()
 
-    # Assert: --watch printed the lines written after the record began to drop the oldest (it
-    # had stopped at the 10th); the stream numbers the lines from the job's first, resumes
-    # after the one named, and starts a new follower at the oldest line kept.
+    # Assert: of the job's blobs only its model is left; --watch printed the lines written after
+    # the record began to drop the oldest (it had stopped at the 10th); the stream numbers the
+    # lines from the job's first, resumes after the one named, and starts a new follower at the
+    # oldest line kept.
     assert watched.exit_code == 0, watched.output
+    assert record.state is JobState.DONE
+    assert leftover == [record.model]  # shards, test set, trained and merged weights deleted
     assert record.events_dropped > 0
     assert len(record.events) == 10
     for line in record.events:
