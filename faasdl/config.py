@@ -282,7 +282,8 @@ class ControllerSettings(Section):
         False,
         description="An ended job keeps all it wrote to the store (its shards and test set, each "
         "round's trained and merged weights); false: only its model stays, with its record and "
-        "ledger.",
+        "ledger (deleted as the job ends, and by a controller starting: what one that stopped in "
+        "between left).",
     )
 
 

@@ -138,6 +138,16 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def delete_job_data(store: StateStore, job: JobInfo, names: list[str] | None = None) -> int:
+    """Delete the blobs ``job`` wrote (``names`` of them, or all) but its model; how many were."""
+    if names is None:
+        names = store.blob_names(f"jobs/{job.job_id}/")
+    doomed = [name for name in names if name != job.model]
+    for name in doomed:
+        store.delete_blob(name)
+    return len(doomed)
+
+
 def shard_blob(job_id: str, shard: int) -> str:
     return f"jobs/{job_id}/data/shard-{shard:05d}"
 
@@ -208,14 +218,11 @@ class JobRunner:
             job = self._job()
             if not job.finished:  # the controller is shutting down: another resumes the job
                 return
-            names = self.rt.store.blob_names(f"jobs/{self.job_id}/")
-            doomed = [name for name in names if name != job.model]
-            for name in doomed:
-                self.rt.store.delete_blob(name)
+            deleted = delete_job_data(self.rt.store, job)
         except (StoreError, Stopped) as exc:
             log.warning("job %s: its data was not all deleted: %s", self.job_id, exc)
         else:
-            log.info("job %s: %d blobs of its data deleted", self.job_id, len(doomed))
+            log.info("job %s: %d blobs of its data deleted", self.job_id, deleted)
 
     def _run(self) -> None:
         job = self._job()

@@ -23,7 +23,7 @@ from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
 from faasdl.controller.admission import Capacity, Demand, TenantQuota, admit, queue_positions
 from faasdl.controller.datasets import confine
-from faasdl.controller.events import JobRunner, Runtime, now_ms
+from faasdl.controller.events import JobRunner, Runtime, delete_job_data, now_ms
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan, plan_job
 from faasdl.controller.validator import JobSpec
@@ -144,12 +144,34 @@ class Controller:
             return
         self.runtime.shutdown.clear()
         self.runtime.runtimes.start()
+        self._delete_ended_jobs_data()
         self._scheduler = threading.Thread(
             target=self._schedule, name="faasdl-scheduler", daemon=True
         )
         self._scheduler.start()
         if self.settings.kubernetes.watch:
             threading.Thread(target=self._watch_pods, name="faasdl-pod-watch", daemon=True).start()
+
+    def _delete_ended_jobs_data(self) -> None:
+        """What ended jobs left in the store but their models: a job's runner deletes it as the
+        job ends, and a controller that stopped in between leaves it (``keep_job_data`` keeps
+        it all). One listing of the jobs' blobs, not one a job."""
+        if self.settings.controller.keep_job_data:
+            return
+        try:
+            by_job: dict[str, list[str]] = {}
+            for name in self.store.blob_names("jobs/"):
+                by_job.setdefault(name.split("/")[1], []).append(name)
+            deleted = sum(
+                delete_job_data(self.store, job, by_job[job.job_id])
+                for job in self._all_jobs()
+                if job.finished and job.job_id in by_job
+            )
+        except StoreError as exc:
+            log.warning("the data of ended jobs was not all deleted: %s", exc)
+            return
+        if deleted:
+            log.info("%d blobs of ended jobs' data deleted", deleted)
 
     def _watch_pods(self) -> None:
         """Feed Canary the action pods the cluster loses, until the controller closes (a daemon:

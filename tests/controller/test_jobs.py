@@ -26,7 +26,7 @@ from faasdl.errors import PlatformUnavailable
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
-from faasdl.store.records import ActivationUse, FunctionInfo, JobState, create
+from faasdl.store.records import ActivationUse, FunctionInfo, JobInfo, JobState, create
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually
 
@@ -425,6 +425,38 @@ def test_an_ended_job_keeps_its_model_and_its_log_numbered_from_its_first_line(
     total = record.events_dropped + len(record.events)
     assert resumed == [*range(record.events_dropped + 3, total), "end"]
     assert whole == [*range(record.events_dropped, total), "end"]
+
+
+def test_a_controller_starting_deletes_what_ended_jobs_left_but_their_models(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a done and a failed job whose data a controller that stopped as they ended left
+    # in the store, and blobs under the name of a job the store has no record of.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    done, failed, unknown = "a" * 16, "c" * 16, "d" * 16
+    model = f"jobs/{done}/global/00001"
+    left = [
+        model,
+        f"jobs/{done}/data/shard-00000",
+        f"jobs/{done}/r00000/trained-00000-a0001",
+        f"jobs/{failed}/data/test",
+        f"jobs/{unknown}/data/shard-00000",
+    ]
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        assert create(store, JobInfo(job_id=done, state=JobState.DONE, model=model))
+        assert create(store, JobInfo(job_id=failed, state=JobState.FAILED))
+        for name in left:
+            store.put_blob(name, b"weights")
+        controller = Controller(
+            settings=Settings(), platform=tf_platform, store=store, store_url=url
+        )
+
+        # Execute
+        with controller:
+            kept = store.blob_names("jobs/")
+
+    # Assert: the done job's model stays, and the blobs of a job it does not know.
+    assert kept == [model, f"jobs/{unknown}/data/shard-00000"]
 
 
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(
