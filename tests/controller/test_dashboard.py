@@ -22,7 +22,7 @@ from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore
-from faasdl.store.records import JobState
+from faasdl.store.records import JobInfo, JobState, create
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.tensorflow
@@ -216,3 +216,37 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
     assert list_violations == []
     assert job_violations == []
     assert path.stat().st_size > 10_000
+
+
+def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
+    served: tuple[Controller, str, str], browser: Any
+) -> None:
+    # Arrange: 101 ended jobs more than the list's page of 100, as records in the store.
+    controller, base, key = served
+    spec = JobSpec.model_validate({**JOB, "epochs": 1})
+    plan = controller.estimate(spec).model_dump(mode="json")
+    ended = [
+        JobInfo(
+            job_id=f"{i:016x}",
+            state=JobState.DONE,
+            spec=spec.model_dump(mode="json"),
+            plan=plan,
+            created_ms=1_000 + i,
+        )
+        for i in range(101)
+    ]
+    for job in ended:
+        assert create(controller.store, job)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+    # Execute
+    page.goto(f"{base}/ui")
+    page.get_by_label("API key").fill(key)
+    page.get_by_label("API key").press("Enter")
+    page.get_by_role("status").filter(has_text="the 100 newest jobs").wait_for(timeout=10_000)
+    shown = page.locator("#jobs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.job)")
+    page.close()
+
+    # Assert: a page of the newest, the oldest of the 101 not among it.
+    assert len(shown) == 100
+    assert ended[0].job_id not in shown
