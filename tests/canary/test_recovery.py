@@ -324,6 +324,16 @@ def test_a_unit_longer_than_the_longest_time_limit_fails_after_two_attempts_ther
     assert last.recovery == "fail"
 
 
+#: JOB checkpointing every 20 ms, for the tests that wait for an attempt of a later round running
+#: with a checkpoint: those attempts take 0.1-0.4 s on a fast machine, and at JOB's 0.25 s most
+#: end without one, so that the wait could miss them all (cc92). Where the checkpoints are taken
+#: does not change the model.
+CHECKPOINTED_JOB: dict[str, Any] = {
+    **JOB,
+    "fault_tolerance": {**JOB["fault_tolerance"], "checkpoint_interval_s": 0.02},
+}
+
+
 def running_with_checkpoints(store: StateStore, job_id: str) -> list[FunctionInfo]:
     """The job's units of its second round or later that are running and have a checkpoint."""
     found = load(store, f"job/{job_id}", JobInfo)
@@ -399,7 +409,7 @@ def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical
     # Arrange: the controller in a process of its own, the platform behind its REST API here.
     ctl = controller_process
     ctl.start()
-    job_id = ctl.client.submit(JOB)["job"]["job_id"]
+    job_id = ctl.client.submit(CHECKPOINTED_JOB)["job"]["job_id"]
     with make_store(
         StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
     ) as store:
@@ -452,7 +462,7 @@ def test_a_redis_server_crash_and_restart_mid_job_loses_nothing_and_ends_bit_ide
         ) as controller,
     ):
         try:
-            job_id = controller.submit(JobSpec.model_validate(JOB)).job.job_id
+            job_id = controller.submit(JobSpec.model_validate(CHECKPOINTED_JOB)).job.job_id
             eventually(
                 lambda: bool(running_with_checkpoints(store, job_id)),
                 timeout_s=300,
