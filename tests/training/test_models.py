@@ -32,6 +32,9 @@ def test_a_dense_model_takes_any_shape() -> None:
 
 @pytest.mark.tensorflow
 def test_a_model_whose_weights_cannot_be_allocated_is_refused_naming_the_field() -> None:
+    from faasdl.training.loop import configure_runtime
+
+    configure_runtime()  # as every test process that runs TensorFlow does, before it runs
     # A last layer of 64 × 2³¹ floats: TensorFlow's allocator refuses its 550 GB outright.
     with pytest.raises(ValidationError, match=r"a tensor of 64×2147483647 values\): use") as caught:
         build_model("mlp", (8, 8, 1), 2**31 - 1, seed=0)
