@@ -66,7 +66,7 @@ from faasdl.store.records import (
     load,
     update,
 )
-from faasdl.training.datasets import Shard, split_shards
+from faasdl.training.datasets import Shard, dims, split_shards
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +138,19 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: What every job's blobs are named under: ``jobs/<job id>/…``.
+JOB_BLOBS = "jobs/"
+
+
+def job_blobs(job_id: str) -> str:
+    """The prefix of the blobs of job ``job_id``."""
+    return f"{JOB_BLOBS}{job_id}/"
+
+
 def delete_job_data(store: StateStore, job: JobInfo, names: list[str] | None = None) -> int:
     """Delete the blobs ``job`` wrote (``names`` of them, or all) but its model; how many were."""
     if names is None:
-        names = store.blob_names(f"jobs/{job.job_id}/")
+        names = store.blob_names(job_blobs(job.job_id))
     doomed = [name for name in names if name != job.model]
     for name in doomed:
         store.delete_blob(name)
@@ -149,16 +158,16 @@ def delete_job_data(store: StateStore, job: JobInfo, names: list[str] | None = N
 
 
 def shard_blob(job_id: str, shard: int) -> str:
-    return f"jobs/{job_id}/data/shard-{shard:05d}"
+    return f"{job_blobs(job_id)}data/shard-{shard:05d}"
 
 
 def test_blob(job_id: str) -> str:
-    return f"jobs/{job_id}/data/test"
+    return f"{job_blobs(job_id)}data/test"
 
 
 def global_blob(job_id: str, round_: int) -> str:
     """The global model after ``round_`` rounds."""
-    return f"jobs/{job_id}/global/{round_:05d}"
+    return f"{job_blobs(job_id)}global/{round_:05d}"
 
 
 class JobRunner:
@@ -445,7 +454,7 @@ class JobRunner:
         """A training attempt's parameters: its own output blob (a zombie can never overwrite
         the committed one) and its Canary arguments with its fencing token."""
         ft = self.spec.fault_tolerance
-        where = f"jobs/{self.job_id}/r{task.round:05d}"
+        where = f"{job_blobs(self.job_id)}r{task.round:05d}"
         canary = CanaryArgs(
             unit=fn_key(self.job_id, task.round, task.index),
             token=task.owner_epoch,
@@ -474,7 +483,7 @@ class JobRunner:
         output = (
             global_blob(self.job_id, round_ + 1)
             if is_root
-            else f"jobs/{self.job_id}/r{round_:05d}/agg-{level}-{index:05d}"
+            else f"{job_blobs(self.job_id)}r{round_:05d}/agg-{level}-{index:05d}"
         )
         return _Task(
             kind="aggregate",
@@ -1023,7 +1032,7 @@ def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
     (an upload of the same name) would train a model of another shape, or labels it lacks
     outputs for, and fail inside TensorFlow."""
     facts = [
-        ("input shape", _dims(plan.input_shape), _dims(data.input_shape)),
+        ("input shape", dims(plan.input_shape), dims(data.input_shape)),
         ("classes", plan.classes, data.classes),
         ("training examples", plan.examples, data.examples),
         ("test examples", plan.test_examples, data.test_examples),
@@ -1035,10 +1044,6 @@ def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
             "job again to plan it for this one",
             field="dataset.path",
         )
-
-
-def _dims(shape: tuple[int, ...]) -> str:
-    return "×".join(map(str, shape))
 
 
 def _finish_round(result: RoundResult, job: JobInfo, *, stop: bool, rounds: int) -> JobInfo:

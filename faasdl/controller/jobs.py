@@ -23,7 +23,13 @@ from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
 from faasdl.controller.admission import Capacity, Demand, TenantQuota, admit, queue_positions
 from faasdl.controller.datasets import confine
-from faasdl.controller.events import JobRunner, Runtime, delete_job_data, now_ms
+from faasdl.controller.events import (
+    JOB_BLOBS,
+    JobRunner,
+    Runtime,
+    delete_job_data,
+    now_ms,
+)
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan, plan_job
 from faasdl.controller.validator import JobSpec
@@ -160,8 +166,8 @@ class Controller:
             return
         try:
             by_job: dict[str, list[str]] = {}
-            for name in self.store.blob_names("jobs/"):
-                by_job.setdefault(name.split("/")[1], []).append(name)
+            for name in self.store.blob_names(JOB_BLOBS):
+                by_job.setdefault(name.removeprefix(JOB_BLOBS).split("/")[0], []).append(name)
             deleted = sum(
                 delete_job_data(self.store, job, by_job[job.job_id])
                 for job in self._all_jobs()

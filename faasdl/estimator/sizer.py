@@ -21,7 +21,7 @@ from faasdl.platform.base import Activation, Platform
 from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
 from faasdl.store.records import BaselineRecord
-from faasdl.training.datasets import Dataset, SyntheticSpec, load_dataset
+from faasdl.training.datasets import Dataset, SyntheticSpec, dims, load_dataset
 from faasdl.training.models import ModelProfile, check_model
 
 #: Time limit of a profiling activation (building InceptionV3 takes a few seconds).
@@ -106,10 +106,9 @@ class Sizer:
         record = self._probe_record(params)
         failure = classify(record)
         if failure is not None and failure.kind is FailureKind.OUT_OF_MEMORY:
-            shape = "×".join(map(str, input_shape))
             raise ValidationError(
-                f"{model} for {shape} inputs and {classes} classes runs out of memory as it is "
-                f"built, in the platform's largest action memory "
+                f"{model} for {dims(input_shape)} inputs and {classes} classes runs out of "
+                "memory as it is built, in the platform's largest action memory "
                 f"({self.platform.limits().memory_max_mb} MB): use a smaller model or smaller "
                 "inputs",
                 field="model",

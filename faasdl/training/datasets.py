@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -262,8 +263,8 @@ def _npz(spec: NpzSpec) -> Dataset:
     x_test, y_test = _inputs(arrays["x_test"], arrays["y_test"], "test")
     if x_train.shape[1:] != x_test.shape[1:]:
         raise ValidationError(
-            f"x_test's examples are {_shape(x_test)}, x_train's {_shape(x_train)}: a model "
-            "takes one shape",
+            f"x_test's examples are {dims(x_test.shape[1:])}, x_train's "
+            f"{dims(x_train.shape[1:])}: a model takes one shape",
             field="dataset.path",
         )
     return Dataset(
@@ -340,8 +341,9 @@ def _check_headers(spec: NpzSpec, headers: dict[str, tuple[tuple[int, ...], np.d
         )
 
 
-def _shape(x: np.ndarray) -> str:
-    return "×".join(str(d) for d in x.shape[1:])
+def dims(shape: Iterable[int]) -> str:
+    """A shape as messages write it: ``32×32×3``."""
+    return "×".join(map(str, shape))
 
 
 def _invalid(spec: NpzSpec, exc: Exception) -> ValidationError:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from faasdl.errors import ValidationError
+from faasdl.training.datasets import dims
 
 if TYPE_CHECKING:
     import keras
@@ -87,10 +88,9 @@ def build_model(name: str, input_shape: tuple[int, ...], classes: int, *, seed: 
         # classes), before the action's memory limit could: its message is a graph node's name.
         found = re.search(r"tensor with shape\[([\d,]+)\]", str(exc))
         tensor = f" (a tensor of {found[1].replace(',', '×')} values)" if found else ""
-        shape = "×".join(map(str, input_shape))
         raise ValidationError(
-            f"{name} for {shape} inputs and {classes:,} classes cannot be allocated{tensor}: "
-            "use a smaller model, fewer classes or smaller inputs",
+            f"{name} for {dims(input_shape)} inputs and {classes:,} classes cannot be "
+            f"allocated{tensor}: use a smaller model, fewer classes or smaller inputs",
             field="model",
         ) from exc
 
