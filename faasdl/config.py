@@ -282,8 +282,21 @@ class ControllerSettings(Section):
         False,
         description="An ended job keeps all it wrote to the store (its shards and test set, each "
         "round's trained and merged weights); false: only its model stays, with its record and "
-        "ledger (deleted as the job ends, and by a controller starting: what one that stopped in "
-        "between left).",
+        "ledger (deleted as the job ends, and by the controller's housekeeping: what a controller "
+        "that stopped in between left).",
+    )
+    housekeeping_interval_s: float = Field(
+        3600.0,
+        ge=1,
+        description="Pause between the controller's housekeeping passes (the first as it "
+        "starts): each deletes what ended jobs left in the store (see keep_job_data) and the "
+        "chunks and spill files of blob writes that never published (a writer killed mid-write).",
+    )
+    garbage_grace_s: float = Field(
+        3600.0,
+        ge=0,
+        description="Age under which housekeeping leaves an unpublished chunk or spill file "
+        "alone: it may belong to a write still in flight.",
     )
 
 

@@ -3,6 +3,10 @@ talking to the embedded platform's OpenWhisk-compatible server on loopback."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +33,28 @@ def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0, what: 
         if time.monotonic() > deadline:
             raise AssertionError(f"not true within {timeout_s} s: {what or condition}")
         time.sleep(0.01)
+
+
+def write_and_die(store_url: str, name: str, data: bytes, *, chunk_bytes: int) -> None:
+    """Write blob ``name`` from another process that is killed (SIGKILL) after its chunks are
+    durable and before it publishes the manifest: what a writer killed mid-write leaves."""
+    writer = """
+        import os, signal, sys
+        from faasdl.config import StoreSettings
+        from faasdl.store import make_store
+        store = make_store(StoreSettings(chunk_bytes=int(sys.argv[3])), sys.argv[1])
+        store.open()
+        store._publish_manifest = lambda name, manifest: os.kill(os.getpid(), signal.SIGKILL)
+        store.put_blob(sys.argv[2], sys.stdin.buffer.read())
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(writer), store_url, name, str(chunk_bytes)],
+        input=data,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode(errors="replace")
 
 
 def kill_when_running(platform: Platform, activation_id: str) -> None:

@@ -142,6 +142,7 @@ class Controller:
         self._parsed_lock = threading.Lock()
         self._wake = threading.Event()
         self._scheduler: threading.Thread | None = None
+        self._housekeeper: threading.Thread | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -150,32 +151,51 @@ class Controller:
             return
         self.runtime.shutdown.clear()
         self.runtime.runtimes.start()
-        self._delete_ended_jobs_data()
         self._scheduler = threading.Thread(
             target=self._schedule, name="faasdl-scheduler", daemon=True
         )
         self._scheduler.start()
+        self._housekeeper = threading.Thread(
+            target=self._housekeep, name="faasdl-housekeeping", daemon=True
+        )
+        self._housekeeper.start()
         if self.settings.kubernetes.watch:
             threading.Thread(target=self._watch_pods, name="faasdl-pod-watch", daemon=True).start()
 
+    def _housekeep(self) -> None:
+        """Delete what the store holds for nothing, as the controller starts and then every
+        ``housekeeping_interval_s`` until it closes (a controller closing at once still runs the
+        first pass: ``close`` waits for it)."""
+        controller = self.settings.controller
+        while True:
+            try:
+                self._delete_ended_jobs_data()
+                collected = self.store.collect_garbage(grace_s=controller.garbage_grace_s)
+            except StoreError as exc:  # a store restart: the next pass tries again
+                log.warning("housekeeping pass stopped: %s", exc)
+            except Exception:  # the housekeeper must outlive a bad pass
+                log.exception("housekeeping pass failed")
+            else:
+                if collected:
+                    log.info("%d chunks and spill files of unpublished writes deleted", collected)
+            if self.runtime.shutdown.wait(controller.housekeeping_interval_s):
+                return
+
     def _delete_ended_jobs_data(self) -> None:
         """What ended jobs left in the store but their models: a job's runner deletes it as the
-        job ends, and a controller that stopped in between leaves it (``keep_job_data`` keeps
-        it all). One listing of the jobs' blobs, not one a job."""
+        job ends; a controller that stopped in between, or a cancelled job's killed attempt
+        publishing after it, leaves some (``keep_job_data`` keeps it all). One listing of the
+        jobs' blobs, not one a job."""
         if self.settings.controller.keep_job_data:
             return
-        try:
-            by_job: dict[str, list[str]] = {}
-            for name in self.store.blob_names(JOB_BLOBS):
-                by_job.setdefault(name.removeprefix(JOB_BLOBS).split("/")[0], []).append(name)
-            deleted = sum(
-                delete_job_data(self.store, job, by_job[job.job_id])
-                for job in self._all_jobs()
-                if job.finished and job.job_id in by_job
-            )
-        except StoreError as exc:
-            log.warning("the data of ended jobs was not all deleted: %s", exc)
-            return
+        by_job: dict[str, list[str]] = {}
+        for name in self.store.blob_names(JOB_BLOBS):
+            by_job.setdefault(name.removeprefix(JOB_BLOBS).split("/")[0], []).append(name)
+        deleted = sum(
+            delete_job_data(self.store, job, by_job[job.job_id])
+            for job in self._all_jobs()
+            if job.finished and job.job_id in by_job
+        )
         if deleted:
             log.info("%d blobs of ended jobs' data deleted", deleted)
 
@@ -204,6 +224,9 @@ class Controller:
         if self._scheduler is not None:
             self._scheduler.join()
             self._scheduler = None
+        if self._housekeeper is not None:
+            self._housekeeper.join()
+            self._housekeeper = None
         with self._lock:
             runners = list(self._runners.values())
             self._runners.clear()

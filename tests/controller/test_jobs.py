@@ -28,7 +28,7 @@ from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.records import ActivationUse, FunctionInfo, JobInfo, JobState, create
 from faasdl.training.tensors import unpack
-from tests.conftest import eventually
+from tests.conftest import eventually, write_and_die
 
 pytestmark = pytest.mark.tensorflow
 
@@ -427,11 +427,12 @@ def test_an_ended_job_keeps_its_model_and_its_log_numbered_from_its_first_line(
     assert whole == [*range(record.events_dropped, total), "end"]
 
 
-def test_a_controller_starting_deletes_what_ended_jobs_left_but_their_models(
+def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_but_models(
     tmp_path: Path, tf_platform: LocalPlatform
 ) -> None:
     # Arrange: a done and a failed job whose data a controller that stopped as they ended left
-    # in the store, and blobs under the name of a job the store has no record of.
+    # in the store, blobs under the name of a job the store has no record of, and the chunks of
+    # a blob write killed before it published.
     url = f"sqlite:///{tmp_path / 'state.db'}"
     done, failed, unknown = "a" * 16, "c" * 16, "d" * 16
     model = f"jobs/{done}/global/00001"
@@ -447,16 +448,28 @@ def test_a_controller_starting_deletes_what_ended_jobs_left_but_their_models(
         assert create(store, JobInfo(job_id=failed, state=JobState.FAILED))
         for name in left:
             store.put_blob(name, b"weights")
-        controller = Controller(
-            settings=Settings(), platform=tf_platform, store=store, store_url=url
-        )
+        write_and_die(url, model, b"w" * 100_000, chunk_bytes=16 * 1024)
 
-        # Execute
-        with controller:
-            kept = store.blob_names("jobs/")
+        def start_and_close(**controller: Any) -> None:
+            settings = Settings(controller=controller)
+            with Controller(settings=settings, platform=tf_platform, store=store, store_url=url):
+                pass  # closing waits for the housekeeping pass that starting began
 
-    # Assert: the done job's model stays, and the blobs of a job it does not know.
+        # Execute: a controller with the default grace, then one with none.
+        start_and_close()
+        kept = store.blob_names("jobs/")
+        young = store.collect_garbage(grace_s=0)
+        write_and_die(url, model, b"w" * 100_000, chunk_bytes=16 * 1024)
+        start_and_close(garbage_grace_s=0)
+        old = store.collect_garbage(grace_s=0)
+        model_bytes = store.get_blob(model)
+
+    # Assert: the done job's model stays, and the blobs of a job it does not know; the killed
+    # write's seven chunks were left while younger than the grace and deleted with none.
     assert kept == [model, f"jobs/{unknown}/data/shard-00000"]
+    assert young == 7
+    assert old == 0
+    assert model_bytes == b"weights"
 
 
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(

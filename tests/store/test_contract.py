@@ -21,17 +21,8 @@ from faasdl.errors import BlobCorrupted, BlobNotFound, StoreError, ValidationErr
 from faasdl.store import StateStore
 from faasdl.store.base import MANIFEST_PREFIX
 from faasdl.store.records import FunctionInfo, JobInfo, create, fn_key, load, replace
+from tests.conftest import write_and_die
 from tests.store.conftest import StoreFactory
-
-
-def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def test_versioned_records(store: StateStore) -> None:
@@ -246,22 +237,12 @@ def test_a_blob_write_killed_before_its_manifest_is_invisible_and_collected(
     # and before it publishes the manifest.
     store = make_store_for(chunk_bytes=16 * 1024)
     store.put_blob("ckpt/b", b"old" * 10_000)
-    writer = """
-        import os, signal, sys
-        from faasdl.config import StoreSettings
-        from faasdl.store import make_store
-        store = make_store(StoreSettings(chunk_bytes=16 * 1024), sys.argv[1])
-        store.open()
-        store._publish_manifest = lambda name, manifest: os.kill(os.getpid(), signal.SIGKILL)
-        store.put_blob("ckpt/b", b"new" * 50_000)
-    """
 
     # Execute
-    result = run_python(writer, store_url)
+    write_and_die(store_url, "ckpt/b", b"new" * 50_000, chunk_bytes=16 * 1024)
 
-    # Assert: the writer died by SIGKILL, readers still see the old blob whole, and the new
-    # write's chunks are garbage that collection removes.
-    assert result.returncode == -9, result.stderr
+    # Assert: readers still see the old blob whole, and the new write's chunks are garbage that
+    # collection removes.
     assert store.get_blob("ckpt/b") == b"old" * 10_000
     assert store.collect_garbage(grace_s=3600) == 0  # too young: could be a write in flight
     assert store.collect_garbage(grace_s=0) == 10  # 150 000 bytes in 16 KiB chunks
