@@ -278,6 +278,12 @@ class ControllerSettings(Section):
         1.0, gt=0, le=60, description="Longest pause between admission passes (submit wakes it)."
     )
     events_kept: int = Field(500, ge=10, description="Log lines kept in a job's record.")
+    failures_kept: int = Field(
+        200,
+        ge=10,
+        description="Failure reports kept in a job's record, the newest (failures_dropped counts "
+        "the others).",
+    )
     keep_job_data: bool = Field(
         False,
         description="An ended job keeps all it wrote to the store (its shards and test set, each "

@@ -64,11 +64,12 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
             server.stop()
     console.print(summary(view, ledger))
     failures = view["job"]["failures"]
+    reported = len(failures) + view["job"]["failures_dropped"]
     resumed = sum(f["recovery"] == "resume" for f in failures)
     console.print(
-        f"injected {len(chaos.done)} failure(s); the controller reported {len(failures)} and "
+        f"injected {len(chaos.done)} failure(s); the controller reported {reported} and "
         f"resumed {resumed} unit(s) from their checkpoints; the model is in "
         f"{ROOT / 'state.db'} (job {job_id}, blob {view['job']['model']})"
     )
     done: bool = view["job"]["state"] == "done"
-    return done and len(chaos.done) == kills and resumed == len(failures)
+    return done and len(chaos.done) == kills and resumed == reported

@@ -724,7 +724,7 @@ class JobRunner:
             Recovery.FAIL: "cannot be recovered",
         }[decision]
         self._change(
-            lambda j: j.model_copy(update={"failures": [*j.failures, report]}),
+            lambda j: j.with_failure(report, kept=self.rt.settings.controller.failures_kept),
             event=_line(
                 "recovery",
                 f"{_describe(task)}, attempt {task.attempt}: {failure.kind} "

@@ -18,6 +18,7 @@ from faasdl.errors import StoreError, Superseded
 from faasdl.store.base import StateStore
 
 R = TypeVar("R", bound="Record")
+T = TypeVar("T")
 
 
 class Record(BaseModel, ABC):
@@ -145,6 +146,8 @@ class JobInfo(Record):
     stopped_early: bool = False
     activation_count: int = 0  # lines in the job's ledger
     failures: list[FailureReport] = Field(default_factory=list)
+    # Failure reports dropped from the start of ``failures`` to keep it short (``failures_kept``).
+    failures_dropped: int = 0
     replica_gb_s: float = 0.0  # memory the job's warm replicas held
     cost_usd: float = 0.0  # activations and replicas
     events: list[JobEvent] = Field(default_factory=list)
@@ -160,13 +163,25 @@ class JobInfo(Record):
     def with_event(self, event: JobEvent, *, kept: int, **update: Any) -> JobInfo:
         """The record with ``update`` applied and ``event`` added to its log, of which the
         ``kept`` newest lines stay."""
-        events = [*self.events, event]
-        dropped = max(0, len(events) - kept)
-        numbered = {"events": events[dropped:], "events_dropped": self.events_dropped + dropped}
+        events, dropped = _newest([*self.events, event], kept)
+        numbered = {"events": events, "events_dropped": self.events_dropped + dropped}
         return self.model_copy(update={**update, **numbered})
+
+    def with_failure(self, report: FailureReport, *, kept: int) -> JobInfo:
+        """The record with ``report`` added to its failures, of which the ``kept`` newest stay."""
+        failures, dropped = _newest([*self.failures, report], kept)
+        return self.model_copy(
+            update={"failures": failures, "failures_dropped": self.failures_dropped + dropped}
+        )
 
     def key(self) -> str:
         return job_key(self.job_id)
+
+
+def _newest(items: list[T], kept: int) -> tuple[list[T], int]:
+    """The ``kept`` newest of ``items`` (the last ones), and how many older ones were dropped."""
+    dropped = max(0, len(items) - kept)
+    return items[dropped:], dropped
 
 
 class IdempotencyRecord(Record):

@@ -216,7 +216,7 @@ function renderSummary(view) {
     ["Workers", job.plan ? job.plan.train.containers : "?"],
     ["Loss", last ? fmt(last.test_loss) : "–"],
     ["Accuracy", last ? fmt(last.accuracy) : "–"],
-    ["Failures", job.failures.length],
+    ["Failures", job.failures.length + job.failures_dropped],
     ["Activations", job.activation_count],
     ["Cost (USD)", fmt(job.cost_usd, 6)],
   ];
