@@ -181,6 +181,10 @@ class AggregationError(FaasdlError):
     """Models that cannot be merged (shapes differ, no examples, missing results)."""
 
 
+#: How a :class:`TrainingDiverged` message starts, in an action's error as the controller reads it.
+DIVERGED = "training diverged: "
+
+
 class TrainingDiverged(FaasdlError):
     """A loss or a weight that is no longer finite (NaN or infinite). Training is deterministic,
     so every attempt would end the same: the job's learning rate (or its data) must change.
@@ -190,7 +194,7 @@ class TrainingDiverged(FaasdlError):
 
     def __init__(self, where: str, *, trained_with: str | None = None) -> None:
         how = f" ({trained_with})" if trained_with else ""
-        super().__init__(f"training diverged: {where}{how}: a lower learning_rate may train")
+        super().__init__(f"{DIVERGED}{where}{how}: a lower learning_rate may train")
 
 
 class AccessError(FaasdlError):

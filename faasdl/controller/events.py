@@ -33,6 +33,7 @@ from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import (
+    DIVERGED,
     ActivationNotFound,
     EstimationError,
     FaasdlError,
@@ -671,7 +672,7 @@ class JobRunner:
         what = _describe(task)
         if decision is Recovery.FAIL:
             if failure.kind is FailureKind.APPLICATION_ERROR:
-                raise JobFailed(f"{what} failed: {failure.message}")
+                raise JobFailed(f"{what} failed: {failure.message}{self._rate_said(failure)}")
             raise JobFailed(
                 f"{what} failed {fruitless} time(s) in a row without progress, last with "
                 f"{failure.kind}: {failure.message} (fault_tolerance: policy "
@@ -689,6 +690,18 @@ class JobRunner:
             attempt=task.attempt + 1,
             fruitless=fruitless,
             stuck_at_max=stuck_at_max,
+        )
+
+    def _rate_said(self, failure: Failure) -> str:
+        """Where training diverged at a learning rate scaled for the workers, how it relates to
+        the job's (the action's message names the rate it trained at)."""
+        spec, workers = self.spec, self.plan.workers
+        scaled = spec.worker_learning_rate(workers) != spec.learning_rate
+        if not (scaled and failure.message.startswith(DIVERGED)):
+            return ""
+        return (
+            f" (the action's rate is the job's learning_rate {spec.learning_rate:g} × "
+            f"√{workers} workers: lr_scaling sqrt)"
         )
 
     def _report(

@@ -180,8 +180,12 @@ def test_a_job_that_diverges_fails_at_once_saying_so(client: httpx.Client) -> No
     record = job(client, job_id)["job"]
 
     assert record["state"] == "failed"
-    assert "training diverged: " in record["error"]
-    assert "a lower learning_rate may train" in record["error"]
+    error = record["error"]
+    assert "training diverged: " in error
+    assert "(sgd, learning rate 20 in this action): a lower learning_rate may train" in error
+    assert error.endswith(
+        "(the action's rate is the job's learning_rate 10 × √4 workers: lr_scaling sqrt)"
+    )
     assert [f["classification"] for f in record["failures"]] == ["application_error"]
     assert record["failures"][0]["recovery"] == "fail"
 
