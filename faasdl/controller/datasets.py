@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from faasdl.config import ApiSettings
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import AccessError, ValidationError
+from faasdl.estimator.sizer import remember_facts
 from faasdl.training.datasets import NpzSpec, load_dataset
 
 #: An upload's name: a file name of its own, never a path.
@@ -93,7 +94,8 @@ async def store_upload(
             raise ValidationError("is empty: send the .npz file as the body", field="body")
         _check_quota(api, tenant, name, size)
         try:
-            await asyncio.to_thread(load_dataset, NpzSpec(path=partial))
+            # Checked by loading it, which keeps its facts for the jobs that will name it.
+            await asyncio.to_thread(lambda: remember_facts(load_dataset(NpzSpec(path=partial))))
         except ValidationError as exc:
             # The temporary name means nothing to the caller.
             message = str(exc).removeprefix("dataset.path: ").replace(partial, "the upload")

@@ -1040,16 +1040,23 @@ def _seed(seed: int, round_: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def _short(sha256: str | None) -> str:
+    return "none" if sha256 is None else f"{sha256[:12]}…"
+
+
 def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
     """The data set is the one the job was planned for: a file replaced since it was submitted
     (an upload of the same name) would train a model of another shape, or labels it lacks
-    outputs for, and fail inside TensorFlow."""
+    outputs for, and fail inside TensorFlow; one of the same shapes would train on other data
+    than the job's submitter checked."""
     facts = [
         ("input shape", dims(plan.input_shape), dims(data.input_shape)),
         ("classes", plan.classes, data.classes),
         ("training examples", plan.examples, data.examples),
         ("test examples", plan.test_examples, data.test_examples),
     ]
+    if plan.data_sha256 is not None:  # a plan made before plans kept it has none
+        facts.append(("content SHA-256", _short(plan.data_sha256), _short(data.sha256)))
     changed = [f"{name} {was} → {now}" for name, was, now in facts if was != now]
     if changed:
         raise ValidationError(

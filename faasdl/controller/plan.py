@@ -29,6 +29,7 @@ class JobPlan(BaseModel):
     test_examples: int
     input_shape: tuple[int, ...]
     classes: int
+    data_sha256: str | None = None  # the .npz file's content when the job was planned
     model_mb: float  # one trained model with its optimizer state
     aggregate_memory_mb: int
     aggregate_timeout_ms: int
@@ -73,6 +74,7 @@ def make_plan(
         test_examples=data.test_examples,
         input_shape=data.input_shape,
         classes=data.classes,
+        data_sha256=data.sha256,
         model_mb=round(model_mb, 3),
         aggregate_memory_mb=memory,
         aggregate_timeout_ms=max(

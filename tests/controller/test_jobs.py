@@ -3,6 +3,7 @@ platform with a SQLite store."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from contextlib import closing
@@ -349,21 +350,27 @@ def test_a_model_is_sent_a_checked_chunk_at_a_time_and_a_damaged_chunk_ends_its_
     assert not list(tmp_path.glob("model*"))
 
 
+@pytest.mark.parametrize(
+    ("features", "classes", "changed"),
+    [(10, 5, "input shape 8 → 10, classes 3 → 5, "), (8, 3, "")],
+    ids=["shapes", "content"],
+)
 def test_a_data_set_replaced_after_its_job_was_planned_fails_the_job_saying_so(
-    tmp_path: Path, tf_platform: LocalPlatform
+    tmp_path: Path, tf_platform: LocalPlatform, features: int, classes: int, changed: str
 ) -> None:
     # Arrange: a job planned for 8 features and 3 classes, queued while its file is replaced by
-    # one of 10 features and 5 (an upload of the same name does that).
+    # another (an upload of the same name does that): of other shapes, or other values.
     rng = np.random.default_rng(0)
     data = tmp_path / "data" / "set.npz"
     data.parent.mkdir()
 
-    def save(features: int, classes: int) -> None:
+    def save(features: int, classes: int) -> str:
         x = rng.random((200, features), dtype=np.float32)
         y = np.arange(200) % classes
         np.savez(data, x_train=x, y_train=y, x_test=x[:20], y_test=y[:20])
+        return hashlib.sha256(data.read_bytes()).hexdigest()[:12]
 
-    save(8, 3)
+    planned = save(8, 3)
     url = f"sqlite:///{tmp_path / 'state.db'}"
     settings = Settings(
         controller={"scheduler_tick_s": 0.1}, api={"dataset_roots": [str(data.parent)]}
@@ -372,7 +379,7 @@ def test_a_data_set_replaced_after_its_job_was_planned_fails_the_job_saying_so(
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
         controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
         job_id = controller.submit(JobSpec.model_validate(spec)).job.job_id
-        save(10, 5)
+        found = save(features, classes)
 
         # Execute
         with controller:
@@ -381,8 +388,8 @@ def test_a_data_set_replaced_after_its_job_was_planned_fails_the_job_saying_so(
     # Assert: failed before any action ran, naming what changed.
     assert job.state is JobState.FAILED
     assert job.error == (
-        "dataset.path: the data set changed after the job was planned (input shape 8 → 10, "
-        "classes 3 → 5): submit the job again to plan it for this one"
+        f"dataset.path: the data set changed after the job was planned ({changed}content "
+        f"SHA-256 {planned}… → {found}…): submit the job again to plan it for this one"
     )
     assert job.activation_count == 0
 
