@@ -54,9 +54,15 @@ keys_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=HELP_MARKUP,
 )
+datasets_app = typer.Typer(
+    help="Your uploaded .npz data sets, which jobs name as `{name: npz, path: NAME.npz}`.",
+    no_args_is_help=True,
+    rich_markup_mode=HELP_MARKUP,
+)
 app.add_typer(platform_app, name="platform")
 app.add_typer(bench_app, name="bench")
 app.add_typer(keys_app, name="keys")
+app.add_typer(datasets_app, name="datasets")
 
 #: How wide output that is not a terminal (a log file, a pipe) is laid out: rich would take 80
 #: columns and squeeze a bench's table into columns a few letters wide. ``COLUMNS`` set wins.
@@ -755,6 +761,91 @@ def model(
     finally:
         partial.unlink(missing_ok=True)
     typer.echo(json.dumps({"job_id": job_id, "path": str(output), "bytes": size}))
+
+
+def _not_a_dataset_name(value: str) -> str | None:
+    """Why ``value`` is not a data set's name as the API takes them; ``None`` if it is one."""
+    from faasdl.controller.datasets import DATASET_NAME_PATTERN
+
+    if re.fullmatch(DATASET_NAME_PATTERN, value):
+        return None
+    return (
+        f"{value!r} is not a data set's name (1-63 letters, digits, _ and -, the first a letter "
+        "or digit)"
+    )
+
+
+def _dataset_name(value: str | None) -> str | None:
+    """A data set's name, checked before a request is made of it."""
+    problem = None if value is None else _not_a_dataset_name(value)
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
+DatasetNameArgument = Annotated[
+    str,
+    typer.Argument(help="The data set's name (without .npz).", callback=_dataset_name),
+]
+
+
+@datasets_app.command("upload")
+def datasets_upload(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="The .npz file: x_train, y_train, x_test, y_test (np.savez or savez_compressed).",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="The name to keep it under (default: the file's, without .npz); an upload of "
+            "the same name is replaced.",
+            callback=_dataset_name,
+        ),
+    ] = None,
+    url: UrlOption = None,
+) -> None:
+    """Upload a data set: sent as it is read (with progress), checked by the controller, kept
+    whole or not at all; its record as JSON last."""
+    from rich.progress import Progress
+
+    if name is None and (problem := _not_a_dataset_name(file.stem)):
+        fail(f"{file.name}: {problem}: give it one with --name")
+    with (
+        _controller(url) as client,
+        Progress(console=console, transient=True) as progress,
+        progress.open(file, "rb", description=f"uploading {file.name}") as data,
+    ):
+        uploaded = client.upload_dataset(name or file.stem, data)
+    console.print(f"jobs name it as dataset: {{name: npz, path: {uploaded['path']}}}")
+    typer.echo(json.dumps(uploaded))
+
+
+@datasets_app.command("list")
+def datasets_list(url: UrlOption = None) -> None:
+    """Your uploaded data sets; JSON last."""
+    with _controller(url) as client:
+        found = client.datasets()
+    table = Table(title="data sets")
+    for column in ("name", "path", "bytes"):
+        table.add_column(column)
+    for d in found:
+        table.add_row(d["name"], d["path"], f"{d['bytes']:,}")
+    console.print(table)
+    typer.echo(json.dumps(found))
+
+
+@datasets_app.command("delete")
+def datasets_delete(name: DatasetNameArgument, url: UrlOption = None) -> None:
+    """Delete an uploaded data set (jobs queued with it fail as they start)."""
+    with _controller(url) as client:
+        client.delete_dataset(name)
+    typer.echo(json.dumps({"name": name, "deleted": True}))
 
 
 EXPERIMENT_NAMES = ("recovery", "replication", "baselines", "scale", "cost", "disdel")

@@ -260,7 +260,7 @@ def test_every_groups_help_lists_each_commands_summary_whole_on_its_line() -> No
     """A command's summary (its docstring's first paragraph) is one paragraph in its group's
     list, whatever lines the docstring wraps it on; its backticks are markup."""
     groups = list(_groups(typer.main.get_command(app)))
-    assert [path for path, _ in groups] == [(), ("platform",), ("bench",), ("keys",)]
+    assert [path for path, _ in groups] == [(), ("platform",), ("bench",), ("keys",), ("datasets",)]
     for path, group in groups:
         result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
         assert result.exit_code == 0, result.output

@@ -9,6 +9,7 @@ import requests
 
 from faasdl.errors import (
     AccessError,
+    DatasetNotFound,
     FaasdlError,
     JobError,
     JobNotFound,
@@ -78,6 +79,24 @@ class ControllerClient:
                 ) from exc
         return written
 
+    def upload_dataset(self, name: str, data: BinaryIO) -> dict[str, Any]:
+        """Send an ``.npz`` file as the data set ``name`` (replacing one of that name), read as
+        it is sent; the controller's record of it."""
+        found: dict[str, Any] = self._call(
+            "PUT",
+            f"/v1/datasets/{name}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        ).json()
+        return found
+
+    def datasets(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._call("GET", "/v1/datasets").json()
+        return found
+
+    def delete_dataset(self, name: str) -> None:
+        self._call("DELETE", f"/v1/datasets/{name}")
+
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:
             response = self._session.request(
@@ -104,6 +123,8 @@ def _error(response: requests.Response, path: str) -> FaasdlError:
     message = str(detail or response.reason)
     if response.status_code == 404 and path.startswith("/v1/jobs/"):
         return JobNotFound(path.split("/")[3])
+    if response.status_code == 404 and path.startswith("/v1/datasets/"):
+        return DatasetNotFound(path.split("/")[3])
     if response.status_code == 422:
         return ValidationError(message)
     if response.status_code == 401:
@@ -115,6 +136,9 @@ def _error(response: requests.Response, path: str) -> FaasdlError:
         return LimitExceeded(message, retry_after_s=float(retry) if retry.isdigit() else 1.0)
     if response.status_code == 409:
         return JobError(message)
+    if response.status_code == 413:  # Starlette's answer names no limit
+        limit = "MAX_UPLOAD_BYTES" if path.startswith("/v1/datasets/") else "MAX_BODY_BYTES"
+        message = f"{message}: over the controller's FAASDL_API__{limit}"
     error = FaasdlError(f"HTTP {response.status_code}: {message}")
     error.status_code = response.status_code
     return error

@@ -7,6 +7,7 @@ Controllers here are not started (jobs stay queued); sizing is real, on the embe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -290,6 +291,68 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert gone.status_code == 404
     left = sorted(p.name for p in alice_dir.iterdir() if not p.is_symlink())
     assert left == []  # no partial file of the refused uploads, and the deleted one gone
+
+
+def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
+    api: tuple[str, Controller], keys: dict[str, str], tmp_path: Path
+) -> None:
+    # Arrange: alice's and bob's keys for the CLI, a data set, and files it must refuse.
+    runner = CliRunner()
+    url = ["--url", api[0]]
+    alice = {"FAASDL_CLIENT__API_KEY": keys["a"]}
+    bob = {"FAASDL_CLIENT__API_KEY": keys["b"]}
+    data = save_npz(tmp_path / "cli-set.npz")
+    spaced = save_npz(tmp_path / "my set.npz")
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"PK\x03\x04 not really a zip")
+    big = tmp_path / "big.npz"
+    big.write_bytes(os.urandom(65 * 1024))
+
+    def datasets(*args: str, env: dict[str, str] = alice) -> Any:
+        return runner.invoke(cli, ["datasets", *args, *url], env=env)
+
+    # Execute
+    uploaded = datasets("upload", str(data))
+    bad_name = datasets("upload", str(data), "--name", "../up")
+    unnamed = datasets("upload", str(spaced))
+    refused = datasets("upload", str(junk))
+    too_big = datasets("upload", str(big), "--name", "big")
+    listed = datasets("list")
+    bobs = datasets("list", env=bob)
+    bobs_delete = datasets("delete", "cli-set", env=bob)
+    deleted = datasets("delete", "cli-set")
+    again = datasets("delete", "cli-set")
+
+    # Assert: the upload is kept under its file's name, with its digest; bad names are refused
+    # before anything is sent, a bad or oversized file by the controller; the data set is
+    # alice's alone, and deleted once.
+    assert uploaded.exit_code == 0, uploaded.output
+    record = json.loads(uploaded.stdout.splitlines()[-1])
+    assert record == {
+        "name": "cli-set",
+        "path": "cli-set.npz",
+        "bytes": data.stat().st_size,
+        "sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
+    }
+    assert "jobs name it as dataset: {name: npz, path: cli-set.npz}" in uploaded.output
+    assert bad_name.exit_code == 2
+    assert "'../up' is not a data set's name" in bad_name.output
+    assert unnamed.exit_code == 2
+    assert "my set.npz: 'my set' is not a data set's name" in unnamed.output
+    assert "give it one with --name" in unnamed.output
+    assert refused.exit_code == 2
+    assert "body: the upload is not a valid .npz" in refused.output
+    assert too_big.exit_code == 2
+    assert "HTTP 413: Content Too Large: over the controller's FAASDL_API__MAX_UPLOAD_BYTES" in (
+        too_big.output
+    )
+    assert [d["name"] for d in json.loads(listed.stdout.splitlines()[-1])] == ["cli-set"]
+    assert json.loads(bobs.stdout.splitlines()[-1]) == []
+    assert bobs_delete.exit_code == 2
+    assert "no uploaded data set 'cli-set'" in bobs_delete.output
+    assert deleted.exit_code == 0, deleted.output
+    assert again.exit_code == 2
+    assert "no uploaded data set 'cli-set'" in again.output
 
 
 def raw_request(url: str, head: str, body: bytes) -> bytes:
