@@ -57,6 +57,14 @@ def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
             "FAASDL_API__DATASET_ROOTS)",
             field="dataset.path",
         )
+    if not given.is_absolute() and not resolved.is_file():  # said without the server's path
+        named = f"{spec.dataset.path}{SUFFIX}"
+        hint = f" (did you mean {named!r}?)" if (own / named).is_file() else ""
+        raise ValidationError(
+            f"no upload of yours is named {spec.dataset.path!r}{hint}: upload one with "
+            "faasdl datasets upload FILE, or PUT /v1/datasets/NAME",
+            field="dataset.path",
+        )
     dataset = spec.dataset.model_copy(update={"path": str(resolved)})
     return spec.model_copy(update={"dataset": dataset})
 

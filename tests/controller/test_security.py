@@ -266,6 +266,10 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
         estimate = alice.post(
             "/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": "mine.npz"}}
         )
+        unsuffixed, missing = (
+            alice.post("/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": path}})
+            for path in ("mine", "nothing.npz")
+        )
         bobs_try = bob.post(
             "/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": "../alice/mine.npz"}}
         )
@@ -285,6 +289,13 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert "x_train is compressed with bzip2" in refused_bomb.text
     assert [d["name"] for d in listed] == ["mine"]
     assert estimate.status_code == 200, estimate.text
+    assert unsuffixed.status_code == missing.status_code == 422
+    assert unsuffixed.json()["detail"] == (
+        "dataset.path: no upload of yours is named 'mine' (did you mean 'mine.npz'?): upload one "
+        "with faasdl datasets upload FILE, or PUT /v1/datasets/NAME"
+    )
+    assert "no upload of yours is named 'nothing.npz': upload one" in missing.text
+    assert str(roots["uploads"]) not in missing.text  # the server's directories are its own
     assert bobs_try.status_code == 422
     assert bobs_list == []
     assert deleted.status_code == 204
