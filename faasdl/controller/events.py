@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
@@ -67,7 +68,7 @@ from faasdl.store.records import (
     load,
     update,
 )
-from faasdl.training.datasets import Shard, dims, split_shards
+from faasdl.training.datasets import NpzSpec, Shard, dims, split_shards
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +275,13 @@ class JobRunner:
         names = [shard_blob(self.job_id, i) for i in range(workers)]
         if all(store.blob_manifest(n) is not None for n in [*names, test_blob(self.job_id)]):
             return
+        dataset_spec = self.spec.dataset
+        if isinstance(dataset_spec, NpzSpec) and not Path(dataset_spec.path).is_file():
+            raise ValidationError(
+                "the data set's file is gone since the job was planned (an upload deleted, "
+                "a file moved): upload it again and submit the job again",
+                field="dataset.path",
+            )
         dataset = load_checked(self.spec)
         _check_as_planned(facts_of(dataset), self.plan)
         shards = split_shards(dataset, workers, seed=self.spec.seed)

@@ -350,16 +350,13 @@ def test_a_model_is_sent_a_checked_chunk_at_a_time_and_a_damaged_chunk_ends_its_
     assert not list(tmp_path.glob("model*"))
 
 
-@pytest.mark.parametrize(
-    ("features", "classes", "changed"),
-    [(10, 5, "input shape 8 → 10, classes 3 → 5, "), (8, 3, "")],
-    ids=["shapes", "content"],
-)
-def test_a_data_set_replaced_after_its_job_was_planned_fails_the_job_saying_so(
-    tmp_path: Path, tf_platform: LocalPlatform, features: int, classes: int, changed: str
+@pytest.mark.parametrize("change", ["shapes", "content", "deletion"])
+def test_a_data_set_changed_after_its_job_was_planned_fails_the_job_saying_so(
+    tmp_path: Path, tf_platform: LocalPlatform, change: str
 ) -> None:
     # Arrange: a job planned for 8 features and 3 classes, queued while its file is replaced by
-    # another (an upload of the same name does that): of other shapes, or other values.
+    # another (an upload of the same name does that) of other shapes or other values, or
+    # deleted.
     rng = np.random.default_rng(0)
     data = tmp_path / "data" / "set.npz"
     data.parent.mkdir()
@@ -379,18 +376,28 @@ def test_a_data_set_replaced_after_its_job_was_planned_fails_the_job_saying_so(
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
         controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
         job_id = controller.submit(JobSpec.model_validate(spec)).job.job_id
-        found = save(features, classes)
+        found = ""
+        if change == "deletion":
+            data.unlink()
+        else:
+            found = save(10, 5) if change == "shapes" else save(8, 3)
 
         # Execute
         with controller:
             job = controller.wait(job_id, timeout_s=300)
 
     # Assert: failed before any action ran, naming what changed.
+    expected = {
+        "shapes": f"the data set changed after the job was planned (input shape 8 → 10, classes "
+        f"3 → 5, content SHA-256 {planned}… → {found}…): submit the job again to plan it for "
+        "this one",
+        "content": f"the data set changed after the job was planned (content SHA-256 {planned}… "
+        f"→ {found}…): submit the job again to plan it for this one",
+        "deletion": "the data set's file is gone since the job was planned (an upload deleted, a "
+        "file moved): upload it again and submit the job again",
+    }[change]
     assert job.state is JobState.FAILED
-    assert job.error == (
-        f"dataset.path: the data set changed after the job was planned ({changed}content "
-        f"SHA-256 {planned}… → {found}…): submit the job again to plan it for this one"
-    )
+    assert job.error == f"dataset.path: {expected}"
     assert job.activation_count == 0
 
 
