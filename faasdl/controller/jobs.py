@@ -167,27 +167,31 @@ class Controller:
         ``housekeeping_interval_s`` until it closes (a controller closing at once still runs the
         first pass: ``close`` waits for it)."""
         controller = self.settings.controller
+        metrics = self.metrics
         while True:
             try:
-                self._delete_ended_jobs_data()
+                deleted = self._delete_ended_jobs_data()
+                metrics.housekept.labels(what="ended_job_blobs").inc(deleted)
                 collected = self.store.collect_garbage(grace_s=controller.garbage_grace_s)
+                metrics.housekept.labels(what="unpublished_pieces").inc(collected)
             except StoreError as exc:  # a store restart: the next pass tries again
                 log.warning("housekeeping pass stopped: %s", exc)
             except Exception:  # the housekeeper must outlive a bad pass
                 log.exception("housekeeping pass failed")
             else:
+                metrics.housekeeping_done.set_to_current_time()
                 if collected:
                     log.info("%d chunks and spill files of unpublished writes deleted", collected)
             if self.runtime.shutdown.wait(controller.housekeeping_interval_s):
                 return
 
-    def _delete_ended_jobs_data(self) -> None:
+    def _delete_ended_jobs_data(self) -> int:
         """What ended jobs left in the store but their models: a job's runner deletes it as the
         job ends; a controller that stopped in between, or a cancelled job's killed attempt
         publishing after it, leaves some (``keep_job_data`` keeps it all). One listing of the
-        jobs' blobs, not one a job."""
+        jobs' blobs, not one a job. Returns how many were deleted."""
         if self.settings.controller.keep_job_data:
-            return
+            return 0
         by_job: dict[str, list[str]] = {}
         for name in self.store.blob_names(JOB_BLOBS):
             by_job.setdefault(name.removeprefix(JOB_BLOBS).split("/")[0], []).append(name)
@@ -198,6 +202,7 @@ class Controller:
         )
         if deleted:
             log.info("%d blobs of ended jobs' data deleted", deleted)
+        return deleted
 
     def _watch_pods(self) -> None:
         """Feed Canary the action pods the cluster loses, until the controller closes (a daemon:

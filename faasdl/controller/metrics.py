@@ -39,5 +39,18 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.housekept = Counter(
+            "faasdl_housekeeping_deleted",
+            "What housekeeping deleted from the store: blobs of ended jobs (ended_job_blobs), "
+            "chunks and spill files of writes that never published (unpublished_pieces).",
+            ["what"],
+            registry=self.registry,
+        )
+        self.housekeeping_done = Gauge(
+            "faasdl_housekeeping_last_pass_timestamp_seconds",
+            "When the last housekeeping pass that ran to its end ended (Unix time).",
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -468,17 +469,22 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
             store.put_blob(name, b"weights")
         write_and_die(url, model, b"w" * 100_000, chunk_bytes=16 * 1024)
 
-        def start_and_close(**controller: Any) -> None:
+        def start_and_close(**controller: Any) -> str:
+            """The metrics of a controller started and closed (closing waits for the
+            housekeeping pass that starting began)."""
             settings = Settings(controller=controller)
-            with Controller(settings=settings, platform=tf_platform, store=store, store_url=url):
-                pass  # closing waits for the housekeeping pass that starting began
+            with Controller(
+                settings=settings, platform=tf_platform, store=store, store_url=url
+            ) as started:
+                pass
+            return started.metrics.render().decode()
 
         # Execute: a controller with the default grace, then one with none.
-        start_and_close()
+        first = start_and_close()
         kept = store.blob_names("jobs/")
         young = store.collect_garbage(grace_s=0)
         write_and_die(url, model, b"w" * 100_000, chunk_bytes=16 * 1024)
-        start_and_close(garbage_grace_s=0)
+        second = start_and_close(garbage_grace_s=0)
         old = store.collect_garbage(grace_s=0)
         model_bytes = store.get_blob(model)
 
@@ -488,6 +494,14 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
     assert young == 7
     assert old == 0
     assert model_bytes == b"weights"
+    deleted = 'faasdl_housekeeping_deleted_total{what="%s"} %.1f'
+    assert deleted % ("ended_job_blobs", 3) in first
+    assert deleted % ("unpublished_pieces", 0) in first
+    assert deleted % ("ended_job_blobs", 0) in second
+    assert deleted % ("unpublished_pieces", 7) in second
+    stamp = re.search(r"^faasdl_housekeeping_last_pass_timestamp_seconds (\S+)$", second, re.M)
+    assert stamp is not None
+    assert float(stamp[1]) > 0  # 0 until a pass has ended
 
 
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(
