@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from faasdl.config import ApiSettings
 from faasdl.controller.validator import JobSpec
@@ -35,7 +35,11 @@ class UploadedDataset(BaseModel):
     name: str
     path: str
     bytes: int
-    sha256: str | None = None
+    sha256: str | None = Field(
+        None,
+        description="The file's SHA-256, in the upload's answer (a job's plan keeps it as "
+        "data_sha256); the list leaves it out, which would read every file.",
+    )
 
 
 def tenant_dir(api: ApiSettings, tenant: str) -> Path:
