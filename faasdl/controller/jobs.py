@@ -139,6 +139,7 @@ class Controller:
         self._runners: dict[str, tuple[JobRunner, threading.Thread]] = {}
         self._lock = threading.Lock()
         self._parsed_jobs: OrderedDict[str, tuple[int, JobInfo]] = OrderedDict()
+        self._heads: dict[str, tuple[int, JobInfo]] = {}  # by key: version, head (_all_jobs)
         self._parsed_lock = threading.Lock()
         self._wake = threading.Event()
         self._scheduler: threading.Thread | None = None
@@ -344,7 +345,8 @@ class Controller:
         return Submitted(job=found[0], created=False) if found else None
 
     def jobs(self, *, tenant: str | None = None, state: JobState | None = None) -> list[JobInfo]:
-        """Jobs, newest first."""
+        """Jobs, newest first: their records without log or failure reports (as
+        :meth:`_all_jobs` reads them)."""
         found = [
             j
             for j in self._all_jobs()
@@ -517,7 +519,26 @@ class Controller:
             self.metrics.jobs.labels(state=str(state)).set(sum(j.state is state for j in jobs))
 
     def _all_jobs(self) -> list[JobInfo]:
-        return [self._parsed(key, found) for key, found in self.store.scan_raw("job/")]
+        """Every job's record without its log and failure reports (``events`` and ``failures``
+        empty): what admission passes, the job list and housekeeping read, every second for
+        every job the store holds. A record is read and parsed again only once its version has
+        changed (one scan of versions finds which); the heads of the rest are kept."""
+        versions = self.store.scan_versions("job/")
+        with self._parsed_lock:
+            kept = {key: self._heads.get(key) for key, _ in versions}
+        heads = {}
+        for key, version in versions:
+            hit = kept[key]
+            if hit is not None and hit[0] == version:
+                heads[key] = hit
+                continue
+            found = self.store.get_raw(key)
+            if found is not None:  # else deleted since the scan
+                job = self._parsed(key, found)
+                heads[key] = (found.version, job.model_copy(update={"events": [], "failures": []}))
+        with self._parsed_lock:
+            self._heads = heads
+        return [head for _, head in heads.values()]
 
     def job(self, job_id: str) -> JobInfo:
         """The job's record (shared: never change it in place). Raises ``JobNotFound``."""

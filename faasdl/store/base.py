@@ -231,12 +231,20 @@ class StateStore(Resource):
 
     def scan_raw(self, prefix: str) -> list[tuple[str, Versioned]]:
         """As :meth:`scan`, with the values as stored (JSON bytes, not decoded)."""
-        if not isinstance(prefix, str) or "\x00" in prefix:
-            raise ValidationError("must be a string without NUL characters", field="prefix")
         seen: dict[str, Versioned] = {}
-        for key, data, version in self._scan(prefix):
+        for key, data, version in self._scan(_checked_prefix(prefix)):
             if key.startswith(prefix):
                 seen[key] = Versioned(data, version)
+        return sorted(seen.items())
+
+    def scan_versions(self, prefix: str) -> list[tuple[str, int]]:
+        """As :meth:`scan`, with each record's version and not its value: a reader that keeps
+        what it has read by version fetches only the records that changed."""
+        seen = {
+            key: version
+            for key, version in self._scan_versions(_checked_prefix(prefix))
+            if key.startswith(prefix)
+        }
         return sorted(seen.items())
 
     # -- blobs -----------------------------------------------------------------------------
@@ -508,6 +516,10 @@ class StateStore(Resource):
     def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
         """Records under ``prefix`` (duplicates and extra keys are fine: the caller filters)."""
 
+    def _scan_versions(self, prefix: str) -> Iterable[tuple[str, int]]:
+        """As :meth:`_scan`, keys and versions; a backend that can leave the values out does."""
+        return ((key, version) for key, _, version in self._scan(prefix))
+
     @abstractmethod
     def _write_chunks(
         self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True
@@ -523,6 +535,12 @@ class StateStore(Resource):
 
     @abstractmethod
     def _chunk_keys(self, prefix: str) -> Iterator[str]: ...
+
+
+def _checked_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or "\x00" in prefix:
+        raise ValidationError("must be a string without NUL characters", field="prefix")
+    return prefix
 
 
 def _byte_views(data: Buffer | Pieces) -> list[memoryview]:

@@ -196,6 +196,21 @@ class RedisStore(StateStore):
         return self._script("delete_if", [RECORD + key, INDEX], [str(expected_version)]) == 1
 
     def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
+        return [
+            (key, bytes(data), int(version))
+            for key, (version, data) in self._fields(prefix, ["v", "d"])
+            if version is not None  # deleted between the index's read and the fields'
+        ]
+
+    def _scan_versions(self, prefix: str) -> Iterable[tuple[str, int]]:
+        return [
+            (key, int(version))
+            for key, (version,) in self._fields(prefix, ["v"])
+            if version is not None
+        ]
+
+    def _fields(self, prefix: str, fields: list[str]) -> Iterator[tuple[str, list[Any]]]:
+        """``fields`` of each record under ``prefix``, found in the index, 500 at a time."""
         client = self._redis()
         # Keys from the prefix up to the prefix followed by 0xFF, a byte no UTF-8 text holds.
         low = (RECORD + prefix).encode()
@@ -203,20 +218,17 @@ class RedisStore(StateStore):
             list[bytes],
             self._retried(lambda: client.zrangebylex(INDEX, b"[" + low, b"(" + low + b"\xff")),
         )
-        out = []
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
 
             def fetch(batch: list[bytes] = batch) -> list[Any]:
                 pipe = client.pipeline(transaction=False)
                 for k in batch:
-                    pipe.hmget(k, ["v", "d"])
+                    pipe.hmget(k, fields)
                 return list(pipe.execute())
 
-            for raw_key, (version, data) in zip(batch, self._retried(fetch), strict=True):
-                if version is not None:  # deleted between SCAN and HMGET
-                    out.append((raw_key.decode()[len(RECORD) :], bytes(data), int(version)))
-        return out
+            for raw_key, values in zip(batch, self._retried(fetch), strict=True):
+                yield raw_key.decode()[len(RECORD) :], values
 
     def _write_chunks(
         self, chunks: list[tuple[str, bytes | memoryview]], *, durable: bool = True

@@ -120,18 +120,24 @@ class SqliteStore(StateStore):
         return cursor.rowcount == 1
 
     def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
-        # Range scan on the primary key: from the prefix to the first text after all it starts.
+        rows = self._range("key, value, version", prefix)
+        return [(str(k), bytes(v), int(n)) for k, v, n in rows]
+
+    def _scan_versions(self, prefix: str) -> Iterable[tuple[str, int]]:
+        return [(str(k), int(n)) for k, n in self._range("key, version", prefix)]
+
+    def _range(self, columns: str, prefix: str) -> list[Any]:
+        """``columns`` of the records under ``prefix``: a range scan on the primary key, from the
+        prefix to the first text after all it starts."""
         end = _prefix_end(prefix)
         if end is None:
-            rows = self._execute(
-                "SELECT key, value, version FROM records WHERE key >= ? ORDER BY key", (prefix,)
+            return self._execute(
+                f"SELECT {columns} FROM records WHERE key >= ? ORDER BY key", (prefix,)
             ).fetchall()
-        else:
-            rows = self._execute(
-                "SELECT key, value, version FROM records WHERE key >= ? AND key < ? ORDER BY key",
-                (prefix, end),
-            ).fetchall()
-        return [(str(k), bytes(v), int(n)) for k, v, n in rows]
+        return self._execute(
+            f"SELECT {columns} FROM records WHERE key >= ? AND key < ? ORDER BY key",
+            (prefix, end),
+        ).fetchall()
 
     def _chunk_path(self, key: str) -> Path:
         # One flat folder: <blob id>-<write id>-<index>. A folder per blob and per write cost each

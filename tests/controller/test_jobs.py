@@ -28,7 +28,16 @@ from faasdl.errors import PlatformUnavailable
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
-from faasdl.store.records import ActivationUse, FunctionInfo, JobInfo, JobState, create
+from faasdl.store.records import (
+    ActivationUse,
+    FunctionInfo,
+    JobEvent,
+    JobInfo,
+    JobState,
+    create,
+    job_key,
+    update,
+)
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually, write_and_die
 
@@ -502,6 +511,42 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
     stamp = re.search(r"^faasdl_housekeeping_last_pass_timestamp_seconds (\S+)$", second, re.M)
     assert stamp is not None
     assert float(stamp[1]) > 0  # 0 until a pass has ended
+
+
+def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: more ended jobs than the controller keeps whole records of, each with a log.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    events = [JobEvent(t_ms=i, kind="log", message=f"line {i}") for i in range(50)]
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        for i in range(1100):
+            job = JobInfo(job_id=f"{i:016x}", state=JobState.DONE, events=events, created_ms=i)
+            assert create(store, job)
+        controller = Controller(
+            settings=Settings(), platform=tf_platform, store=store, store_url=url
+        )
+
+        def one_round_more(job: JobInfo | None) -> JobInfo:
+            assert job is not None
+            return job.model_copy(update={"round": job.round + 1})
+
+        # Execute: two passes over the jobs, one job changed, a third pass.
+        first = controller.jobs()
+        second = controller.jobs()
+        update(store, job_key(f"{7:016x}"), JobInfo, one_round_more)
+        third = controller.jobs()
+        whole = controller.job(f"{7:016x}")
+
+    # Assert: the second pass parsed nothing again, the third only the changed job; the heads
+    # hold no log.
+    assert len(first) == 1100
+    assert all(a is b for a, b in zip(first, second, strict=True))
+    again = [b.job_id for a, b in zip(second, third, strict=True) if a is not b]
+    assert again == [f"{7:016x}"]
+    assert next(j for j in third if j.job_id == f"{7:016x}").round == 1
+    assert all(j.events == [] for j in third)
+    assert len(whole.events) == 50  # the record itself keeps it
 
 
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(

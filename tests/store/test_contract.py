@@ -125,6 +125,30 @@ def test_scan_follows_deletes_and_non_ascii_keys(store: StateStore) -> None:
     ]
 
 
+def test_a_scan_of_versions_has_the_keys_and_versions_a_scan_of_records_has(
+    store: StateStore,
+) -> None:
+    # Arrange: records written once, changed, deleted, and under other prefixes.
+    for i in range(600):  # over the Redis backend's batch of 500
+        store.put(f"job/{i:04d}", {"i": i})
+    for i in range(0, 600, 3):
+        current = store.get(f"job/{i:04d}")
+        assert current is not None
+        assert store.compare_and_set(f"job/{i:04d}", current.version, {"i": -i})
+    for i in range(0, 600, 7):
+        assert store.delete(f"job/{i:04d}")
+    store.put("jobs-elsewhere", {})
+    store.put("job*/glob", {})
+
+    # Execute
+    versions = store.scan_versions("job/")
+
+    # Assert
+    assert versions == [(key, found.version) for key, found in store.scan_raw("job/")]
+    assert len(versions) == 600 - len(range(0, 600, 7))
+    assert dict(versions)["job/0003"] == dict(versions)["job/0001"] + 1  # changed once
+
+
 def test_blob_round_trip_and_replace(make_store_for: StoreFactory) -> None:
     store = make_store_for(chunk_bytes=64 * 1024)
     first = bytes(range(256)) * 1000  # 256 000 bytes: 4 chunks
