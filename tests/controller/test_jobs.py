@@ -208,6 +208,13 @@ def test_two_jobs_that_do_not_fit_together_both_complete_the_second_queued_first
     pool = controller.platform.limits().pool_memory_mb or 0
 
     first = submit(client, spec)
+    # Admitted before the second comes (on a loaded machine the scheduler's pass may not have
+    # run yet, and the second would be second in the queue).
+    eventually(
+        lambda: job(client, first["job_id"])["job"]["state"] != "queued",
+        timeout_s=60,
+        what="the first job admitted",
+    )
     second = submit(client, {**spec, "tenant": "other"})
     queued = job(client, second["job_id"])
     follow(client, second["job_id"])
