@@ -291,12 +291,19 @@ class ControllerSettings(Section):
         "ledger (deleted as the job ends, and by the controller's housekeeping: what a controller "
         "that stopped in between left).",
     )
+    job_retention_days: float = Field(
+        0.0,
+        ge=0,
+        description="Days an ended job is kept after it ended; then housekeeping deletes it "
+        "whole: its record, ledger, unit records, model and Idempotency-Key (0: kept for good).",
+    )
     housekeeping_interval_s: float = Field(
         3600.0,
         ge=1,
         description="Pause between the controller's housekeeping passes (the first as it "
-        "starts): each deletes what ended jobs left in the store (see keep_job_data) and the "
-        "chunks and spill files of blob writes that never published (a writer killed mid-write).",
+        "starts): each deletes the jobs past job_retention_days, what ended jobs left in the "
+        "store (see keep_job_data) and the chunks and spill files of blob writes that never "
+        "published (a writer killed mid-write).",
     )
     garbage_grace_s: float = Field(
         3600.0,

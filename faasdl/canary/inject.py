@@ -20,7 +20,7 @@ from faasdl.errors import ActivationNotFound
 from faasdl.platform.classify import Failure, FailureKind
 from faasdl.platform.local import LocalPlatform
 from faasdl.store.base import StateStore
-from faasdl.store.records import FunctionInfo, UnitState, load
+from faasdl.store.records import FunctionInfo, UnitState, fn_prefix, load
 
 Mode = Literal["kill", "freeze"]
 
@@ -101,7 +101,7 @@ class Chaos:
     def _target(self, rng: random.Random) -> tuple[str, FunctionInfo] | None:
         """One of the job's training attempts that has started, chosen at random."""
         candidates = []
-        for key, found in self.store.scan(f"fn/{self.job_id}/"):
+        for key, found in self.store.scan(fn_prefix(self.job_id)):
             unit = FunctionInfo.model_validate(found.value)
             if (
                 unit.state is UnitState.RUNNING

@@ -55,6 +55,7 @@ from faasdl.store.records import (
     ActivationUse,
     FailureReport,
     FunctionInfo,
+    IdempotencyRecord,
     JobEvent,
     JobInfo,
     JobState,
@@ -62,6 +63,8 @@ from faasdl.store.records import (
     UnitState,
     create,
     fn_key,
+    fn_prefix,
+    idempotency_key,
     job_key,
     ledger,
     ledger_key,
@@ -157,6 +160,23 @@ def delete_job_data(store: StateStore, job: JobInfo, names: list[str] | None = N
     for name in doomed:
         store.delete_blob(name)
     return len(doomed)
+
+
+def delete_job(store: StateStore, job: JobInfo) -> None:
+    """Delete an ended job whole: its ``Idempotency-Key`` first (a replay of its request must
+    not bring it back under its id), its blobs, ledger and unit records, and its record last
+    (what a deletion that stopped half-way leaves, the next one finds)."""
+    if job.idempotency_key is not None:
+        key = idempotency_key(job.tenant, job.idempotency_key)
+        found = load(store, key, IdempotencyRecord)
+        if found is not None and found[0].job_id == job.job_id:
+            store.delete(key, found[1])
+    for name in store.blob_names(job_blobs(job.job_id)):
+        store.delete_blob(name)
+    for prefix in (ledger_key(job.job_id), fn_prefix(job.job_id)):
+        for key, version in store.scan_versions(prefix):
+            store.delete(key, version)
+    store.delete(job_key(job.job_id))
 
 
 def shard_blob(job_id: str, shard: int) -> str:

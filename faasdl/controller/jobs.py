@@ -27,6 +27,7 @@ from faasdl.controller.events import (
     JOB_BLOBS,
     JobRunner,
     Runtime,
+    delete_job,
     delete_job_data,
     now_ms,
 )
@@ -56,6 +57,7 @@ from faasdl.store.records import (
     JobInfo,
     JobState,
     create,
+    fn_prefix,
     idempotency_key,
     job_key,
     ledger,
@@ -171,6 +173,8 @@ class Controller:
         metrics = self.metrics
         while True:
             try:
+                expired = self._delete_expired_jobs()
+                metrics.housekept.labels(what="expired_jobs").inc(expired)
                 deleted = self._delete_ended_jobs_data()
                 metrics.housekept.labels(what="ended_job_blobs").inc(deleted)
                 collected = self.store.collect_garbage(grace_s=controller.garbage_grace_s)
@@ -185,6 +189,24 @@ class Controller:
                     log.info("%d chunks and spill files of unpublished writes deleted", collected)
             if self.runtime.shutdown.wait(controller.housekeeping_interval_s):
                 return
+
+    def _delete_expired_jobs(self) -> int:
+        """Delete whole the jobs that ended longer than ``job_retention_days`` ago (0: none);
+        returns how many."""
+        days = self.settings.controller.job_retention_days
+        if not days:
+            return 0
+        oldest_kept = now_ms() - days * 86_400_000
+        expired = [
+            job
+            for job in self._all_jobs()
+            if job.finished and job.finished_ms is not None and job.finished_ms < oldest_kept
+        ]
+        for job in expired:
+            delete_job(self.store, job)
+        if expired:
+            log.info("%d jobs ended over %g days ago deleted", len(expired), days)
+        return len(expired)
 
     def _delete_ended_jobs_data(self) -> int:
         """What ended jobs left in the store but their models: a job's runner deletes it as the
@@ -363,7 +385,7 @@ class Controller:
             position = queue_positions(queued).get(job_id)
         # The round running, or the last one once all have run.
         current = min(job.round, JobPlan.model_validate(job.plan).rounds - 1)
-        prefix = f"fn/{job_id}/{current:05d}/"
+        prefix = f"{fn_prefix(job_id)}{current:05d}/"
         units = [FunctionInfo.model_validate(v.value) for _, v in self.store.scan(prefix)]
         wanted = self.runtime.runtimes.replicas(job_id)
         replicas = None

@@ -15,7 +15,7 @@ from faasdl.config import Settings
 from faasdl.experiments.runner import InvocationRunner, RunReport, RunSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, absolute_url, make_store
-from faasdl.store.records import FunctionInfo, UnitState
+from faasdl.store.records import FunctionInfo, UnitState, fn_prefix
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def ledger(store: StateStore, run_id: str, expected: dict[int, str]) -> Ledger:
     step count are in it). A unit record is committed by one compare-and-set only, so a unit
     committed with the right result was committed exactly once."""
     units: dict[int, FunctionInfo] = {}
-    for _, found in store.scan(f"fn/{run_id}/"):
+    for _, found in store.scan(fn_prefix(run_id)):
         unit = FunctionInfo.model_validate(found.value)
         units[unit.shard] = unit
     committed = {i for i, u in units.items() if u.state is UnitState.COMMITTED}

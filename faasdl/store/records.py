@@ -342,7 +342,12 @@ def apikey_key(key_id: str) -> str:
 
 
 def fn_key(job_id: str, round_: int, shard: int) -> str:
-    return f"fn/{job_id}/{round_:05d}/{shard:05d}"
+    return f"{fn_prefix(job_id)}{round_:05d}/{shard:05d}"
+
+
+def fn_prefix(job_id: str) -> str:
+    """The prefix of the job's unit records."""
+    return f"fn/{job_id}/"
 
 
 def replica_key(runtime: str) -> str:

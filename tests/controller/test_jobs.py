@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import re
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from faasdl.store import StateStore, make_store
 from faasdl.store.records import (
     ActivationUse,
     FunctionInfo,
+    IdempotencyRecord,
     JobEvent,
     JobInfo,
     JobState,
@@ -518,6 +520,74 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
     stamp = re.search(r"^faasdl_housekeeping_last_pass_timestamp_seconds (\S+)$", second, re.M)
     assert stamp is not None
     assert float(stamp[1]) > 0  # 0 until a pass has ended
+
+
+def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a retention of one day; jobs that ended 3 and 2 days ago (one submitted with an
+    # Idempotency-Key), one that ended 12 hours ago, and a running one, each with a unit record,
+    # a ledger line and blobs.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    now, day = int(time.time() * 1000), 86_400_000
+    jobs = {
+        "a" * 16: (JobState.DONE, now - 3 * day),
+        "b" * 16: (JobState.CANCELLED, now - 2 * day),
+        "c" * 16: (JobState.FAILED, now - day // 2),
+        "d" * 16: (JobState.RUNNING, None),
+    }
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        for job_id, (state, finished_ms) in jobs.items():
+            key = "retry-1" if job_id == "a" * 16 else None
+            model = f"jobs/{job_id}/global/00001"
+            record = JobInfo(
+                job_id=job_id,
+                state=state,
+                finished_ms=finished_ms,
+                idempotency_key=key,
+                model=model,
+            )
+            assert create(store, record)
+            assert create(store, FunctionInfo(job_id=job_id, round=0, shard=0))
+            use = ActivationUse(
+                job_id=job_id,
+                activation_id="f" * 32,
+                kind="train",
+                round=0,
+                unit=0,
+                memory_mb=512,
+                start_ms=1,
+                duration_ms=2000,
+                outcome="success",
+                gb_s=1.0,
+                cost_usd=0.5,
+            )
+            assert create(store, use)
+            for name in (model, f"jobs/{job_id}/data/test"):
+                store.put_blob(name, b"weights")
+        idem = IdempotencyRecord(
+            tenant="default", idempotency_key="retry-1", job_id="a" * 16, request_sha256="0" * 64
+        )
+        assert create(store, idem)
+        settings = Settings(controller={"job_retention_days": 1, "keep_job_data": True})
+        controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
+
+        # Execute
+        with controller:
+            pass  # closing waits for the housekeeping pass that starting began
+        left = {
+            prefix: sorted({key.split("/")[1] for key, _ in store.scan_versions(prefix)})
+            for prefix in ("job/", "fn/", "ledger/", "idem/")
+        }
+        blobs = store.blob_names("jobs/")
+        metrics = controller.metrics.render().decode()
+
+    # Assert: the two jobs past their retention are gone, with all that was theirs; the others
+    # keep everything.
+    kept = ["c" * 16, "d" * 16]
+    assert left == {"job/": kept, "fn/": kept, "ledger/": kept, "idem/": []}
+    assert blobs == [f"jobs/{j}/{part}" for j in kept for part in ("data/test", "global/00001")]
+    assert 'faasdl_housekeeping_deleted_total{what="expired_jobs"} 2.0' in metrics
 
 
 def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
