@@ -56,6 +56,23 @@ DIGITS_JOB: dict[str, Any] = {
 }
 
 
+def ledger_line(job_id: str, outcome: str) -> ActivationUse:
+    """A ledger line of a 2 s training activation of the job's unit 0 (512 MB, 0.5 USD)."""
+    return ActivationUse(
+        job_id=job_id,
+        activation_id="f" * 32,
+        kind="train",
+        round=0,
+        unit=0,
+        memory_mb=512,
+        start_ms=1,
+        duration_ms=2000,
+        outcome=outcome,
+        gb_s=1.0,
+        cost_usd=0.5,
+    )
+
+
 def numbered(client: httpx.Client, job_id: str, *, after: int | None = None) -> list[int | str]:
     """The ids of the job's server-sent events (resumed ``after`` one) until its end, which has
     none: ``"end"`` stands for it."""
@@ -549,20 +566,7 @@ def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
             )
             assert create(store, record)
             assert create(store, FunctionInfo(job_id=job_id, round=0, shard=0))
-            use = ActivationUse(
-                job_id=job_id,
-                activation_id="f" * 32,
-                kind="train",
-                round=0,
-                unit=0,
-                memory_mb=512,
-                start_ms=1,
-                duration_ms=2000,
-                outcome="success",
-                gb_s=1.0,
-                cost_usd=0.5,
-            )
-            assert create(store, use)
+            assert create(store, ledger_line(job_id, "success"))
             for name in (model, f"jobs/{job_id}/data/test"):
                 store.put_blob(name, b"weights")
         idem = IdempotencyRecord(
@@ -637,19 +641,7 @@ def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_
         controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
         spec = JobSpec.model_validate({**DIGITS_JOB, "workers": 1, "epochs": 1})
         job_id = controller.submit(spec).job.job_id
-        orphan = ActivationUse(
-            job_id=job_id,
-            activation_id="f" * 32,
-            kind="train",
-            round=0,
-            unit=0,
-            memory_mb=512,
-            start_ms=1,
-            duration_ms=2000,
-            outcome="platform_error",
-            gb_s=1.0,
-            cost_usd=0.5,
-        )
+        orphan = ledger_line(job_id, "platform_error")
         assert create(store, orphan)
 
         # Execute
