@@ -10,7 +10,6 @@ path, so that what the actions open is what was checked.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -93,21 +92,22 @@ async def store_upload(
     and a job never sees half a file. The size cap is the route's body limit."""
     directory = tenant_dir(api, tenant)
     directory.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
     size = 0
     fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".partial")
     try:
         with os.fdopen(fd, "wb") as out:
             async for chunk in chunks:
                 out.write(chunk)
-                digest.update(chunk)
                 size += len(chunk)
         if size == 0:
             raise ValidationError("is empty: send the .npz file as the body", field="body")
         _check_quota(api, tenant, name, size)
         try:
-            # Checked by loading it, which keeps its facts for the jobs that will name it.
-            await asyncio.to_thread(lambda: remember_facts(load_dataset(NpzSpec(path=partial))))
+            # Checked by loading it (which hashes it), and its facts kept for the jobs that will
+            # name it.
+            facts = await asyncio.to_thread(
+                lambda: remember_facts(load_dataset(NpzSpec(path=partial)))
+            )
         except ValidationError as exc:
             # The temporary name means nothing to the caller.
             message = str(exc).removeprefix("dataset.path: ").replace(partial, "the upload")
@@ -116,7 +116,7 @@ async def store_upload(
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
-    return UploadedDataset(name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=digest.hexdigest())
+    return UploadedDataset(name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=facts.sha256)
 
 
 def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:
