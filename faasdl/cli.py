@@ -828,14 +828,16 @@ def datasets_upload(
 
 @datasets_app.command("list")
 def datasets_list(url: UrlOption = None) -> None:
-    """Your uploaded data sets; JSON last."""
+    """Your uploaded data sets, with their SHA-256 (the table shows its first 12 digits); JSON
+    last."""
     with _controller(url) as client:
         found = client.datasets()
     table = Table(title="data sets")
-    for column in ("name", "path", "bytes"):
+    for column in ("name", "path", "bytes", "sha256"):
         table.add_column(column)
     for d in found:
-        table.add_row(d["name"], d["path"], f"{d['bytes']:,}")
+        digest = d["sha256"][:12] + "…" if d["sha256"] else "-"
+        table.add_row(d["name"], d["path"], f"{d['bytes']:,}", digest)
     console.print(table)
     typer.echo(json.dumps(found))
 

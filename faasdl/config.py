@@ -302,14 +302,14 @@ class ControllerSettings(Section):
         ge=1,
         description="Pause between the controller's housekeeping passes (the first as it "
         "starts): each deletes the jobs past job_retention_days, what ended jobs left in the "
-        "store (see keep_job_data) and the chunks and spill files of blob writes that never "
-        "published (a writer killed mid-write).",
+        "store (see keep_job_data), the chunks and spill files of blob writes that never "
+        "published (a writer killed mid-write) and the temporary files of uploads cut short.",
     )
     garbage_grace_s: float = Field(
         3600.0,
         ge=0,
-        description="Age under which housekeeping leaves an unpublished chunk or spill file "
-        "alone: it may belong to a write still in flight.",
+        description="Age under which housekeeping leaves an unpublished chunk or spill file, or "
+        "an upload's temporary file, alone: it may belong to a write still in flight.",
     )
 
 

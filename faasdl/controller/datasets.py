@@ -10,11 +10,15 @@ path, so that what the actions open is what was checked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pydantic
 from pydantic import BaseModel, Field
 
 from faasdl.config import ApiSettings
@@ -26,6 +30,9 @@ from faasdl.training.datasets import NpzSpec, load_dataset
 #: An upload's name: a file name of its own, never a path.
 DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 SUFFIX = ".npz"
+PARTIAL = ".partial"
+
+log = logging.getLogger(__name__)
 
 
 class UploadedDataset(BaseModel):
@@ -36,9 +43,33 @@ class UploadedDataset(BaseModel):
     bytes: int
     sha256: str | None = Field(
         None,
-        description="The file's SHA-256, in the upload's answer (a job's plan keeps it as "
-        "data_sha256); the list leaves it out, which would read every file.",
+        description="The file's SHA-256 (a job's plan keeps it as data_sha256), as it was "
+        "uploaded; none in the list where the file was changed since other than by an upload.",
     )
+
+
+class _Digest(BaseModel):
+    """An upload's SHA-256, kept beside it (``.<name>.npz.sha256``) with what identifies the file
+    it was taken of: a file replaced or rewritten since has another inode, size or time."""
+
+    sha256: str
+    bytes: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path, sha256: str) -> _Digest:
+        facts = path.stat()
+        return cls(
+            sha256=sha256, bytes=facts.st_size, mtime_ns=facts.st_mtime_ns, inode=facts.st_ino
+        )
+
+    def matches(self, facts: os.stat_result) -> bool:
+        return (self.bytes, self.mtime_ns, self.inode) == (
+            facts.st_size,
+            facts.st_mtime_ns,
+            facts.st_ino,
+        )
 
 
 def tenant_dir(api: ApiSettings, tenant: str) -> Path:
@@ -73,15 +104,43 @@ def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
 
 
 def uploads(api: ApiSettings, tenant: str) -> list[UploadedDataset]:
-    """The tenant's uploaded data sets, by name."""
+    """The tenant's uploaded data sets, by name, each with its digest where it still matches."""
     directory = tenant_dir(api, tenant)
     if not directory.is_dir():
         return []
     return [
-        UploadedDataset(name=path.stem, path=path.name, bytes=path.stat().st_size)
+        _listed(path)
         for path in sorted(directory.glob(f"*{SUFFIX}"))
         if path.is_file() and not path.is_symlink()
     ]
+
+
+def _listed(path: Path) -> UploadedDataset:
+    facts = path.stat()
+    try:
+        digest: _Digest | None = _Digest.model_validate_json(_digest_path(path).read_bytes())
+    except (OSError, pydantic.ValidationError):  # none kept (an upload's last step cut short)
+        digest = None
+    sha256 = digest.sha256 if digest is not None and digest.matches(facts) else None
+    return UploadedDataset(name=path.stem, path=path.name, bytes=facts.st_size, sha256=sha256)
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.sha256")
+
+
+def _keep_digest(path: Path, digest: _Digest) -> None:
+    """Write the upload's digest beside it, whole or not at all; a digest that could not be
+    written leaves the upload without one (it lists none), not refused."""
+    digest_path = _digest_path(path)
+    fd, partial = partial_file(digest_path)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(digest.model_dump_json())
+        os.replace(partial, digest_path)
+    except OSError as exc:
+        Path(partial).unlink(missing_ok=True)
+        log.warning("the digest of upload %s was not kept: %s", path, exc)
 
 
 async def store_upload(
@@ -90,10 +149,10 @@ async def store_upload(
     """Write an upload to a temporary file as it arrives, check that it is a data set faasdl can
     train on, then move it under its name in one step: a failed or refused upload leaves nothing,
     and a job never sees half a file. The size cap is the route's body limit."""
-    directory = tenant_dir(api, tenant)
-    directory.mkdir(parents=True, exist_ok=True)
+    kept = tenant_dir(api, tenant) / f"{name}{SUFFIX}"
+    kept.parent.mkdir(parents=True, exist_ok=True)
     size = 0
-    fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".partial")
+    fd, partial = partial_file(kept)
     try:
         with os.fdopen(fd, "wb") as out:
             async for chunk in chunks:
@@ -112,10 +171,14 @@ async def store_upload(
             # The temporary name means nothing to the caller.
             message = str(exc).removeprefix("dataset.path: ").replace(partial, "the upload")
             raise ValidationError(message, field="body") from exc
-        os.replace(partial, directory / f"{name}{SUFFIX}")
+        # Of this file, before it is moved: another upload of the name may replace it at once.
+        digest = _Digest.of(Path(partial), facts.sha256) if facts.sha256 else None
+        os.replace(partial, kept)
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
+    if digest is not None:  # an .npz's facts always have it
+        _keep_digest(kept, digest)
     return UploadedDataset(name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=facts.sha256)
 
 
@@ -134,10 +197,32 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:
 
 
 def delete_upload(api: ApiSettings, tenant: str, name: str) -> bool:
-    """Remove an upload; whether there was one."""
+    """Remove an upload and its digest; whether there was one."""
     path = tenant_dir(api, tenant) / f"{name}{SUFFIX}"
     try:
         path.unlink()
     except FileNotFoundError:
         return False
+    _digest_path(path).unlink(missing_ok=True)
     return True
+
+
+def partial_file(path: Path) -> tuple[int, str]:
+    """A new temporary file beside ``path`` to write it in, then move it (housekeeping deletes
+    one left behind: :func:`sweep_partials`): its descriptor and path."""
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL)
+
+
+def sweep_partials(api: ApiSettings, grace_s: float) -> int:
+    """Delete the temporary files of uploads cut short (a controller killed while one arrived)
+    that nothing has written for ``grace_s``: the quota does not count them. Returns how many."""
+    if not api.upload_dir.is_dir():
+        return 0
+    oldest_kept = time.time() - grace_s
+    swept = 0
+    for partial in api.upload_dir.glob(f"*/.*{PARTIAL}"):
+        with contextlib.suppress(FileNotFoundError):  # an upload that just ended
+            if partial.stat().st_mtime < oldest_kept:
+                partial.unlink()
+                swept += 1
+    return swept

@@ -22,7 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
 from faasdl.controller.admission import Capacity, Demand, TenantQuota, admit, queue_positions
-from faasdl.controller.datasets import confine
+from faasdl.controller.datasets import confine, sweep_partials
 from faasdl.controller.events import (
     JOB_BLOBS,
     JobRunner,
@@ -179,6 +179,8 @@ class Controller:
                 metrics.housekept.labels(what="ended_job_blobs").inc(deleted)
                 collected = self.store.collect_garbage(grace_s=controller.garbage_grace_s)
                 metrics.housekept.labels(what="unpublished_pieces").inc(collected)
+                swept = sweep_partials(self.settings.api, controller.garbage_grace_s)
+                metrics.housekept.labels(what="upload_partials").inc(swept)
             except StoreError as exc:  # a store restart: the next pass tries again
                 log.warning("housekeeping pass stopped: %s", exc)
             except Exception:  # the housekeeper must outlive a bad pass
@@ -187,6 +189,8 @@ class Controller:
                 metrics.housekeeping_done.set_to_current_time()
                 if collected:
                     log.info("%d chunks and spill files of unpublished writes deleted", collected)
+                if swept:
+                    log.info("%d files of uploads cut short deleted", swept)
             if self.runtime.shutdown.wait(controller.housekeeping_interval_s):
                 return
 

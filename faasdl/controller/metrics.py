@@ -41,9 +41,9 @@ class Metrics:
 
         self.housekept = Counter(
             "faasdl_housekeeping_deleted",
-            "What housekeeping deleted from the store: jobs past their retention "
-            "(expired_jobs), blobs of ended jobs (ended_job_blobs), chunks and spill files of "
-            "writes that never published (unpublished_pieces).",
+            "What housekeeping deleted: jobs past their retention (expired_jobs), blobs of ended "
+            "jobs (ended_job_blobs), chunks and spill files of writes that never published "
+            "(unpublished_pieces), temporary files of uploads cut short (upload_partials).",
             ["what"],
             registry=self.registry,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import time
 from contextlib import closing
@@ -23,6 +24,7 @@ from faasdl.cli import app
 from faasdl.config import Settings, StoreSettings
 from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
+from faasdl.controller.datasets import partial_file
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import PlatformUnavailable
@@ -485,9 +487,19 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
     tmp_path: Path, tf_platform: LocalPlatform
 ) -> None:
     # Arrange: a done and a failed job whose data a controller that stopped as they ended left
-    # in the store, blobs under the name of a job the store has no record of, and the chunks of
-    # a blob write killed before it published.
+    # in the store, blobs under the name of a job the store has no record of, the chunks of a
+    # blob write killed before it published, and the temporary files of two uploads a killed
+    # controller was receiving, two hours ago and just now.
     url = f"sqlite:///{tmp_path / 'state.db'}"
+    uploads = tmp_path / "uploads"
+    (uploads / "alice").mkdir(parents=True)
+    partials = []
+    for name in ("old", "new"):
+        fd, partial = partial_file(uploads / "alice" / f"{name}.npz")
+        os.close(fd)
+        partials.append(Path(partial))
+    two_hours_ago = time.time() - 7200
+    os.utime(partials[0], (two_hours_ago, two_hours_ago))
     done, failed, unknown = "a" * 16, "c" * 16, "d" * 16
     model = f"jobs/{done}/global/00001"
     left = [
@@ -507,7 +519,7 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
         def start_and_close(**controller: Any) -> str:
             """The metrics of a controller started and closed (closing waits for the
             housekeeping pass that starting began)."""
-            settings = Settings(controller=controller)
+            settings = Settings(controller=controller, api={"upload_dir": str(uploads)})
             with Controller(
                 settings=settings, platform=tf_platform, store=store, store_url=url
             ) as started:
@@ -517,6 +529,7 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
         # Execute: a controller with the default grace, then one with none.
         first = start_and_close()
         kept = store.blob_names("jobs/")
+        partials_kept = [p.exists() for p in partials]
         young = store.collect_garbage(grace_s=0)
         write_and_die(url, model, b"w" * 100_000, chunk_bytes=16 * 1024)
         second = start_and_close(garbage_grace_s=0)
@@ -524,7 +537,8 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
         model_bytes = store.get_blob(model)
 
     # Assert: the done job's model stays, and the blobs of a job it does not know; the killed
-    # write's seven chunks were left while younger than the grace and deleted with none.
+    # write's seven chunks and the new upload's file were left while younger than the grace and
+    # deleted with none, the old upload's file at once.
     assert kept == [model, f"jobs/{unknown}/data/shard-00000"]
     assert young == 7
     assert old == 0
@@ -534,6 +548,10 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
     assert deleted % ("unpublished_pieces", 0) in first
     assert deleted % ("ended_job_blobs", 0) in second
     assert deleted % ("unpublished_pieces", 7) in second
+    assert partials_kept == [False, True]
+    assert not partials[1].exists()
+    assert deleted % ("upload_partials", 1) in first
+    assert deleted % ("upload_partials", 1) in second
     stamp = re.search(r"^faasdl_housekeeping_last_pass_timestamp_seconds (\S+)$", second, re.M)
     assert stamp is not None
     assert float(stamp[1]) > 0  # 0 until a pass has ended

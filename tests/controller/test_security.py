@@ -274,6 +274,9 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
             "/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": "../alice/mine.npz"}}
         )
         bobs_list = bob.get("/v1/datasets").json()
+        with (alice_dir / "mine.npz").open("ab") as rewritten:  # changed other than by an upload
+            rewritten.write(b"\0")
+        changed = alice.get("/v1/datasets").json()
         deleted = alice.delete("/v1/datasets/mine")
         gone = alice.delete("/v1/datasets/mine")
 
@@ -287,7 +290,9 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert refused_vast.status_code == refused_bomb.status_code == 422
     assert "hold 68,719,476,744 values, more than the 268,435,456" in refused_vast.text
     assert "x_train is compressed with bzip2" in refused_bomb.text
-    assert [d["name"] for d in listed] == ["mine"]
+    assert listed == [created.json()]
+    assert created.json()["sha256"] == hashlib.sha256(data).hexdigest()
+    assert changed == [{**created.json(), "bytes": len(data) + 1, "sha256": None}]
     assert estimate.status_code == 200, estimate.text
     assert unsuffixed.status_code == missing.status_code == 422
     assert unsuffixed.json()["detail"] == (
@@ -301,7 +306,7 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert deleted.status_code == 204
     assert gone.status_code == 404
     left = sorted(p.name for p in alice_dir.iterdir() if not p.is_symlink())
-    assert left == []  # no partial file of the refused uploads, and the deleted one gone
+    assert left == []  # no partial file of the refused uploads; the deleted one and its digest gone
 
 
 def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
@@ -357,7 +362,8 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
     assert "HTTP 413: Content Too Large: over the controller's FAASDL_API__MAX_UPLOAD_BYTES" in (
         too_big.output
     )
-    assert [d["name"] for d in json.loads(listed.stdout.splitlines()[-1])] == ["cli-set"]
+    assert json.loads(listed.stdout.splitlines()[-1]) == [record]
+    assert record["sha256"][:12] in listed.output
     assert json.loads(bobs.stdout.splitlines()[-1]) == []
     assert bobs_delete.exit_code == 2
     assert "no uploaded data set 'cli-set'" in bobs_delete.output
@@ -471,7 +477,7 @@ def test_estimates_and_uploads_are_rate_limited_per_key(
     assert 1 <= int(estimates[1].headers["retry-after"]) <= 60
     assert [a.status_code for a in sent] == [201, 429]
     assert "data set uploads: at most 1 a minute" in sent[1].json()["detail"]
-    assert sorted(p.name for p in (uploads / "hana").iterdir()) == ["set0.npz"]
+    assert sorted(p.name for p in (uploads / "hana").iterdir()) == [".set0.npz.sha256", "set0.npz"]
 
 
 def test_a_tenants_uploads_are_held_to_its_quota(
@@ -497,7 +503,7 @@ def test_a_tenants_uploads_are_held_to_its_quota(
         in (second.json()["detail"])
     )
     assert replaced.status_code == 201
-    assert sorted(p.name for p in (uploads / "ivan").iterdir()) == ["one.npz"]
+    assert sorted(p.name for p in (uploads / "ivan").iterdir()) == [".one.npz.sha256", "one.npz"]
 
 
 def test_a_job_larger_than_its_tenants_memory_quota_is_refused(
