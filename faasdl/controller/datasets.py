@@ -103,6 +103,13 @@ def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
     return spec.model_copy(update={"dataset": dataset})
 
 
+def shown_path(path: str, api: ApiSettings, tenant: str) -> str:
+    """A job's resolved ``dataset.path`` as its tenant sees it: an upload's by its name, as the
+    job may give it (the server's directories are its own), any other as it is."""
+    resolved = Path(path)
+    return resolved.name if resolved.parent == tenant_dir(api, tenant) else path
+
+
 def uploads(api: ApiSettings, tenant: str) -> list[UploadedDataset]:
     """The tenant's uploaded data sets, by name, each with its digest where it still matches."""
     directory = tenant_dir(api, tenant)

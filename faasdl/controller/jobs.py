@@ -22,7 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
 from faasdl.controller.admission import Capacity, Demand, TenantQuota, admit, queue_positions
-from faasdl.controller.datasets import confine, sweep_partials
+from faasdl.controller.datasets import confine, shown_path, sweep_partials
 from faasdl.controller.events import (
     JOB_BLOBS,
     JobRunner,
@@ -395,7 +395,17 @@ class Controller:
         replicas = None
         if wanted is not None:
             replicas = Replicas(runtime=wanted[0], wanted=wanted[1], ready=wanted[2])
-        return JobView(job=job, queue_position=position, units=units, replicas=replicas)
+        return JobView(
+            job=self._shown(job), queue_position=position, units=units, replicas=replicas
+        )
+
+    def _shown(self, job: JobInfo) -> JobInfo:
+        """The record as its tenant sees it: an upload named as the job may name it."""
+        dataset = job.spec.get("dataset", {})
+        path = dataset.get("path")
+        if path is None or (shown := shown_path(path, self.settings.api, job.tenant)) == path:
+            return job
+        return job.model_copy(update={"spec": {**job.spec, "dataset": {**dataset, "path": shown}}})
 
     def cancel(self, job_id: str) -> JobInfo:
         """Cancel a queued or running job: its activations are killed, its record kept."""

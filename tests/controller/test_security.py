@@ -266,6 +266,11 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
         estimate = alice.post(
             "/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": "mine.npz"}}
         )
+        submitted = alice.post(
+            "/v1/jobs", json={**MLP, "dataset": {"name": "npz", "path": "mine.npz"}}
+        )
+        job_id = submitted.json()["job"]["job_id"]
+        viewed = alice.get(f"/v1/jobs/{job_id}")
         unsuffixed, missing = (
             alice.post("/v1/estimate", json={**MLP, "dataset": {"name": "npz", "path": path}})
             for path in ("mine", "nothing.npz")
@@ -294,6 +299,12 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert created.json()["sha256"] == hashlib.sha256(data).hexdigest()
     assert changed == [{**created.json(), "bytes": len(data) + 1, "sha256": None}]
     assert estimate.status_code == 200, estimate.text
+    # The job reads the file by its resolved path, and shows it by the name it was given.
+    assert submitted.status_code == 201, submitted.text
+    assert api[1].job(job_id).spec["dataset"]["path"] == str(alice_dir.resolve() / "mine.npz")
+    for answer in (submitted, viewed):
+        assert answer.json()["job"]["spec"]["dataset"]["path"] == "mine.npz"
+        assert str(roots["uploads"]) not in answer.text
     assert unsuffixed.status_code == missing.status_code == 422
     assert unsuffixed.json()["detail"] == (
         "dataset.path: no upload of yours is named 'mine' (did you mean 'mine.npz'?): upload one "
