@@ -371,6 +371,13 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (keys l
     typer.echo(json.dumps({"key_id": record.key_id, "revoked_ms": record.revoked_ms}))
 
 
+def _checked_shape(value: str | None) -> str | None:
+    """``--shape`` as whole sizes joined by x (their ranges are the job's validator's)."""
+    if value is not None and not re.fullmatch(r"\d+(x\d+)*", value.lower()):
+        raise typer.BadParameter(f"{value!r} is not a shape: sizes joined by x, e.g. 32x32x3")
+    return value
+
+
 @app.command()
 def estimate(
     spec: Annotated[
@@ -379,11 +386,19 @@ def estimate(
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model of the zoo (mlp, small_cnn, …).")] = None,
     dataset: Annotated[
-        str | None, typer.Option(help="digits, synthetic or npz (with --path).")
+        str | None,
+        typer.Option(
+            help="digits, synthetic (with --shape) or npz (with --path); --shape or "
+            "--path alone implies it."
+        ),
     ] = None,
     path: Annotated[str | None, typer.Option(help="The .npz file of --dataset npz.")] = None,
     shape: Annotated[
-        str | None, typer.Option(help="Synthetic example shape, e.g. 32x32x3.")
+        str | None,
+        typer.Option(
+            help="Synthetic example shape, e.g. 32x32x3 (of --dataset synthetic).",
+            callback=_checked_shape,
+        ),
     ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Batch size.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per training action.")] = None,
@@ -406,7 +421,10 @@ def estimate(
         if value is not None:
             data[key] = value
     if shape is not None:
-        data["shape"] = [int(d) for d in shape.lower().split("x") if d.isdigit()]
+        data["shape"] = [int(size) for size in shape.lower().split("x")]
+    for key, implied in (("shape", "synthetic"), ("path", "npz")):
+        if key in data:  # --shape alone means a synthetic set, --path alone an .npz
+            data.setdefault("name", implied)
     if data:
         fields["dataset"] = data
     options: dict[str, Any] = {

@@ -75,6 +75,9 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         (["--model", "mlp", "--dataset", "imagenet"], "dataset"),
         (["--model", "resnet50"], "needs images of at least 32×32"),
         (["--model", "mlp", "--expected-cost", "inf"], "expected_cost: Input should be a finite"),
+        (["--model", "mlp", "--shape", "32x-1x3"], "'32x-1x3' is not a shape: sizes joined by x"),
+        (["--model", "mlp", "--shape", "0x3"], "dataset.synthetic.shape: Value error, must be 1"),
+        (["--model", "mlp", "--path", "/nonexistent.npz"], "dataset.path: no such file"),
     ],
     ids=[
         "unknown-model",
@@ -83,6 +86,9 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         "unknown-dataset",
         "shape-mismatch",
         "infinite-cost",
+        "shape-not-sizes",
+        "shape-of-zero",
+        "path-alone",
     ],
 )
 def test_estimate_refuses_bad_input_naming_the_field(
