@@ -226,7 +226,10 @@ class StoreSettings(Section):
         4 * 1024 * 1024, ge=1024, description="Blob chunk size (Ignite uses at most 1 MiB)."
     )
     spill_bytes: int = Field(
-        256 * 1024 * 1024, ge=1024, description="Blobs larger than this go to the spill directory."
+        256 * 1024 * 1024,
+        ge=0,
+        description="Blobs larger than this go to the spill directory; 0: none does (every "
+        "blob goes to the store in chunks: where no directory is shared, as on Kubernetes).",
     )
     spill_dir: str = Field(
         ".faasdl/spill", description="The spill tier: a directory every worker can read."

@@ -30,7 +30,7 @@ def _sqlite(url: str, s: StoreSettings) -> StateStore:
         path=Path(path),
         synchronous=s.sqlite_synchronous,
         chunk_bytes=s.chunk_bytes,
-        spill_bytes=s.spill_bytes,
+        spill_bytes=s.spill_bytes or None,
         spill_dir=s.spill_dir,
     )
 
@@ -59,7 +59,7 @@ def _redis(url: str, s: StoreSettings) -> StateStore:
         password=s.password.get_secret_value() if s.password else None,
         tls_ca_file=s.tls_ca_file,
         chunk_bytes=s.chunk_bytes,
-        spill_bytes=s.spill_bytes,
+        spill_bytes=s.spill_bytes or None,
         spill_dir=s.spill_dir,
     )
 
@@ -77,7 +77,7 @@ def _ignite(url: str, s: StoreSettings) -> StateStore:
         username=s.username,
         password=s.password.get_secret_value() if s.password else None,
         chunk_bytes=min(s.chunk_bytes, 1024 * 1024),
-        spill_bytes=s.spill_bytes,
+        spill_bytes=s.spill_bytes or None,
         spill_dir=s.spill_dir,
     )
 

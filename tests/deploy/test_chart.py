@@ -134,6 +134,22 @@ def test_every_faasdl_setting_the_templates_set_exists() -> None:
     assert unknown == []
 
 
+def test_the_controller_writes_only_to_volumes_and_no_blob_spills_to_a_pods_own_disk() -> None:
+    # The controller's root file system is read-only; OpenWhisk's action pods share no directory
+    # with it, nor with each other, so a blob spilled to a file would be unreadable elsewhere.
+    template = (CHART / "templates" / "controller.yaml").read_text()
+    env = dict(re.findall(r'name: (FAASDL_[A-Z0-9_]+)\n\s+value: "?([^"\n]+)"?', template))
+    mounts = re.findall(r"mountPath: (\S+)(\n\s+readOnly: true)?", template)
+    writable = [Path(path) for path, read_only in mounts if not read_only]
+    action_image = (CHART.parents[1] / "docker" / "action.Dockerfile").read_text()
+
+    assert "readOnlyRootFilesystem: true" in template
+    assert any(Path(env["FAASDL_API__UPLOAD_DIR"]).is_relative_to(w) for w in writable)
+    assert env["FAASDL_STORE__SPILL_BYTES"] == "0"
+    assert "FAASDL_STORE__SPILL_DIR" not in env
+    assert re.search(r"^\s+FAASDL_STORE__SPILL_BYTES=0$", action_image, re.M)
+
+
 def _is_setting(env_name: str) -> bool:
     model: type[BaseModel] = Settings
     parts = env_name.removeprefix(ENV_PREFIX).lower().split("__")

@@ -167,6 +167,21 @@ def test_blob_round_trip_and_replace(make_store_for: StoreFactory) -> None:
         store.get_blob("ckpt/a")
 
 
+def test_a_store_without_a_spill_tier_keeps_every_blob_in_chunks(
+    make_store_for: StoreFactory, tmp_path: Path
+) -> None:
+    # FAASDL_STORE__SPILL_BYTES=0, as on Kubernetes, where no directory is shared.
+    store = make_store_for(chunk_bytes=64 * 1024, spill_bytes=0)
+    data = os.urandom(3 * 2**20)
+
+    manifest = store.put_blob("jobs/x/global/00001", data)
+
+    assert manifest.spill_path is None
+    assert len(manifest.chunk_sha256) == 48
+    assert store.get_blob("jobs/x/global/00001") == data
+    assert not (tmp_path / "spill").exists()
+
+
 @pytest.mark.parametrize("spill_bytes", [256 * 1024 * 1024, 10_000])
 def test_a_blob_written_from_pieces_reads_back_as_their_join(
     make_store_for: StoreFactory, spill_bytes: int
