@@ -103,7 +103,7 @@ class _Runner:
         self.store_url = store_url
 
     def stage(self, index: int, plan: ActionPlan, dataset: Dataset) -> None:
-        shard = split_shards(dataset, plan.containers, seed=0)[0]
+        shard = next(split_shards(dataset, plan.containers, seed=0))
         self.store.put_blob(f"bench/{index}/shard", shard.encode())
 
     def run(

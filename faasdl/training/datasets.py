@@ -13,7 +13,7 @@ import hashlib
 import io
 import math
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -181,17 +181,20 @@ def load_dataset(spec: DigitsSpec | SyntheticSpec | NpzSpec) -> Dataset:
     return _npz(spec)
 
 
-def split_shards(dataset: Dataset, shards: int, *, seed: int) -> list[Shard]:
-    """Shuffle the training set once with ``seed`` and cut it into ``shards`` near-equal shards."""
+def split_shards(dataset: Dataset, shards: int, *, seed: int) -> Iterator[Shard]:
+    """Shuffle the training set once with ``seed`` and cut it into ``shards`` near-equal shards,
+    each copied out as it is taken: a caller that stores one before it takes the next holds one
+    beside the data set, not all of them (a second copy of the data set, 1 GB at the size
+    limit)."""
     if not 1 <= shards <= len(dataset.y_train):
         raise ValidationError(
             f"cannot split {len(dataset.y_train)} examples into {shards} shards", field="workers"
         )
     order = np.random.default_rng(seed).permutation(len(dataset.y_train))
-    return [
+    return (
         Shard(index=i, x=dataset.x_train[part], y=dataset.y_train[part])
         for i, part in enumerate(np.array_split(order, shards))
-    ]
+    )
 
 
 def preload() -> None:

@@ -35,7 +35,7 @@ def train(tf_platform: LocalPlatform) -> str:
 @pytest.fixture(scope="module")
 def shard(tf_store: Store) -> str:
     store, _ = tf_store
-    part = split_shards(load_dataset(DigitsSpec()), 2, seed=0)[0]
+    part = next(split_shards(load_dataset(DigitsSpec()), 2, seed=0))
     store.put_blob("test/shard", part.encode())
     return "test/shard"
 

@@ -45,7 +45,7 @@ def test_synthetic_data_has_the_asked_shape_and_a_learnable_signal() -> None:
 def test_shards_cover_the_training_set_once_and_depend_only_on_the_seed() -> None:
     data = load_dataset(DigitsSpec())
 
-    shards = split_shards(data, 3, seed=7)
+    shards = list(split_shards(data, 3, seed=7))
 
     assert sum(s.count for s in shards) == len(data.y_train)
     assert max(s.count for s in shards) - min(s.count for s in shards) <= 1
@@ -53,11 +53,25 @@ def test_shards_cover_the_training_set_once_and_depend_only_on_the_seed() -> Non
     assert len(np.unique(rows, axis=0)) == len(np.unique(data.x_train.reshape(-1, 64), axis=0))
     again = split_shards(data, 3, seed=7)
     assert all(np.array_equal(a.y, b.y) for a, b in zip(shards, again, strict=True))
-    assert not np.array_equal(split_shards(data, 3, seed=8)[0].y, shards[0].y)
+    assert not np.array_equal(next(split_shards(data, 3, seed=8)).y, shards[0].y)
+
+
+def test_shards_are_copied_out_one_at_a_time() -> None:
+    # Staging stores each shard before it takes the next: never a second copy of the data set.
+    data = load_dataset(SyntheticSpec(train_size=4096, shape=(16, 16, 2), test_size=1))
+    tracemalloc.start()
+    try:
+        for shard in split_shards(data, 8, seed=0):
+            assert shard.x.nbytes == data.x_train.nbytes // 8
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert peak < data.x_train.nbytes / 2  # two shards at most (the one held, the next)
 
 
 def test_a_shard_crosses_the_store_as_safetensors_x_and_y() -> None:
-    shard = split_shards(load_dataset(DigitsSpec()), 2, seed=0)[1]
+    shard = list(split_shards(load_dataset(DigitsSpec()), 2, seed=0))[1]
 
     data = b"".join(shard.encode())
     back = Shard.from_bytes(data, index=1)

@@ -15,7 +15,7 @@ from faasdl.training.tensors import TrainState
 
 pytestmark = pytest.mark.tensorflow
 DIGITS = load_dataset(DigitsSpec())
-SHARD: Shard = split_shards(DIGITS, 2, seed=1)[0]
+SHARD: Shard = next(split_shards(DIGITS, 2, seed=1))
 
 
 class Stop(Exception):
