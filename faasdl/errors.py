@@ -23,6 +23,7 @@ Each class carries the HTTP status the controller's single exception handler ans
     │   └── ActivationTimeout (504)        activations not finished by a deadline (or lost)
     ├── StoreError (500)
     │   ├── StoreUnavailable (503)         unreachable, or the connection was lost
+    │   ├── StoreFull (507)                the store refused a write for want of room
     │   ├── BlobNotFound (404)
     │   ├── BlobCorrupted (500)            a chunk missing or failing its checksum: never wrong data
     │   └── Superseded (409)               a fenced write from an attempt that lost ownership
@@ -157,6 +158,13 @@ class StoreError(FaasdlError):
 class StoreUnavailable(StoreError):
     status_code = 503
     retryable = True
+
+
+class StoreFull(StoreError):
+    """The store refused a write for want of room (Redis over its ``maxmemory``): not retried,
+    since waiting frees nothing; what the refused write had stored is deleted at once."""
+
+    status_code = 507
 
 
 class BlobNotFound(StoreError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faasdl.errors import BlobCorrupted, BlobNotFound, ValidationError
+from faasdl.errors import BlobCorrupted, BlobNotFound, StoreFull, ValidationError
 from faasdl.lifecycle import Resource
 
 MANIFEST_PREFIX = "blob/"
@@ -283,19 +283,27 @@ class StateStore(Resource):
     ) -> BlobManifest:
         write_id = _write_id()
         previous = self._manifest(name)
-        if self.spill_bytes is not None and size > self.spill_bytes:
-            manifest = self._write_spill(name, write_id, pieces, size, durable=durable)
-        else:
-            digests = self._write_chunked(name, write_id, pieces, size, durable=durable)
-            manifest = BlobManifest(
-                name=name,
-                write_id=write_id,
-                size=size,
-                sha256=_hash_list(digests),
-                chunk_size=self.chunk_bytes,
-                chunk_sha256=digests,
-            )
-        self._publish_manifest(name, manifest)
+        try:
+            if self.spill_bytes is not None and size > self.spill_bytes:
+                manifest = self._write_spill(name, write_id, pieces, size, durable=durable)
+            else:
+                digests = self._write_chunked(name, write_id, pieces, size, durable=durable)
+                manifest = BlobManifest(
+                    name=name,
+                    write_id=write_id,
+                    size=size,
+                    sha256=_hash_list(digests),
+                    chunk_size=self.chunk_bytes,
+                    chunk_sha256=digests,
+                )
+            self._publish_manifest(name, manifest)
+        except StoreFull:
+            # What the refused write took is freed now, not after the garbage grace: the store
+            # is short of room.
+            self._delete_chunks(list(self._chunk_keys(f"{_blob_id(name)}/{write_id}/")))
+            if self.spill_dir is not None:
+                (self.spill_dir / _blob_id(name) / write_id).unlink(missing_ok=True)
+            raise
         if previous is not None:
             self._discard(previous)
         return manifest

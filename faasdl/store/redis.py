@@ -21,7 +21,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from faasdl.errors import StoreUnavailable
+from faasdl.errors import StoreFull, StoreUnavailable
 from faasdl.store.base import StateStore
 
 log = logging.getLogger(__name__)
@@ -151,12 +151,19 @@ class RedisStore(StateStore):
 
     def _once(self, op: Callable[[], T]) -> T:
         """Run ``op`` once; a lost connection becomes ``StoreUnavailable`` (never retried: a CAS
-        whose reply was lost may or may not have happened)."""
+        whose reply was lost may or may not have happened), a write refused over ``maxmemory``
+        ``StoreFull``."""
         try:
             return op()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise StoreUnavailable(
                 f"lost the connection to Redis at {self._safe_url()}: {exc}"
+            ) from exc
+        except redis.OutOfMemoryError as exc:
+            raise StoreFull(
+                f"the Redis store at {self._safe_url()} is full: it refused a write (its used "
+                "memory is over its maxmemory); delete what it holds for nothing (ended jobs: "
+                "FAASDL_CONTROLLER__JOB_RETENTION_DAYS) or give it more memory"
             ) from exc
 
     def _retried(self, op: Callable[[], T]) -> T:
