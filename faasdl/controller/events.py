@@ -220,7 +220,8 @@ class JobRunner:
             self._run()
         except Stopped:
             self._kill_in_flight()
-            self._charge_replicas()
+            if not self._ended(None):
+                return
         except StoreUnavailable as exc:
             # Everything the job has done is in the store, which is down: leave its attempts
             # running and end this runner; the scheduler starts another once the store answers,
@@ -230,14 +231,27 @@ class JobRunner:
         except FaasdlError as exc:
             self._kill_in_flight()
             log.warning("job %s failed: %s", self.job_id, exc)
-            self._charge_replicas()
-            self._finish(JobState.FAILED, error=str(exc))
+            if not self._ended(str(exc)):
+                return
         except Exception as exc:  # a bug must still end the job visibly, not leave it running
             self._kill_in_flight()
             log.exception("job %s crashed", self.job_id)
-            self._charge_replicas()
-            self._finish(JobState.FAILED, error=f"internal error: {exc!r}")
+            if not self._ended(f"internal error: {exc!r}"):
+                return
         self._release_data()
+
+    def _ended(self, error: str | None) -> bool:
+        """Book the replicas' memory and, given an ``error``, record that the job failed of it;
+        false where the store refused (full, or gone): the job's record still says it runs, and
+        the runner the scheduler starts for it next ends it again."""
+        try:
+            self._charge_replicas()
+            if error is not None:
+                self._finish(JobState.FAILED, error=error)
+        except StoreError as exc:
+            log.warning("job %s: its end was not recorded, the store refused: %s", self.job_id, exc)
+            return False
+        return True
 
     def _release_data(self) -> None:
         """Once the job has ended, delete what it wrote to the store but its model (unless

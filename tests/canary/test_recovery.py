@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import requests
 
 from faasdl.canary.core import lease_ms
@@ -483,3 +484,42 @@ def test_a_redis_server_crash_and_restart_mid_job_loses_nothing_and_ends_bit_ide
             assert all(f.recovery == "resume" for f in job.failures)
         finally:
             server.stop()
+
+
+def test_a_store_that_fills_mid_job_fails_it_saying_so_and_frees_its_data(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a job running from a private redis-server, with checkpoints.
+    server = private_redis(tmp_path / "redis")
+    server.start()
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    with (
+        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), server.url) as store,
+        Controller(
+            settings=settings, platform=tf_platform, store=store, store_url=server.url
+        ) as controller,
+    ):
+        try:
+            job_id = controller.submit(JobSpec.model_validate(CHECKPOINTED_JOB)).job.job_id
+            eventually(
+                lambda: bool(running_with_checkpoints(store, job_id)),
+                timeout_s=300,
+                what="a round past the first with a checkpoint",
+            )
+
+            # Execute: Redis is full from now on; it refuses writes (noeviction, as the chart
+            # sets it) rather than evicting.
+            client = redis.Redis.from_url(server.url)
+            client.config_set("maxmemory-policy", "noeviction")
+            client.config_set("maxmemory", client.info("memory")["used_memory"])
+            job = controller.wait(job_id, timeout_s=300)
+            left = store.blob_names(f"jobs/{job_id}/")
+        finally:
+            server.stop()
+
+    # Assert: the job failed, saying why and what to do (every runner ended without an exception
+    # of its thread: the suite makes one an error), and the data it had staged was deleted.
+    assert job.state is JobState.FAILED
+    assert job.error is not None
+    assert f"the Redis store at {server.url} is full: it refused a write" in job.error
+    assert left == []
