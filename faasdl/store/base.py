@@ -14,6 +14,7 @@ publishing leaves only orphan chunks, which :meth:`StateStore.collect_garbage` r
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import json
@@ -31,6 +32,8 @@ from faasdl.errors import BlobCorrupted, BlobNotFound, StoreFull, ValidationErro
 from faasdl.lifecycle import Resource
 
 MANIFEST_PREFIX = "blob/"
+#: What a write to a full disk, or past a disk quota, fails with.
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 MAX_KEY_LENGTH = 1024
 #: Chunks handed to a backend's write at a time: what a blob written from pieces holds in copies
 #: at most (the chunks that span two pieces are joined).
@@ -483,13 +486,18 @@ class StateStore(Resource):
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / write_id
         digest = hashlib.sha256()
-        with open(path, "wb") as fh:
-            for piece in pieces:
-                fh.write(piece)
-                digest.update(piece)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
+        try:
+            with open(path, "wb") as fh:
+                for piece in pieces:
+                    fh.write(piece)
+                    digest.update(piece)
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        except OSError as exc:
+            if exc.errno in FULL_ERRNOS:  # the file is deleted with the refused write's pieces
+                raise disk_full(self.spill_dir) from exc
+            raise
         if durable:
             fsync_dirs(folder, self.spill_dir)
         return BlobManifest(
@@ -585,3 +593,12 @@ def _chunks(pieces: Iterable[memoryview], size: int) -> Iterator[bytes | memoryv
 
 def _digests(chunks: list[tuple[str, bytes | memoryview]]) -> list[str]:
     return [hashlib.sha256(chunk).hexdigest() for _, chunk in chunks]
+
+
+def disk_full(where: Path) -> StoreFull:
+    """The error of a store whose disk (the one ``where`` is on) refused a write for want of
+    room."""
+    return StoreFull(
+        f"the store's disk is full: a write to {where} was refused; free room on it (ended "
+        "jobs: FAASDL_CONTROLLER__JOB_RETENTION_DAYS) or move the store to a larger one"
+    )

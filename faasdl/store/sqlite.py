@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from faasdl.config import SqliteSynchronous
 from faasdl.errors import StoreUnavailable, ValidationError
-from faasdl.store.base import StateStore, fsync_dirs
+from faasdl.store.base import FULL_ERRNOS, StateStore, disk_full, fsync_dirs
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -82,6 +82,8 @@ class SqliteStore(StateStore):
         try:
             return self._conn().execute(sql, params)
         except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                raise disk_full(self.path) from exc
             raise StoreUnavailable(f"SQLite store {self.path}: {exc}") from exc
 
     def _get(self, key: str) -> tuple[bytes, int] | None:
@@ -150,11 +152,17 @@ class SqliteStore(StateStore):
         for key, data in chunks:
             path = self._chunk_path(key)
             tmp = path.with_name(f"{path.name}.tmp")
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                if durable:
-                    fh.flush()
-                    os.fsync(fh.fileno())
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    if durable:
+                        fh.flush()
+                        os.fsync(fh.fileno())
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                if exc.errno in FULL_ERRNOS:
+                    raise disk_full(self.chunk_dir) from exc
+                raise
             tmp.replace(path)
         if durable and chunks:
             fsync_dirs(self.chunk_dir)  # the chunks' entries
