@@ -23,8 +23,9 @@ from pydantic import BaseModel, Field
 
 from faasdl.config import ApiSettings
 from faasdl.controller.validator import JobSpec
-from faasdl.errors import AccessError, ValidationError
+from faasdl.errors import AccessError, StoreFull, ValidationError
 from faasdl.estimator.sizer import remember_facts
+from faasdl.store.base import FULL_ERRNOS
 from faasdl.training.datasets import NpzSpec, load_dataset
 
 #: An upload's name: a file name of its own, never a path.
@@ -161,10 +162,18 @@ async def store_upload(
     size = 0
     fd, partial = partial_file(kept)
     try:
-        with os.fdopen(fd, "wb") as out:
-            async for chunk in chunks:
-                out.write(chunk)
-                size += len(chunk)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                async for chunk in chunks:
+                    out.write(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            if exc.errno in FULL_ERRNOS:
+                raise StoreFull(
+                    "the controller's disk for uploads is full: delete an upload of yours "
+                    "(DELETE /v1/datasets/NAME), or ask its operator for room"
+                ) from exc
+            raise
         if size == 0:
             raise ValidationError("is empty: send the .npz file as the body", field="body")
         _check_quota(api, tenant, name, size)

@@ -1,15 +1,18 @@
-"""A SQLite store on a full disk: a refused write is ``StoreFull``, and leaves nothing."""
+"""Full disks: a write a SQLite store's disk or the upload directory's refuses is ``StoreFull``,
+and leaves nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from faasdl.config import StoreSettings
+from faasdl.config import ApiSettings, StoreSettings
+from faasdl.controller.datasets import store_upload
 from faasdl.errors import StoreFull
 from faasdl.store import make_store
 from faasdl.store.sqlite import SqliteStore
@@ -63,3 +66,19 @@ def test_a_write_a_full_disk_refuses_is_store_full_and_keeps_nothing(
     assert len(chunks) == 4
     assert not any(name.endswith(".tmp") for name in chunks)
     assert spilled == []
+
+
+def test_an_upload_the_disk_has_no_room_for_is_refused_and_leaves_nothing(small_disk: Path) -> None:
+    api = ApiSettings(upload_dir=str(small_disk))
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(80):  # 5 MiB, as it arrives
+            yield bytes(65536)
+
+    with pytest.raises(StoreFull) as refused:
+        asyncio.run(store_upload(api, "alice", "big", body()))
+
+    assert "the controller's disk for uploads is full: delete an upload of yours" in str(
+        refused.value
+    )
+    assert list((small_disk / "alice").iterdir()) == []  # not the part that fitted

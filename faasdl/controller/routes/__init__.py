@@ -27,9 +27,10 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         422: "Invalid input; `field` names it",
         429: "A rate limit or quota; see Retry-After",
         503: "The platform or the store is unavailable; retry later",
+        507: "The store (or the disk for uploads) is full: it refused a write",
     }
     return {code: {"model": Problem, "description": said[code]} for code in codes}
 
 
 #: What any authenticated operation can answer with.
-AUTHENTICATED = problems(401, 403, 413, 422, 429, 503)
+AUTHENTICATED = problems(401, 403, 413, 422, 429, 503, 507)
