@@ -4,6 +4,7 @@ crashes mid-job; every job must end bit-identical to the same job without failur
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -28,7 +29,7 @@ from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, make_store
 from faasdl.store.records import FunctionInfo, JobInfo, JobState, UnitState, load
-from faasdl.store.redis_server import free_port
+from faasdl.store.redis_server import RedisServer, free_port
 from tests.conftest import Served, eventually
 from tests.store.conftest import private_redis
 
@@ -449,73 +450,63 @@ def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical
     )
 
 
-def test_a_redis_server_crash_and_restart_mid_job_loses_nothing_and_ends_bit_identical(
-    tmp_path: Path, tf_platform: LocalPlatform, reference: bytes
-) -> None:
-    # Arrange: the job's state in a private redis-server (AOF, fsync on every write).
+@contextlib.contextmanager
+def checkpointed_job_on_redis(
+    tmp_path: Path, platform: LocalPlatform
+) -> Iterator[tuple[RedisServer, StateStore, Controller, str]]:
+    """A controller running ``CHECKPOINTED_JOB`` with its state in a private redis-server (AOF,
+    fsync on every write), once a round past the first has a checkpoint; the server is stopped
+    on leaving."""
     server = private_redis(tmp_path / "redis")
     server.start()
     settings = Settings(controller={"scheduler_tick_s": 0.1})
-    with (
-        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), server.url) as store,
-        Controller(
-            settings=settings, platform=tf_platform, store=store, store_url=server.url
-        ) as controller,
-    ):
-        try:
+    try:
+        with (
+            make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), server.url) as store,
+            Controller(
+                settings=settings, platform=platform, store=store, store_url=server.url
+            ) as controller,
+        ):
             job_id = controller.submit(JobSpec.model_validate(CHECKPOINTED_JOB)).job.job_id
             eventually(
                 lambda: bool(running_with_checkpoints(store, job_id)),
                 timeout_s=300,
                 what="a round past the first with a checkpoint",
             )
+            yield server, store, controller, job_id
+    finally:
+        server.stop()
 
-            # Execute: the server crashes (SIGKILL) and stays down longer than a lease lasts,
-            # then starts again from its append-only file.
-            server.kill()
-            time.sleep(OUTAGE_S)
-            server.start()
-            job = controller.wait(job_id, timeout_s=900)
 
-            # Assert: the same model as without the crash; what the outage cost was recovered.
-            assert model_bytes(controller, job) == reference
-            # Attempts that needed the store while it was down failed as such (or lapsed).
-            assert {f.classification for f in job.failures} <= {"unavailable", "hung"}
-            assert all(f.recovery == "resume" for f in job.failures)
-        finally:
-            server.stop()
+def test_a_redis_server_crash_and_restart_mid_job_loses_nothing_and_ends_bit_identical(
+    tmp_path: Path, tf_platform: LocalPlatform, reference: bytes
+) -> None:
+    with checkpointed_job_on_redis(tmp_path, tf_platform) as (server, _, controller, job_id):
+        # Execute: the server crashes (SIGKILL) and stays down longer than a lease lasts, then
+        # starts again from its append-only file.
+        server.kill()
+        time.sleep(OUTAGE_S)
+        server.start()
+        job = controller.wait(job_id, timeout_s=900)
+
+        # Assert: the same model as without the crash; what the outage cost was recovered.
+        assert model_bytes(controller, job) == reference
+        # Attempts that needed the store while it was down failed as such (or lapsed).
+        assert {f.classification for f in job.failures} <= {"unavailable", "hung"}
+        assert all(f.recovery == "resume" for f in job.failures)
 
 
 def test_a_store_that_fills_mid_job_fails_it_saying_so_and_frees_its_data(
     tmp_path: Path, tf_platform: LocalPlatform
 ) -> None:
-    # Arrange: a job running from a private redis-server, with checkpoints.
-    server = private_redis(tmp_path / "redis")
-    server.start()
-    settings = Settings(controller={"scheduler_tick_s": 0.1})
-    with (
-        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), server.url) as store,
-        Controller(
-            settings=settings, platform=tf_platform, store=store, store_url=server.url
-        ) as controller,
-    ):
-        try:
-            job_id = controller.submit(JobSpec.model_validate(CHECKPOINTED_JOB)).job.job_id
-            eventually(
-                lambda: bool(running_with_checkpoints(store, job_id)),
-                timeout_s=300,
-                what="a round past the first with a checkpoint",
-            )
-
-            # Execute: Redis is full from now on; it refuses writes (noeviction, as the chart
-            # sets it) rather than evicting.
-            client = redis.Redis.from_url(server.url)
-            client.config_set("maxmemory-policy", "noeviction")
-            client.config_set("maxmemory", client.info("memory")["used_memory"])
-            job = controller.wait(job_id, timeout_s=300)
-            left = store.blob_names(f"jobs/{job_id}/")
-        finally:
-            server.stop()
+    with checkpointed_job_on_redis(tmp_path, tf_platform) as (server, store, controller, job_id):
+        # Execute: Redis is full from now on; it refuses writes (noeviction, as the chart sets
+        # it) rather than evicting.
+        client = redis.Redis.from_url(server.url)
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", client.info("memory")["used_memory"])
+        job = controller.wait(job_id, timeout_s=300)
+        left = store.blob_names(f"jobs/{job_id}/")
 
     # Assert: the job failed, saying why and what to do (every runner ended without an exception
     # of its thread: the suite makes one an error), and the data it had staged was deleted.
