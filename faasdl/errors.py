@@ -161,8 +161,9 @@ class StoreUnavailable(StoreError):
 
 
 class StoreFull(StoreError):
-    """The store refused a write for want of room (Redis over its ``maxmemory``): not retried,
-    since waiting frees nothing; what the refused write had stored is deleted at once."""
+    """The store refused a write for want of room (Redis over its ``maxmemory``, a full disk):
+    not retried, since waiting frees nothing; what the refused write had stored is deleted at
+    once."""
 
     status_code = 507
 
