@@ -71,7 +71,7 @@ from faasdl.store.records import (
     load,
     update,
 )
-from faasdl.training.datasets import NpzSpec, Shard, dims, split_shards
+from faasdl.training.datasets import ONE_DATA_SET, NpzSpec, Shard, dims, split_shards
 
 log = logging.getLogger(__name__)
 
@@ -316,15 +316,20 @@ class JobRunner:
                 "a file moved): upload it again and submit the job again",
                 field="dataset.path",
             )
+        with ONE_DATA_SET:  # jobs that start together stage one at a time
+            self._put_data(names)  # its data set freed as it returns, before another's loads
+        self._event(_line("staged", f"{workers} shards and the test set are in the store"))
+
+    def _put_data(self, names: list[str]) -> None:
+        """Load the job's data set and store it as the shards ``names`` and the test set."""
         dataset = load_checked(self.spec)
         _check_as_planned(facts_of(dataset), self.plan)
-        shards = split_shards(dataset, workers, seed=self.spec.seed)
+        shards = split_shards(dataset, len(names), seed=self.spec.seed)
         for name, shard in zip(names, shards, strict=True):
             self._check_stop()
-            store.put_blob(name, shard.encode())
+            self.rt.store.put_blob(name, shard.encode())
         test = Shard(index=0, x=dataset.x_test, y=dataset.y_test)
-        store.put_blob(test_blob(self.job_id), test.encode())
-        self._event(_line("staged", f"{workers} shards and the test set are in the store"))
+        self.rt.store.put_blob(test_blob(self.job_id), test.encode())
 
     # ---- one round --------------------------------------------------------------------------
 

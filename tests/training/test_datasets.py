@@ -1,3 +1,4 @@
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -304,3 +305,42 @@ def test_inputs_that_are_not_finite_are_counted_and_refused(
 
     with pytest.raises(ValidationError, match="x_train holds 3 values not finite as float32"):
         load_dataset(spec)
+
+
+def test_a_process_holds_one_data_set_at_a_time(tmp_path: Path) -> None:
+    # Arrange: a 16 MiB data set, and what loading it alone holds at its peak.
+    path = tmp_path / "set.npz"
+    rng = np.random.default_rng(0)
+    np.savez(
+        path,
+        x_train=rng.random((4096, 1024), dtype=np.float32),
+        y_train=rng.integers(0, 10, 4096),
+        x_test=rng.random((16, 1024), dtype=np.float32),
+        y_test=rng.integers(0, 10, 16),
+    )
+    spec = NpzSpec(path=str(path))
+    tracemalloc.start()
+    try:
+        load_dataset(spec)
+        _, alone = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+
+        # Execute: four threads load it at the same moment (uploads checked, jobs staged).
+        start = threading.Barrier(4)
+
+        def load() -> None:
+            start.wait()
+            load_dataset(spec)
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _, together = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    # Assert: they took turns, one data set held at a time (3.4-3.8 times as much without).
+    assert alone > 16 * 2**20
+    assert together < 1.5 * alone
