@@ -316,8 +316,15 @@ class JobRunner:
                 "a file moved): upload it again and submit the job again",
                 field="dataset.path",
             )
-        with ONE_DATA_SET:  # jobs that start together stage one at a time
+        # Jobs that start together stage one at a time, and uploads are checked in turn.
+        if not ONE_DATA_SET.acquire(blocking=False):
+            waiting = "another job's data set or an upload is being loaded: staging waits its turn"
+            self._event(_line("staging_waits", waiting))
+            ONE_DATA_SET.acquire()
+        try:
             self._put_data(names)  # its data set freed as it returns, before another's loads
+        finally:
+            ONE_DATA_SET.release()
         self._event(_line("staged", f"{workers} shards and the test set are in the store"))
 
     def _put_data(self, names: list[str]) -> None:

@@ -22,6 +22,7 @@ _STYLE = {
     "unit_failed": "bold red",
     "recovery": "yellow",
     "limits_raised": "yellow",
+    "staging_waits": "yellow",
     "failed": "bold red",
     "cancelled": "yellow",
     "done": "bold green",

@@ -42,6 +42,7 @@ from faasdl.store.records import (
     job_key,
     update,
 )
+from faasdl.training.datasets import ONE_DATA_SET
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually, write_and_die
 
@@ -481,6 +482,35 @@ def test_an_ended_job_keeps_its_model_and_its_log_numbered_from_its_first_line(
     total = record.events_dropped + len(record.events)
     assert resumed == [*range(record.events_dropped + 3, total), "end"]
     assert whole == [*range(record.events_dropped, total), "end"]
+
+
+def test_a_job_whose_data_set_must_wait_its_turn_says_so_and_then_stages(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a controller, and another holder of its one data set at a time (as an upload
+    # being checked would be).
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    with (
+        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store,
+        Controller(settings=settings, platform=tf_platform, store=store, store_url=url) as started,
+    ):
+        # Execute: a job admitted while the data set is held, then the data set let go.
+        with ONE_DATA_SET:
+            job_id = started.submit(JobSpec.model_validate(DIGITS_JOB)).job.job_id
+            eventually(
+                lambda: "staging_waits" in {e.kind for e in started.job(job_id).events},
+                timeout_s=60,
+                what="the job's staging waiting its turn",
+            )
+            staged_meanwhile = "staged" in {e.kind for e in started.job(job_id).events}
+        job = started.wait(job_id, timeout_s=300)
+
+    # Assert: its log said why it waited; it staged only once its turn came, and trained.
+    kinds = [e.kind for e in job.events]
+    assert not staged_meanwhile
+    assert kinds.index("admitted") < kinds.index("staging_waits") < kinds.index("staged")
+    assert job.state is JobState.DONE
 
 
 def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_but_models(
