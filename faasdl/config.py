@@ -306,7 +306,8 @@ class ControllerSettings(Section):
         description="Pause between the controller's housekeeping passes (the first as it "
         "starts): each deletes the jobs past job_retention_days, what ended jobs left in the "
         "store (see keep_job_data), the chunks and spill files of blob writes that never "
-        "published (a writer killed mid-write) and the temporary files of uploads cut short.",
+        "published (a writer killed mid-write) and the temporary files of uploads cut short; "
+        "and it hashes the uploads whose SHA-256 is not kept (made before it was).",
     )
     garbage_grace_s: float = Field(
         3600.0,

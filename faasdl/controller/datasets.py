@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import tempfile
@@ -45,7 +46,8 @@ class UploadedDataset(BaseModel):
     sha256: str | None = Field(
         None,
         description="The file's SHA-256 (a job's plan keeps it as data_sha256), as it was "
-        "uploaded; none in the list where the file was changed since other than by an upload.",
+        "uploaded; none in the list where the file was changed since other than by an upload "
+        "(until the controller's next housekeeping pass hashes it).",
     )
 
 
@@ -221,6 +223,26 @@ def delete_upload(api: ApiSettings, tenant: str, name: str) -> bool:
         return False
     _digest_path(path).unlink(missing_ok=True)
     return True
+
+
+def fill_digests(api: ApiSettings) -> int:
+    """Keep the digest of every upload that has none that matches it (one made before digests
+    were kept, or whose digest a crash kept from being written), so that the list shows them all.
+    A file changed while it is hashed is left for the next pass. Returns how many were kept."""
+    if not api.upload_dir.is_dir():
+        return 0
+    kept = 0
+    for path in api.upload_dir.glob(f"*/*{SUFFIX}"):
+        if not path.is_file() or path.is_symlink() or _listed(path).sha256 is not None:
+            continue
+        before = path.stat()
+        with path.open("rb") as fh:
+            sha256 = hashlib.file_digest(fh, "sha256").hexdigest()
+        digest = _Digest.of(path, sha256)
+        if digest.matches(before):
+            _keep_digest(path, digest)
+            kept += 1
+    return kept
 
 
 def partial_file(path: Path) -> tuple[int, str]:

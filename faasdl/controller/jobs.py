@@ -22,7 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
 from faasdl.controller.admission import Capacity, Demand, TenantQuota, admit, queue_positions
-from faasdl.controller.datasets import confine, shown_path, sweep_partials
+from faasdl.controller.datasets import confine, fill_digests, shown_path, sweep_partials
 from faasdl.controller.events import (
     JOB_BLOBS,
     JobRunner,
@@ -181,6 +181,8 @@ class Controller:
                 metrics.housekept.labels(what="unpublished_pieces").inc(collected)
                 swept = sweep_partials(self.settings.api, controller.garbage_grace_s)
                 metrics.housekept.labels(what="upload_partials").inc(swept)
+                if digests := fill_digests(self.settings.api):
+                    log.info("the digests of %d uploads kept", digests)
             except StoreError as exc:  # a store restart: the next pass tries again
                 log.warning("housekeeping pass stopped: %s", exc)
             except Exception:  # the housekeeper must outlive a bad pass

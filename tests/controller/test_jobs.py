@@ -21,10 +21,11 @@ from typer.testing import CliRunner
 
 from faasdl.aggregation.average import weighted_average
 from faasdl.cli import app
-from faasdl.config import Settings, StoreSettings
+from faasdl.config import ApiSettings, Settings, StoreSettings
 from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.datasets import partial_file
+from faasdl.controller.datasets import uploads as uploads_of
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import PlatformUnavailable
@@ -518,11 +519,14 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
 ) -> None:
     # Arrange: a done and a failed job whose data a controller that stopped as they ended left
     # in the store, blobs under the name of a job the store has no record of, the chunks of a
-    # blob write killed before it published, and the temporary files of two uploads a killed
-    # controller was receiving, two hours ago and just now.
+    # blob write killed before it published, the temporary files of two uploads a killed
+    # controller was receiving, two hours ago and just now, and an upload with no digest kept (as
+    # one made before they were).
     url = f"sqlite:///{tmp_path / 'state.db'}"
     uploads = tmp_path / "uploads"
     (uploads / "alice").mkdir(parents=True)
+    undigested = uploads / "alice" / "older.npz"
+    undigested.write_bytes(b"an upload's bytes")
     partials = []
     for name in ("old", "new"):
         fd, partial = partial_file(uploads / "alice" / f"{name}.npz")
@@ -560,6 +564,7 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
         first = start_and_close()
         kept = store.blob_names("jobs/")
         partials_kept = [p.exists() for p in partials]
+        listed = uploads_of(ApiSettings(upload_dir=str(uploads)), "alice")
         young = store.collect_garbage(grace_s=0)
         write_and_die(url, model, b"w" * 100_000, chunk_bytes=16 * 1024)
         second = start_and_close(garbage_grace_s=0)
@@ -579,6 +584,9 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
     assert deleted % ("ended_job_blobs", 0) in second
     assert deleted % ("unpublished_pieces", 7) in second
     assert partials_kept == [False, True]
+    assert [(d.name, d.sha256) for d in listed] == [
+        ("older", hashlib.sha256(b"an upload's bytes").hexdigest())
+    ]
     assert not partials[1].exists()
     assert deleted % ("upload_partials", 1) in first
     assert deleted % ("upload_partials", 1) in second
