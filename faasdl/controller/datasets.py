@@ -233,15 +233,16 @@ def fill_digests(api: ApiSettings) -> int:
         return 0
     kept = 0
     for path in api.upload_dir.glob(f"*/*{SUFFIX}"):
-        if not path.is_file() or path.is_symlink() or _listed(path).sha256 is not None:
-            continue
-        before = path.stat()
-        with path.open("rb") as fh:
-            sha256 = hashlib.file_digest(fh, "sha256").hexdigest()
-        digest = _Digest.of(path, sha256)
-        if digest.matches(before):
-            _keep_digest(path, digest)
-            kept += 1
+        with contextlib.suppress(FileNotFoundError):  # an upload deleted meanwhile
+            if not path.is_file() or path.is_symlink() or _listed(path).sha256 is not None:
+                continue
+            before = path.stat()
+            with path.open("rb") as fh:
+                sha256 = hashlib.file_digest(fh, "sha256").hexdigest()
+            digest = _Digest.of(path, sha256)
+            if digest.matches(before):
+                _keep_digest(path, digest)
+                kept += 1
     return kept
 
 

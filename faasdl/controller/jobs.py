@@ -166,9 +166,10 @@ class Controller:
             threading.Thread(target=self._watch_pods, name="faasdl-pod-watch", daemon=True).start()
 
     def _housekeep(self) -> None:
-        """Delete what the store holds for nothing, as the controller starts and then every
-        ``housekeeping_interval_s`` until it closes (a controller closing at once still runs the
-        first pass: ``close`` waits for it)."""
+        """Delete what the store and the upload directory hold for nothing, and keep the digests
+        uploads lack, as the controller starts and then every ``housekeeping_interval_s`` until
+        it closes (a controller closing at once still runs the first pass: ``close`` waits for
+        it)."""
         controller = self.settings.controller
         metrics = self.metrics
         while True:
