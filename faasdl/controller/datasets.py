@@ -115,14 +115,15 @@ def shown_path(path: str, api: ApiSettings, tenant: str) -> str:
 
 def uploads(api: ApiSettings, tenant: str) -> list[UploadedDataset]:
     """The tenant's uploaded data sets, by name, each with its digest where it still matches."""
-    directory = tenant_dir(api, tenant)
+    return [_listed(path) for path in _upload_files(tenant_dir(api, tenant))]
+
+
+def _upload_files(directory: Path, pattern: str = f"*{SUFFIX}") -> list[Path]:
+    """The uploads' files in ``directory`` (``pattern``: ``*/*.npz`` for every tenant's), by
+    name: plain files, no symbolic links."""
     if not directory.is_dir():
         return []
-    return [
-        _listed(path)
-        for path in sorted(directory.glob(f"*{SUFFIX}"))
-        if path.is_file() and not path.is_symlink()
-    ]
+    return sorted(p for p in directory.glob(pattern) if p.is_file() and not p.is_symlink())
 
 
 def _listed(path: Path) -> UploadedDataset:
@@ -206,7 +207,9 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:
     quota = api.tenant_max_upload_bytes
     if not quota:
         return
-    held = sum(d.bytes for d in uploads(api, tenant) if d.name != name) + size
+    replaced = f"{name}{SUFFIX}"
+    others = [p for p in _upload_files(tenant_dir(api, tenant)) if p.name != replaced]
+    held = sum(p.stat().st_size for p in others) + size  # sizes only: no digest is read
     if held > quota:
         raise AccessError(
             f"tenant {tenant!r}'s uploads would hold {held:,} bytes with this one, more than the "
@@ -229,12 +232,10 @@ def fill_digests(api: ApiSettings) -> int:
     """Keep the digest of every upload that has none that matches it (one made before digests
     were kept, or whose digest a crash kept from being written), so that the list shows them all.
     A file changed while it is hashed is left for the next pass. Returns how many were kept."""
-    if not api.upload_dir.is_dir():
-        return 0
     kept = 0
-    for path in api.upload_dir.glob(f"*/*{SUFFIX}"):
+    for path in _upload_files(api.upload_dir, f"*/*{SUFFIX}"):
         with contextlib.suppress(FileNotFoundError):  # an upload deleted meanwhile
-            if not path.is_file() or path.is_symlink() or _listed(path).sha256 is not None:
+            if _listed(path).sha256 is not None:
                 continue
             before = path.stat()
             with path.open("rb") as fh:
