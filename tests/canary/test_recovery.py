@@ -506,6 +506,7 @@ def test_a_store_that_fills_mid_job_fails_it_saying_so_and_frees_its_data(
         client.config_set("maxmemory-policy", "noeviction")
         client.config_set("maxmemory", client.info("memory")["used_memory"])
         job = controller.wait(job_id, timeout_s=300)
+        stopped = controller.wait_stopped(job_id, timeout_s=60)  # its data deleted after its end
         left = store.blob_names(f"jobs/{job_id}/")
 
     # Assert: the job failed, saying why and what to do (every runner ended without an exception
@@ -513,4 +514,5 @@ def test_a_store_that_fills_mid_job_fails_it_saying_so_and_frees_its_data(
     assert job.state is JobState.FAILED
     assert job.error is not None
     assert f"the Redis store at {server.url} is full: it refused a write" in job.error
+    assert stopped
     assert left == []
