@@ -18,11 +18,15 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from faasdl.errors import StoreUnavailable, ValidationError
+from faasdl.errors import StoreError, StoreFull, StoreUnavailable, ValidationError
 from faasdl.store.base import StateStore
 
 T = TypeVar("T")
 _VERSION = struct.Struct(">Q")
+
+#: What an Ignite node's error says when it has no room for a write: a data region out of pages
+#: (IgniteOutOfMemoryException, as Ignite 2.x words it) or a full disk under native persistence.
+_FULL = ("Out of memory in data region", "No space left on device")
 
 # pyignite logs a failed handshake with its traceback; with no handler configured (the CLI),
 # Python's last-resort handler printed it above the one line StoreUnavailable gives. A server's
@@ -39,6 +43,20 @@ def parse_nodes(hosts: str) -> list[tuple[str, int]]:
             raise ValidationError(f"'{part}' is not host:port", field="store url")
         nodes.append((host, int(port)))
     return nodes
+
+
+def refused(nodes: list[tuple[str, int]], message: str) -> StoreError:
+    """The error for an operation the Ignite node at ``nodes`` refused, saying ``message``:
+    ``StoreFull`` where it had no room (:data:`_FULL`), a ``StoreError`` otherwise; neither is
+    retried, as the same write would be refused again."""
+    first_line = message.strip().splitlines()[0] if message.strip() else "no reason given"
+    if any(phrase in message for phrase in _FULL):
+        return StoreFull(
+            f"the Ignite store at {nodes} is full: it refused a write ({first_line}); delete what "
+            "it holds for nothing (ended jobs: FAASDL_CONTROLLER__JOB_RETENTION_DAYS) or give its "
+            "data region or disk more room"
+        )
+    return StoreError(f"the Ignite store at {nodes} refused an operation: {first_line}")
 
 
 class IgniteStore(StateStore):
@@ -127,12 +145,14 @@ class IgniteStore(StateStore):
     def _call(self, op: Callable[[], T]) -> T:
         if self._client is None:
             raise StoreUnavailable("the Ignite store is not open (call open() first)")
-        from pyignite.exceptions import ReconnectError, SocketError
+        from pyignite.exceptions import CacheError, ReconnectError, SocketError
 
         try:
             return op()
         except (SocketError, ReconnectError, OSError) as exc:
             raise StoreUnavailable(f"lost the connection to Ignite at {self.nodes}: {exc}") from exc
+        except CacheError as exc:
+            raise refused(self.nodes, str(exc)) from exc
 
     @staticmethod
     def _pack(version: int, data: bytes) -> bytes:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from faasdl.config import StoreSettings
-from faasdl.errors import StoreUnavailable, ValidationError
+from faasdl.errors import StoreError, StoreFull, StoreUnavailable, ValidationError
 from faasdl.store import make_store
-from faasdl.store.ignite import IgniteStore
+from faasdl.store.ignite import IgniteStore, refused
 from faasdl.store.redis import RedisStore
 from faasdl.store.redis_server import free_port
 from faasdl.store.sqlite import SqliteStore
@@ -78,6 +78,43 @@ def test_an_unreachable_ignite_is_one_line_from_the_cli() -> None:
     assert ran.stderr.strip().splitlines() == [
         f"error: cannot reach Ignite at [('127.0.0.1', {port})]: Can not connect."
     ]
+
+
+# An Ignite 2.x node's words for a write it has no room for (IgniteOutOfMemoryException, from
+# its page memory; an IOException of a full disk under native persistence), as its thin client
+# passes them on. No Ignite runs here to fill (the contract suite runs where one does).
+_REGION_FULL = (
+    "class org.apache.ignite.internal.mem.IgniteOutOfMemoryException: Out of memory in data "
+    "region [name=default, initSize=256.0 MiB, maxSize=256.0 MiB, persistenceEnabled=false] "
+    "Try the following:\n  ^-- Increase maximum off-heap memory size "
+    "(DataRegionConfiguration.maxSize)\n  ^-- Enable Ignite persistence"
+)
+_DISK_FULL = "class java.io.IOException: No space left on device"
+
+
+@pytest.mark.parametrize("message", [_REGION_FULL, _DISK_FULL])
+def test_an_ignite_with_no_room_is_store_full_in_one_line(message: str) -> None:
+    error = refused([("ignite-0", 10800)], message)
+
+    assert isinstance(error, StoreFull)
+    assert not error.retryable
+    assert error.status_code == 507
+    text = str(error)
+    assert text.startswith("the Ignite store at [('ignite-0', 10800)] is full: it refused")
+    assert message.splitlines()[0] in text
+    assert "^--" not in text  # its hints are for Ignite's operator, its first line names the region
+    assert "FAASDL_CONTROLLER__JOB_RETENTION_DAYS" in text
+
+
+def test_an_operation_ignite_refuses_otherwise_is_a_store_error_not_retried() -> None:
+    error = refused([("ignite-0", 10800)], "Failed to update keys: class java.lang.Exception")
+
+    assert type(error) is StoreError
+    assert not error.retryable
+    assert str(error) == (
+        "the Ignite store at [('ignite-0', 10800)] refused an operation: "
+        "Failed to update keys: class java.lang.Exception"
+    )
 
 
 def test_an_unreachable_redis_is_store_unavailable() -> None:
