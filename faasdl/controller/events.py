@@ -36,6 +36,7 @@ from faasdl.controller.validator import JobSpec
 from faasdl.errors import (
     DIVERGED,
     ActivationNotFound,
+    ActivationTimeout,
     EstimationError,
     FaasdlError,
     JobFailed,
@@ -404,23 +405,34 @@ class JobRunner:
         task.attempt = unit.attempts
         task.owner_epoch = unit.owner_epoch
         task.position = unit.heads[-1].position if unit.heads else -1
-        task.deadline = time.monotonic() + lost_after_s
-        self._in_flight[activation_id] = task
-        self._event(
-            _line(
-                "reattached",
-                f"shard {task.index} of round {task.round + 1}: waiting for attempt "
-                f"{task.attempt} ({activation_id}) started before the controller restarted",
-                task.round,
-                task.index,
+        where = f"shard {task.index} of round {task.round + 1}"
+        if self.rt.platform.forgot(activation_id):
+            # The platform that ran it went with the controller before (an embedded one): it is
+            # lost now, not at its deadline.
+            task.deadline = time.monotonic()
+            message = (
+                f"{where}: attempt {task.attempt} ({activation_id}) was lost with the platform "
+                "of the controller before this one"
             )
-        )
+        else:
+            task.deadline = time.monotonic() + lost_after_s
+            message = (
+                f"{where}: waiting for attempt {task.attempt} ({activation_id}) started before "
+                "the controller restarted"
+            )
+        self._in_flight[activation_id] = task
+        self._event(_line("reattached", message, task.round, task.index))
 
     def _book_unseen(self, task: _Task, unit: FunctionInfo, activation_id: str) -> None:
         """Book the attempt that committed a unit while no controller watched (the last one
         died): its cost belongs to the job. The platform keeps its record."""
         task.attempt, task.owner_epoch = unit.attempts, unit.owner_epoch
-        record = self.rt.platform.wait([activation_id], timeout_s=UNSEEN_WAIT_S).get(activation_id)
+        record = None
+        if not self.rt.platform.forgot(activation_id):
+            with contextlib.suppress(ActivationTimeout):
+                record = self.rt.platform.wait([activation_id], timeout_s=UNSEEN_WAIT_S)[
+                    activation_id
+                ]
         if record is None:
             log.warning(
                 "no record of %s, which committed shard %d of round %d: not booked",

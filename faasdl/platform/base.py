@@ -307,6 +307,13 @@ class Platform(Resource):
         their own deadline (see :meth:`wait`).
         """
 
+    def forgot(self, activation_id: str) -> bool:
+        """Whether the platform can tell that ``activation_id`` will never be recorded here: it
+        is neither running nor recorded (an embedded platform started after the one that ran it,
+        with the process of a controller that died). OpenWhisk cannot tell (its 404 is also "not
+        yet"), so by default ``False``."""
+        return False
+
     def wait(self, activation_ids: Iterable[str], *, timeout_s: float) -> dict[str, Activation]:
         """Wait until every activation is recorded; return the records by id.
 

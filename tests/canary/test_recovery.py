@@ -28,7 +28,7 @@ from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, make_store
-from faasdl.store.records import FunctionInfo, JobInfo, JobState, UnitState, load
+from faasdl.store.records import FunctionInfo, JobInfo, JobState, UnitState, fn_key, load
 from faasdl.store.redis_server import RedisServer, free_port
 from tests.conftest import Served, eventually
 from tests.store.conftest import private_redis
@@ -346,10 +346,12 @@ def running_with_checkpoints(store: StateStore, job_id: str) -> list[FunctionInf
 
 
 class ControllerProcess:
-    """``faasdl serve`` in a process of its own, on the REST platform and a SQLite file, with a
-    tenant's API key made beforehand with the store as ``faasdl keys create`` does."""
+    """``faasdl serve`` in a process of its own on a SQLite file, with a tenant's API key made
+    beforehand with the store as ``faasdl keys create`` does; its platform is the REST one of
+    ``served``, or without it the embedded one in its own process (as ``faasdl serve`` runs by
+    default)."""
 
-    def __init__(self, served: Served, root: Path) -> None:
+    def __init__(self, root: Path, served: Served | None = None) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = root / "controller.log"
         settings = StoreSettings(
@@ -357,15 +359,25 @@ class ControllerProcess:
         )
         with make_store(settings) as store:
             key = create_key(store, tenant="default")[1]
-        self.env = os.environ | {
-            "FAASDL_PLATFORM": "openwhisk",
-            "FAASDL_OPENWHISK__API_HOST": served.url,
-            "FAASDL_OPENWHISK__AUTH": served.server_settings.auth.get_secret_value(),
-            "FAASDL_STORE__URL": f"sqlite:///{root / 'state.db'}",
-            "FAASDL_STORE__SPILL_DIR": str(root / "spill"),
-            "FAASDL_CONTROLLER__PORT": self.url.rsplit(":", 1)[1],
-            "FAASDL_CONTROLLER__SCHEDULER_TICK_S": "0.1",
-        }
+        platform = (
+            {"FAASDL_PLATFORM": "local"}
+            if served is None
+            else {
+                "FAASDL_PLATFORM": "openwhisk",
+                "FAASDL_OPENWHISK__API_HOST": served.url,
+                "FAASDL_OPENWHISK__AUTH": served.server_settings.auth.get_secret_value(),
+            }
+        )
+        self.env = (
+            os.environ
+            | platform
+            | {
+                "FAASDL_STORE__URL": f"sqlite:///{root / 'state.db'}",
+                "FAASDL_STORE__SPILL_DIR": str(root / "spill"),
+                "FAASDL_CONTROLLER__PORT": self.url.rsplit(":", 1)[1],
+                "FAASDL_CONTROLLER__SCHEDULER_TICK_S": "0.1",
+            }
+        )
         self.process: subprocess.Popen[bytes] | None = None
         self.client = ControllerClient(url=self.url, api_key=key, timeout_s=30)
 
@@ -390,6 +402,11 @@ class ControllerProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
 
+    def freeze(self) -> None:
+        """SIGSTOP the controller: what it started runs on without it."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
     def job(self, job_id: str) -> JobInfo:
         return JobInfo.model_validate(self.client.job(job_id)["job"])
 
@@ -399,7 +416,15 @@ def controller_process(
     tmp_path: Path, make_served: Callable[..., Served]
 ) -> Iterator[ControllerProcess]:
     served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
-    process = ControllerProcess(served, tmp_path)
+    process = ControllerProcess(tmp_path, served)
+    yield process
+    process.kill()
+    process.client.close()
+
+
+@pytest.fixture
+def embedded_controller_process(tmp_path: Path) -> Iterator[ControllerProcess]:
+    process = ControllerProcess(tmp_path)
     yield process
     process.kill()
     process.client.close()
@@ -448,6 +473,56 @@ def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical
     assert job.cost_usd == pytest.approx(
         sum(a["cost_usd"] for a in used) + job.replica_gb_s * price
     )
+
+
+def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_that_finishes(
+    tmp_path: Path, embedded_controller_process: ControllerProcess, reference: bytes
+) -> None:
+    # Arrange: `faasdl serve` with its embedded platform, frozen mid-round while its trainers
+    # run on and commit with no controller to see them; then killed, its platform and the
+    # platform's records of those activations with it.
+    ctl = embedded_controller_process
+    ctl.start()
+    job_id = ctl.client.submit(CHECKPOINTED_JOB)["job"]["job_id"]
+    with make_store(
+        StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
+    ) as store:
+        running: list[FunctionInfo] = []
+
+        def mid_round() -> bool:
+            running[:] = running_with_checkpoints(store, job_id)
+            return bool(running)
+
+        eventually(mid_round, timeout_s=300, what="a round past the first with a checkpoint")
+        ctl.freeze()
+        round_ = running[0].round
+        units = [fn_key(job_id, round_, shard) for shard in range(JOB["workers"])]
+
+        def committed_unseen() -> bool:
+            found = [load(store, key, FunctionInfo) for key in units]
+            return all(f is not None and f[0].state is UnitState.COMMITTED for f in found)
+
+        eventually(committed_unseen, timeout_s=120, what="the round's trainers commit")
+
+        # Execute: a new controller, with a new embedded platform, on the same store.
+        ctl.kill()
+        restarted_ms = time.time() * 1000
+        ctl.start()
+        eventually(
+            lambda: ctl.job(job_id).state in (JobState.DONE, JobState.FAILED),
+            timeout_s=600,
+            what="the job ends",
+        )
+
+    # Assert: the same model as without the freeze, the round the dead platform ran not run
+    # again (its activations' records went with it: not booked), nothing counted as a failure.
+    job = ctl.job(job_id)
+    assert job.state is JobState.DONE, job.error
+    assert ctl.client.model(job_id) == reference
+    used = ctl.client.ledger(job_id)
+    again = [a for a in used if a["kind"] == "train" and a["round"] == round_]
+    assert all(a["start_ms"] < restarted_ms for a in again), again
+    assert job.failures == []
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from faasdl.platform.base import (
     Platform,
 )
 from faasdl.platform.classify import FailureKind, classify
+from faasdl.platform.openwhisk import OpenWhiskPlatform
 from tests.conftest import PlatformFactory, kill_when_running
 from tests.platform import actions
 
@@ -303,6 +304,26 @@ def test_wait_times_out_with_the_pending_ids(platform: Platform) -> None:
         platform.wait([activation_id], timeout_s=0.3)
 
     assert caught.value.pending == (activation_id,)
+
+
+def test_only_an_embedded_platform_tells_an_activation_it_never_ran(
+    make_platform: PlatformFactory,
+) -> None:
+    # Arrange: an activation running, one ended, and one of another platform (as a controller
+    # restarted with a new embedded platform asks of its predecessor's).
+    platform, other = make_platform(), make_platform()
+    for p in (platform, other):
+        deploy(p, "sleep", actions.WARMABLE_SLEEP)
+    running = platform.invoke("sleep", {"seconds": 5})
+    ended = platform.call("sleep", {"seconds": 0}).activationId
+    elsewhere = other.call("sleep", {"seconds": 0}).activationId
+
+    # Execute
+    forgotten = {i: platform.forgot(i) for i in (running, ended, elsewhere)}
+
+    # Assert: OpenWhisk cannot tell a record still to come from one that never will.
+    embedded = not isinstance(platform, OpenWhiskPlatform)
+    assert forgotten == {running: False, ended: False, elsewhere: embedded}
 
 
 # -- bad input ----------------------------------------------------------------------------------

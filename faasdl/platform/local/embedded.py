@@ -336,6 +336,12 @@ class LocalPlatform(Platform):
         with self._lock:
             return self._records.get(activation_id)
 
+    def forgot(self, activation_id: str) -> bool:
+        """Neither pending nor among the records kept (``max_activation_records``): this
+        platform never started it, or its record was dropped for newer ones."""
+        with self._lock:
+            return activation_id not in self._pending and activation_id not in self._records
+
     def _wait(self, activation_ids: list[str], timeout_s: float) -> dict[str, Activation]:
         deadline = time.monotonic() + timeout_s
         with self._lock:
