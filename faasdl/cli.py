@@ -21,7 +21,7 @@ from rich.table import Table
 
 from faasdl import __version__
 from faasdl.config import Settings
-from faasdl.errors import FaasdlError, ValidationError
+from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
 
 if TYPE_CHECKING:
     from faasdl.controller.client import ControllerClient
@@ -653,7 +653,6 @@ def submit(
     """Submit a training job; prints its id (with --watch: its progress, then its result)."""
     from faasdl.controller.validator import JobSpec
     from faasdl.controller.watch import summary
-    from faasdl.controller.watch import watch as follow
 
     fields = _read_spec(spec, given_as="spec")
     try:
@@ -665,11 +664,36 @@ def submit(
         typer.echo(job["job_id"])
         if not watch:
             return
-        view = follow(lambda: client.job(job["job_id"]), stderr_console())
-        ledger = client.ledger(job["job_id"])
+        view, ledger = _watched(client, job["job_id"])
     stderr_console().print(summary(view, ledger))
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
+
+
+def _watched(client: ControllerClient, job_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Follow the job until it ends (``--watch``); its last view and its ledger. Interrupted
+    (Ctrl-C), or with the controller gone past ``FAASDL_CLIENT__RECONNECT_S``, it says that the
+    job goes on and how to follow it again."""
+    from faasdl.controller.watch import watch
+
+    settings = load_settings().client
+    again = f"`faasdl status {job_id} --watch` follows it again"
+    try:
+        view = watch(
+            lambda: client.job(job_id, timeout_s=settings.watch_timeout_s),
+            stderr_console(),
+            reconnect_s=settings.reconnect_s,
+        )
+    except KeyboardInterrupt:
+        console.print(
+            f"stopped watching job {job_id}; it goes on: {again}, `faasdl cancel {job_id}` "
+            "stops it",
+            highlight=False,
+        )
+        raise typer.Exit(130) from None
+    except PlatformUnavailable as exc:
+        fail(f"{exc}; job {job_id} goes on there if it is up: {again}")
+    return view, client.ledger(job_id)
 
 
 @app.command()
@@ -716,17 +740,31 @@ def jobs(
 
 
 @app.command()
-def status(job_id: JobIdArgument, url: UrlOption = None) -> None:
+def status(
+    job_id: JobIdArgument,
+    url: UrlOption = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            help="Follow the job until it ends, as submit --watch does (exit status 1 unless "
+            "it is done)."
+        ),
+    ] = False,
+) -> None:
     """A job's state, rounds and cost; its record as JSON last (its ledger: ``faasdl ledger``)."""
     from faasdl.controller.watch import summary
 
     with _controller(url) as client:
-        view = client.job(job_id)
-        ledger = client.ledger(job_id)
+        if watch:
+            view, ledger = _watched(client, job_id)
+        else:
+            view, ledger = client.job(job_id), client.ledger(job_id)
     console.print(summary(view, ledger), width=140)
     if view["queue_position"]:
         console.print(f"queue position {view['queue_position']}")
     typer.echo(json.dumps(view))
+    if watch and view["job"]["state"] != "done":
+        raise typer.Exit(1)
 
 
 @app.command()

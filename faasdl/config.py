@@ -401,6 +401,18 @@ class ClientSettings(Section):
     api_key_file: Path | None = Field(
         None, description="A file holding the API key; replaces `api_key`."
     )
+    reconnect_s: float = Field(
+        120.0,
+        ge=0,
+        description="How long `--watch` asks again a controller that stopped answering (a "
+        "restart) before it gives up; the job goes on without the watch.",
+    )
+    watch_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long `--watch` waits for one answer: a controller that hangs longer "
+        "is asked again, as one that does not answer.",
+    )
 
     @model_validator(mode="after")
     def _key_from_file(self) -> ClientSettings:

@@ -48,8 +48,12 @@ class ControllerClient:
         more = "next" in response.links and bool(found)
         return found, found[-1]["job_id"] if more else None
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        found: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}").json()
+    def job(self, job_id: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """The job's view; ``timeout_s`` (default: the client's) bounds each wait for the
+        controller (a watch's reads take less than a model's download may)."""
+        found: dict[str, Any] = self._call(
+            "GET", f"/v1/jobs/{job_id}", timeout=timeout_s or self.timeout_s
+        ).json()
         return found
 
     def cancel(self, job_id: str) -> dict[str, Any]:
@@ -98,10 +102,9 @@ class ControllerClient:
         self._call("DELETE", f"/v1/datasets/{name}")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        kwargs.setdefault("timeout", self.timeout_s)
         try:
-            response = self._session.request(
-                method, self.url + path, timeout=self.timeout_s, **kwargs
-            )
+            response = self._session.request(method, self.url + path, **kwargs)
         except requests.RequestException as exc:
             raise PlatformUnavailable(
                 f"the controller at {self.url} is unreachable: {exc}"
@@ -139,6 +142,9 @@ def _error(response: requests.Response, path: str) -> FaasdlError:
     if response.status_code == 413:  # Starlette's answer names no limit
         limit = "MAX_UPLOAD_BYTES" if path.startswith("/v1/datasets/") else "MAX_BODY_BYTES"
         message = f"{message}: over the controller's FAASDL_API__{limit}"
-    error = FaasdlError(f"HTTP {response.status_code}: {message}")
+    if response.status_code in (502, 503, 504):  # down for now: its store, a proxy before it
+        error: FaasdlError = PlatformUnavailable(f"HTTP {response.status_code}: {message}")
+    else:
+        error = FaasdlError(f"HTTP {response.status_code}: {message}")
     error.status_code = response.status_code
     return error

@@ -2,6 +2,8 @@
 
 Rounds as one bar, the current round's units as one bar each (pending, running, committed, with
 their attempts), and every line of the job's log as it appears: failures and recoveries included.
+A controller that stops answering (a restart) is asked again for a while: the job goes on
+without the watch.
 """
 
 from __future__ import annotations
@@ -14,6 +16,15 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from faasdl.errors import PlatformUnavailable
 
 #: How often the job is read while it runs.
 POLL_S = 0.5
@@ -29,51 +40,107 @@ _STYLE = {
 }
 
 
-def watch(read: Callable[[], dict[str, Any]], console: Console) -> dict[str, Any]:
-    """Follow the job ``read()`` returns (its API view) until it ends; return its last view."""
-    rounds = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}")
-    )
-    units = Progress(
-        TextColumn("  {task.description}"),
-        BarColumn(bar_width=20),
-        TextColumn("{task.fields[info]}"),
-    )
-    view = read()
-    total = view["job"]["plan"]["rounds"]
-    overall = rounds.add_task("rounds", total=total, info="")
-    bars: dict[int, TaskID] = {}
-    printed = 0  # the job's log lines printed, counted from its first (the record keeps the last)
-    with Live(Group(rounds, units), console=console, refresh_per_second=4, transient=False) as live:
-        while True:
-            job = view["job"]
-            dropped = job.get("events_dropped", 0)  # absent from a controller before it
-            for event in job["events"][max(0, printed - dropped) :]:
-                style = _STYLE.get(event["kind"], "dim")
-                live.console.print(f"[{style}]{event['kind']:>15}[/] {event['message']}")
-            printed = dropped + len(job["events"])
-            last = job["rounds"][-1] if job["rounds"] else None
-            info = (
-                f"loss {last['loss']:.4f}  accuracy {last['accuracy']:.4f}  "
-                if last
-                else f"queue position {view['queue_position']}  "
-                if view["queue_position"]
-                else ""
+def watch(
+    read: Callable[[], dict[str, Any]], console: Console, *, reconnect_s: float = 120.0
+) -> dict[str, Any]:
+    """Follow the job ``read()`` returns (its API view) until it ends; return its last view.
+    A ``read()`` that raises ``PlatformUnavailable`` (the controller unreachable, or answering
+    502-504) is tried again for up to ``reconnect_s`` seconds, saying so, before it is raised."""
+    view = _read_through_outages(read, console, reconnect_s)
+    picture = _Picture(rounds=view["job"]["plan"]["rounds"])
+    try:
+        with Live(picture.group, console=console, refresh_per_second=4, transient=False) as live:
+            while True:
+                picture.show(view, live.console)
+                if view["job"]["state"] in ("done", "failed", "cancelled"):
+                    return view
+                time.sleep(POLL_S)
+                view = _read_through_outages(read, live.console, reconnect_s)
+    finally:
+        if not console.is_terminal:
+            console.line()  # Live ends its last picture with a newline on a terminal only
+
+
+class _Picture:
+    """The watch's bars: the rounds, and each unit of the current round."""
+
+    def __init__(self, *, rounds: int) -> None:
+        self.rounds = Progress(
+            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}")
+        )
+        self.units = Progress(
+            TextColumn("  {task.description}"),
+            BarColumn(bar_width=20),
+            TextColumn("{task.fields[info]}"),
+        )
+        self.group = Group(self.rounds, self.units)
+        self.overall = self.rounds.add_task("rounds", total=rounds, info="")
+        self.bars: dict[int, TaskID] = {}
+        self.printed = 0  # the job's log lines printed, from its first (its record keeps the last)
+
+    def show(self, view: dict[str, Any], console: Console) -> None:
+        """Print the log lines of ``view``'s job not yet printed, and set the bars to it."""
+        job = view["job"]
+        dropped = job.get("events_dropped", 0)  # absent from a controller before it
+        for event in job["events"][max(0, self.printed - dropped) :]:
+            style = _STYLE.get(event["kind"], "dim")
+            console.print(f"[{style}]{event['kind']:>15}[/] {event['message']}")
+        self.printed = dropped + len(job["events"])
+        last = job["rounds"][-1] if job["rounds"] else None
+        info = (
+            f"loss {last['loss']:.4f}  accuracy {last['accuracy']:.4f}  "
+            if last
+            else f"queue position {view['queue_position']}  "
+            if view["queue_position"]
+            else ""
+        )
+        self.rounds.update(
+            self.overall, completed=job["round"], info=f"{info}${job['cost_usd']:.6f}"
+        )
+        for unit in view["units"]:
+            shard = unit["shard"]
+            if shard not in self.bars:
+                self.bars[shard] = self.units.add_task(f"shard {shard}", total=2, info="")
+            self.units.update(
+                self.bars[shard],
+                completed=_UNIT_DONE.get(unit["state"], 0),
+                info=f"round {unit['round'] + 1}  {unit['state']}  attempt {unit['attempts']}",
             )
-            rounds.update(overall, completed=job["round"], info=f"{info}${job['cost_usd']:.6f}")
-            for unit in view["units"]:
-                shard = unit["shard"]
-                if shard not in bars:
-                    bars[shard] = units.add_task(f"shard {shard}", total=2, info="")
-                units.update(
-                    bars[shard],
-                    completed=_UNIT_DONE.get(unit["state"], 0),
-                    info=f"round {unit['round'] + 1}  {unit['state']}  attempt {unit['attempts']}",
-                )
-            if job["state"] in ("done", "failed", "cancelled"):
-                return view
-            time.sleep(POLL_S)
-            view = read()
+
+
+def _read_through_outages(
+    read: Callable[[], dict[str, Any]], console: Console, reconnect_s: float
+) -> dict[str, Any]:
+    """``read()``, tried again while the controller is unavailable, for up to ``reconnect_s``
+    seconds (waits growing from 0.25 s to 2 s); the outage and its end are said once each."""
+    began: float | None = None
+
+    def say_once(state: RetryCallState) -> None:
+        nonlocal began
+        if began is None:
+            began = time.monotonic()
+            error = state.outcome.exception() if state.outcome else None
+            console.print(
+                f"[yellow]{'unreachable':>15}[/] {error}; asking again for up to "
+                f"{reconnect_s:g} s (FAASDL_CLIENT__RECONNECT_S): the job goes on without "
+                "this watch",
+                highlight=False,
+            )
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(PlatformUnavailable),
+        stop=stop_after_delay(reconnect_s),
+        wait=wait_exponential(multiplier=0.25, max=2.0),
+        before_sleep=say_once,
+        reraise=True,
+    )
+    view: dict[str, Any] = retrying(read)
+    if began is not None:
+        console.print(
+            f"[yellow]{'reconnected':>15}[/] after {time.monotonic() - began:.1f} s",
+            highlight=False,
+        )
+    return view
 
 
 def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:

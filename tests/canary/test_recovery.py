@@ -5,6 +5,7 @@ crashes mid-job; every job must end bit-identical to the same job without failur
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -358,7 +359,7 @@ class ControllerProcess:
             url=f"sqlite:///{root / 'state.db'}", spill_dir=str(root / "spill")
         )
         with make_store(settings) as store:
-            key = create_key(store, tenant="default")[1]
+            self.key = key = create_key(store, tenant="default")[1]
         platform = (
             {"FAASDL_PLATFORM": "local"}
             if served is None
@@ -409,6 +410,17 @@ class ControllerProcess:
 
     def job(self, job_id: str) -> JobInfo:
         return JobInfo.model_validate(self.client.job(job_id)["job"])
+
+    def watcher(self, job_id: str) -> subprocess.Popen[str]:
+        """``faasdl status JOB --watch`` in a process of its own, its output piped."""
+        faasdl = Path(sys.executable).with_name("faasdl")
+        return subprocess.Popen(
+            [str(faasdl), "status", job_id, "--watch", "--url", self.url],
+            env=os.environ | {"FAASDL_CLIENT__API_KEY": self.key},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 @pytest.fixture
@@ -480,10 +492,11 @@ def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_th
 ) -> None:
     # Arrange: `faasdl serve` with its embedded platform, frozen mid-round while its trainers
     # run on and commit with no controller to see them; then killed, its platform and the
-    # platform's records of those activations with it.
+    # platform's records of those activations with it. A user watches the job throughout.
     ctl = embedded_controller_process
     ctl.start()
     job_id = ctl.client.submit(CHECKPOINTED_JOB)["job"]["job_id"]
+    watcher = ctl.watcher(job_id)
     with make_store(
         StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
     ) as store:
@@ -514,10 +527,19 @@ def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_th
             what="the job ends",
         )
 
+    watched, said = watcher.communicate(timeout=300)
+
     # Assert: the same model as without the freeze, the round the dead platform ran not run
-    # again (its activations' records went with it: not booked), nothing counted as a failure.
+    # again (its activations' records went with it: not booked), nothing counted as a failure;
+    # the watch waited for the new controller and followed the job to its end.
     job = ctl.job(job_id)
     assert job.state is JobState.DONE, job.error
+    assert watcher.returncode == 0, said
+    lines = said.splitlines()
+    assert any(line.lstrip().startswith("unreachable the controller at") for line in lines)
+    assert any(line.lstrip().startswith("reconnected after") for line in lines)
+    assert f"job {job_id}: done" in [line.strip() for line in lines]  # not after a bar
+    assert json.loads(watched.splitlines()[-1])["job"]["state"] == "done"
     assert ctl.client.model(job_id) == reference
     used = ctl.client.ledger(job_id)
     again = [a for a in used if a["kind"] == "train" and a["round"] == round_]

@@ -8,6 +8,9 @@ import io
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -342,6 +345,41 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert not list(tmp_path.glob("none*"))  # its partial file is gone with it
     assert "no job '0123456789abcdef'" in missing.output
     assert not (tmp_path / "none").exists()
+
+
+def test_a_watch_stopped_with_ctrl_c_leaves_the_job_running_and_says_how_to_follow_it(
+    api_url: str, admin_key: str, client: httpx.Client, controller: Controller
+) -> None:
+    # Arrange: a job of one long round, and `faasdl status ID --watch` following it.
+    job_id = submit(client, {**DIGITS_JOB, "epochs": 1000, "sync_every": 0})["job_id"]
+    faasdl = str(Path(sys.executable).with_name("faasdl"))
+    watcher = subprocess.Popen(
+        [faasdl, "status", job_id, "--watch", "--url", api_url],
+        env=os.environ | {"FAASDL_CLIENT__API_KEY": admin_key},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert watcher.stderr is not None
+    first = watcher.stderr.readline()  # the job's first log line: the watch follows it
+
+    # Execute: Ctrl-C.
+    watcher.send_signal(signal.SIGINT)
+    watched, said = watcher.communicate(timeout=60)
+    state = job(client, job_id)["job"]["state"]
+    client.delete(f"/v1/jobs/{job_id}")
+    assert controller.wait_stopped(job_id, timeout_s=60)
+
+    # Assert: the watch stopped saying what goes on and how to follow it again; the job did not.
+    assert "submitted" in first
+    assert watcher.returncode == 130, said
+    assert watched == ""
+    assert (
+        f"stopped watching job {job_id}; it goes on: `faasdl status {job_id} --watch` follows "
+        f"it again, `faasdl cancel {job_id}` stops it"
+    ) in " ".join(said.split())
+    assert "Traceback" not in said
+    assert state in ("queued", "running")
 
 
 def test_a_model_is_sent_a_checked_chunk_at_a_time_and_a_damaged_chunk_ends_its_download(
