@@ -630,7 +630,12 @@ def serve(
 
     settings = load_settings()
     try:
-        app_ = create_app(build_controller(settings))
+        controller = build_controller(settings)
+        app_ = create_app(controller)
+        # The store's lease now, to refuse in one line where another controller runs (the app
+        # opens the store again, a no-op, and its start finds the lease held).
+        controller.store.open()
+        controller.lease.acquire()
     except FaasdlError as exc:
         fail(str(exc))
     uvicorn.run(

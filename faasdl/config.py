@@ -294,6 +294,15 @@ class ControllerSettings(Section):
         "ledger (deleted as the job ends, and by the controller's housekeeping: what a controller "
         "that stopped in between left).",
     )
+    lease_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="The store's controller lease: a controller renews it every third of this "
+        "and deletes it as it closes; one that starts and finds it waits this long for it to "
+        "lapse (a controller that died), and refuses to start if it is renewed meanwhile "
+        "(another controller runs on the store).",
+    )
     job_retention_days: float = Field(
         0.0,
         ge=0,

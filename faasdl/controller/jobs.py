@@ -31,6 +31,7 @@ from faasdl.controller.events import (
     delete_job_data,
     now_ms,
 )
+from faasdl.controller.lease import ControllerLease
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan, plan_job
 from faasdl.controller.validator import JobSpec
@@ -146,13 +147,20 @@ class Controller:
         self._wake = threading.Event()
         self._scheduler: threading.Thread | None = None
         self._housekeeper: threading.Thread | None = None
+        self.lease = ControllerLease(store, lease_s=settings.controller.lease_s)
+        self._renewer: threading.Thread | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Hold the store's lease (see :mod:`~faasdl.controller.lease`: it may wait for a dead
+        controller's to lapse, and raises ``AnotherController`` where one runs) and start."""
         if self._scheduler is not None:
             return
         self.runtime.shutdown.clear()
+        self.lease.acquire(self.runtime.shutdown)
+        self._renewer = threading.Thread(target=self._renew_lease, name="faasdl-lease", daemon=True)
+        self._renewer.start()
         self.runtime.runtimes.start()
         self._scheduler = threading.Thread(
             target=self._schedule, name="faasdl-scheduler", daemon=True
@@ -164,6 +172,15 @@ class Controller:
         self._housekeeper.start()
         if self.settings.kubernetes.watch:
             threading.Thread(target=self._watch_pods, name="faasdl-pod-watch", daemon=True).start()
+
+    def _renew_lease(self) -> None:
+        """Renew the store's lease until the controller closes; a lease another controller took
+        stops this one's scheduler and runners, as closing does."""
+        while not self.runtime.shutdown.wait(self.lease.lease_s / 3):
+            if not self.lease.renew():
+                self.runtime.shutdown.set()
+                self._wake.set()
+                return
 
     def _housekeep(self) -> None:
         """Delete what the store and the upload directory hold for nothing, and keep the digests
@@ -268,6 +285,10 @@ class Controller:
         for _, thread in runners:
             thread.join()
         self.runtime.runtimes.close()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        self.lease.release()
 
     def __enter__(self) -> Controller:
         self.start()

@@ -377,6 +377,7 @@ class ControllerProcess:
                 "FAASDL_STORE__SPILL_DIR": str(root / "spill"),
                 "FAASDL_CONTROLLER__PORT": self.url.rsplit(":", 1)[1],
                 "FAASDL_CONTROLLER__SCHEDULER_TICK_S": "0.1",
+            "FAASDL_CONTROLLER__LEASE_S": "2",  # a killed one's lease is waited out
             }
         )
         self.process: subprocess.Popen[bytes] | None = None
