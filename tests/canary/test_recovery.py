@@ -346,6 +346,18 @@ def running_with_checkpoints(store: StateStore, job_id: str) -> list[FunctionInf
     return [u for u in units if u.state is UnitState.RUNNING and u.heads and u.activation_id]
 
 
+def mid_round(store: StateStore, job_id: str) -> list[FunctionInfo]:
+    """Once a round past the job's first has them, its running units with a checkpoint."""
+    running: list[FunctionInfo] = []
+
+    def found() -> bool:
+        running[:] = running_with_checkpoints(store, job_id)
+        return bool(running)
+
+    eventually(found, timeout_s=300, what="a round past the first with a checkpoint")
+    return running
+
+
 class ControllerProcess:
     """``faasdl serve`` in a process of its own on a SQLite file, with a tenant's API key made
     beforehand with the store as ``faasdl keys create`` does; its platform is the REST one of
@@ -377,7 +389,7 @@ class ControllerProcess:
                 "FAASDL_STORE__SPILL_DIR": str(root / "spill"),
                 "FAASDL_CONTROLLER__PORT": self.url.rsplit(":", 1)[1],
                 "FAASDL_CONTROLLER__SCHEDULER_TICK_S": "0.1",
-            "FAASDL_CONTROLLER__LEASE_S": "2",  # a killed one's lease is waited out
+                "FAASDL_CONTROLLER__LEASE_S": "2",  # a killed one's lease is waited out
             }
         )
         self.process: subprocess.Popen[bytes] | None = None
@@ -403,6 +415,16 @@ class ControllerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
+
+    def restart_until_ended(self, job_id: str) -> None:
+        """SIGKILL the controller, start a new one, and wait until the job has ended."""
+        self.kill()
+        self.start()
+        eventually(
+            lambda: self.job(job_id).state in (JobState.DONE, JobState.FAILED),
+            timeout_s=600,
+            what="the job ends",
+        )
 
     def freeze(self) -> None:
         """SIGSTOP the controller: what it started runs on without it."""
@@ -453,22 +475,10 @@ def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical
     with make_store(
         StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
     ) as store:
-        running: list[FunctionInfo] = []
-
-        def mid_round() -> bool:
-            running[:] = running_with_checkpoints(store, job_id)
-            return bool(running)
-
-        eventually(mid_round, timeout_s=300, what="a round past the first with a checkpoint")
+        running = mid_round(store, job_id)
 
         # Execute: SIGKILL while trainers run, then a new controller on the same store.
-        ctl.kill()
-        ctl.start()
-        eventually(
-            lambda: ctl.job(job_id).state in (JobState.DONE, JobState.FAILED),
-            timeout_s=600,
-            what="the job ends",
-        )
+        ctl.restart_until_ended(job_id)
 
     # Assert: the same model as without the kill, every trainer running at the kill booked
     # once (re-attached to, or found committed), and nothing counted as a failure.
@@ -501,13 +511,7 @@ def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_th
     with make_store(
         StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
     ) as store:
-        running: list[FunctionInfo] = []
-
-        def mid_round() -> bool:
-            running[:] = running_with_checkpoints(store, job_id)
-            return bool(running)
-
-        eventually(mid_round, timeout_s=300, what="a round past the first with a checkpoint")
+        running = mid_round(store, job_id)
         ctl.freeze()
         round_ = running[0].round
         units = [fn_key(job_id, round_, shard) for shard in range(JOB["workers"])]
@@ -519,14 +523,8 @@ def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_th
         eventually(committed_unseen, timeout_s=120, what="the round's trainers commit")
 
         # Execute: a new controller, with a new embedded platform, on the same store.
-        ctl.kill()
         restarted_ms = time.time() * 1000
-        ctl.start()
-        eventually(
-            lambda: ctl.job(job_id).state in (JobState.DONE, JobState.FAILED),
-            timeout_s=600,
-            what="the job ends",
-        )
+        ctl.restart_until_ended(job_id)
 
     watched, said = watcher.communicate(timeout=300)
 
