@@ -350,11 +350,16 @@ def test_the_cli_submits_watches_lists_and_downloads(
 def test_a_watch_stopped_with_ctrl_c_leaves_the_job_running_and_says_how_to_follow_it(
     api_url: str, admin_key: str, client: httpx.Client, controller: Controller
 ) -> None:
-    # Arrange: a job of one long round, and `faasdl status ID --watch` following it.
+    # Arrange: a job of one long round, and `faasdl status ID --watch` following it, with Ctrl-C
+    # handled as in a terminal (a shell's background job, as a CI runner may run the tests in,
+    # starts with SIGINT ignored, and its children inherit that).
     job_id = submit(client, {**DIGITS_JOB, "epochs": 1000, "sync_every": 0})["job_id"]
-    faasdl = str(Path(sys.executable).with_name("faasdl"))
+    cli = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"from faasdl.cli import app; app(['status', '{job_id}', '--watch', '--url', '{api_url}'])"
+    )
     watcher = subprocess.Popen(
-        [faasdl, "status", job_id, "--watch", "--url", api_url],
+        [sys.executable, "-c", cli],
         env=os.environ | {"FAASDL_CLIENT__API_KEY": admin_key},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
