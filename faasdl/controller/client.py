@@ -51,9 +51,7 @@ class ControllerClient:
     def job(self, job_id: str, *, timeout_s: float | None = None) -> dict[str, Any]:
         """The job's view; ``timeout_s`` (default: the client's) bounds each wait for the
         controller (a watch's reads take less than a model's download may)."""
-        found: dict[str, Any] = self._call(
-            "GET", f"/v1/jobs/{job_id}", timeout=timeout_s or self.timeout_s
-        ).json()
+        found: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}", timeout=timeout_s).json()
         return found
 
     def cancel(self, job_id: str) -> dict[str, Any]:
@@ -102,7 +100,7 @@ class ControllerClient:
         self._call("DELETE", f"/v1/datasets/{name}")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        kwargs.setdefault("timeout", self.timeout_s)
+        kwargs["timeout"] = kwargs.get("timeout") or self.timeout_s
         try:
             response = self._session.request(method, self.url + path, **kwargs)
         except requests.RequestException as exc:

@@ -425,7 +425,8 @@ class JobRunner:
 
     def _book_unseen(self, task: _Task, unit: FunctionInfo, activation_id: str) -> None:
         """Book the attempt that committed a unit while no controller watched (the last one
-        died): its cost belongs to the job. The platform keeps its record."""
+        died): its cost belongs to the job, where the platform still has its record (an
+        embedded platform that died with that controller took it along: not booked)."""
         task.attempt, task.owner_epoch = unit.attempts, unit.owner_epoch
         record = None
         if not self.rt.platform.forgot(activation_id):

@@ -59,9 +59,7 @@ class ControllerLease:
                     self._version = 1
                 continue
             now = time.monotonic()
-            if seen is None or current.version != seen[0]:
-                if seen is not None:
-                    raise AnotherController(_running(current.value, self.lease_s))
+            if seen is None:
                 seen = (current.version, now)
                 log.warning(
                     "the store's controller lease is held by %s; waiting %g s "
@@ -69,6 +67,8 @@ class ControllerLease:
                     _holder(current.value),
                     self.lease_s,
                 )
+            elif current.version != seen[0]:
+                raise AnotherController(_running(current.value, self.lease_s))
             elif now - seen[1] >= self.lease_s:
                 self._since_ms = _now_ms()
                 if self.store.compare_and_set(LEASE_KEY, current.version, self._record()):
