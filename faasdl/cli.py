@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
@@ -638,12 +639,30 @@ def serve(
         controller.lease.acquire()
     except FaasdlError as exc:
         fail(str(exc))
-    uvicorn.run(
-        app_,
-        host=host or settings.controller.host,
-        port=settings.controller.port if port is None else port,
-        log_level="info",
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app_,
+            host=host or settings.controller.host,
+            port=settings.controller.port if port is None else port,
+            log_level="info",
+        )
     )
+    lease = controller.lease
+
+    def stop_once_lost() -> None:
+        lease.lost.wait()
+        server.should_exit = True
+
+    threading.Thread(target=stop_once_lost, name="faasdl-lease-lost", daemon=True).start()
+    server.run()
+    if lease.lost.is_set():
+        fail(
+            f"this controller lost the store's lease ({lease.loss}) and stopped: another "
+            "controller runs the store's jobs",
+            code=1,
+        )
+    if not server.started:  # as uvicorn.run: it logged why (a port in use, say)
+        raise typer.Exit(3)
 
 
 @app.command()

@@ -301,7 +301,8 @@ class ControllerSettings(Section):
         description="The store's controller lease: a controller renews it every third of this "
         "and deletes it as it closes; one that starts and finds it waits this long for it to "
         "lapse (a controller that died), and refuses to start if it is renewed meanwhile "
-        "(another controller runs on the store).",
+        "(another controller runs on the store). One whose lease another took stops running "
+        "jobs (`faasdl serve` exits 1).",
     )
     job_retention_days: float = Field(
         0.0,

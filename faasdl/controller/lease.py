@@ -40,6 +40,10 @@ class ControllerLease:
         self.holder = uuid.uuid4().hex
         self._since_ms: int | None = None
         self._version: int | None = None  # the record's version while this controller holds it
+        #: Set once another controller took the lease (or it was deleted) while this one held
+        #: it; ``loss`` says which.
+        self.lost = threading.Event()
+        self.loss = ""
 
     @property
     def held(self) -> bool:
@@ -95,10 +99,9 @@ class ControllerLease:
             log.warning("the store's controller lease was not renewed: %s", exc)
             return True
         self._version = None
-        log.error(
-            "this controller lost the store's lease (%s): it stops running jobs",
-            "deleted" if current is None else f"to {_holder(current.value)}",
-        )
+        self.loss = "it was deleted" if current is None else f"{_holder(current.value)} took it"
+        self.lost.set()
+        log.error("this controller lost the store's lease (%s): it stops running jobs", self.loss)
         return False
 
     def release(self) -> None:

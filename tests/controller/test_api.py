@@ -207,7 +207,12 @@ def test_estimate_plans_without_storing_a_job(client: httpx.Client, controller: 
 
 def test_health_readiness_and_metrics(client: httpx.Client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"ready": True, "store": "ok", "platform": "ok"}
+    assert client.get("/readyz").json() == {
+        "ready": True,
+        "store": "ok",
+        "platform": "ok",
+        "lease": "ok",
+    }
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     assert "faasdl_jobs_submitted_total" in metrics.text

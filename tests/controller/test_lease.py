@@ -10,12 +10,15 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from faasdl.config import Settings, StoreSettings
+from faasdl.controller.app import create_app
 from faasdl.controller.jobs import Controller
 from faasdl.controller.lease import LEASE_KEY, AnotherController, ControllerLease
 from faasdl.platform.local import LocalPlatform
+from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
 from tests.conftest import eventually
 
@@ -100,37 +103,78 @@ def test_a_controller_closed_lets_the_next_start_at_once(
     assert not second.lease.held  # released as it closed
 
 
-def test_a_controller_whose_lease_was_taken_stops_running_jobs(
+def take_lease(store: StateStore) -> None:
+    """Take the lease over, as a controller does that started while its holder was stopped
+    (SIGSTOP) or cut off from the store for longer than the lease."""
+    current = store.get(LEASE_KEY)
+    assert current is not None
+    taken = {**current.value, "holder": "another", "host": "elsewhere", "pid": 1}
+    assert store.compare_and_set(LEASE_KEY, current.version, taken)
+
+
+def test_a_controller_whose_lease_was_taken_stops_running_jobs_and_is_not_ready(
     controller_on: Callable[[], Controller], store: tuple[StateStore, str]
 ) -> None:
-    # Arrange: a running controller; its lease then taken over, as one that started while this
-    # one was stopped (SIGSTOP) or cut off from the store for longer than the lease does.
     with controller_on() as cut_off:
-        current = store[0].get(LEASE_KEY)
-        assert current is not None
-        taken = {**current.value, "holder": "another", "pid": 1}
-        assert store[0].compare_and_set(LEASE_KEY, current.version, taken)
+        server = AppThread(create_app(cut_off, owns=False), host="127.0.0.1", port=0, name="api")
+        url = server.start()
+        try:
+            before = httpx.get(f"{url}/readyz", timeout=10)
 
-        # Execute / Assert: at its next renewal it stops its scheduler and runners.
-        eventually(cut_off.runtime.shutdown.is_set, timeout_s=10, what="the controller stops")
+            # Execute: at its next renewal it stops its scheduler and runners.
+            take_lease(store[0])
+            eventually(cut_off.runtime.shutdown.is_set, timeout_s=10, what="the controller stops")
+            after = httpx.get(f"{url}/readyz", timeout=10)
+        finally:
+            server.stop()
         assert not cut_off.lease.held
+    assert before.json() == {"ready": True, "store": "ok", "platform": "ok", "lease": "ok"}
+    assert after.status_code == 503
+    assert after.json() == {"ready": False, "store": "ok", "platform": "ok", "lease": "unavailable"}
     holder = store[0].get(LEASE_KEY)
     assert holder is not None
-    assert holder.value["holder"] == "another"
+    assert holder.value["holder"] == "another"  # not released by the controller that lost it
+
+
+def test_faasdl_serve_whose_lease_was_taken_exits_naming_the_taker(
+    store: tuple[StateStore, str],
+) -> None:
+    serving = subprocess.Popen(
+        [str(Path(sys.executable).with_name("faasdl")), "serve"],
+        env=serve_env(store[1]),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        eventually(
+            lambda: (
+                (lease := store[0].get(LEASE_KEY)) is not None and lease.value["pid"] == serving.pid
+            ),
+            timeout_s=120,
+            what="faasdl serve holds the lease",
+        )
+
+        take_lease(store[0])
+        _, stderr = serving.communicate(timeout=60)
+    finally:
+        serving.kill()
+
+    assert serving.returncode == 1, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "error: this controller lost the store's lease (the controller on elsewhere (pid 1) "
+        "took it) and stopped: another controller runs the store's jobs"
+    )
+    assert "Traceback" not in stderr
 
 
 def test_a_second_faasdl_serve_on_a_store_is_refused_in_one_line(
     controller_on: Callable[[], Controller], store: tuple[StateStore, str]
 ) -> None:
-    env = os.environ | {
-        "FAASDL_STORE__URL": store[1],
-        "FAASDL_CONTROLLER__PORT": "0",
-        "FAASDL_CONTROLLER__LEASE_S": str(LEASE_S),
-    }
     with controller_on():
         ran = subprocess.run(
             [str(Path(sys.executable).with_name("faasdl")), "serve"],
-            env=env,
+            env=serve_env(store[1]),
             capture_output=True,
             text=True,
             timeout=120,
@@ -140,3 +184,12 @@ def test_a_second_faasdl_serve_on_a_store_is_refused_in_one_line(
     last = ran.stderr.strip().splitlines()[-1]
     assert last.startswith("error: another controller runs on this store: ")
     assert "Traceback" not in ran.stderr
+
+
+def serve_env(store_url: str) -> dict[str, str]:
+    """``faasdl serve``'s environment: the test's store, any free port, the test's lease."""
+    return os.environ | {
+        "FAASDL_STORE__URL": store_url,
+        "FAASDL_CONTROLLER__PORT": "0",
+        "FAASDL_CONTROLLER__LEASE_S": str(LEASE_S),
+    }

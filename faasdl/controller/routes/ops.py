@@ -42,8 +42,13 @@ def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     tags=["ops"],
-    summary="The platform and the store answer",
-    responses={503: {"description": "Not ready: the store or the platform is unavailable"}},
+    summary="The platform and the store answer, and this controller holds the store's lease",
+    responses={
+        503: {
+            "description": "Not ready: the store or the platform is unavailable, or another "
+            "controller took the store's lease"
+        }
+    },
 )
 def readyz(controller: ControllerDep) -> JSONResponse:
     """Unauthenticated (a probe), so it says only ``ok`` or ``unavailable``; why is logged."""
@@ -58,6 +63,8 @@ def readyz(controller: ControllerDep) -> JSONResponse:
         except FaasdlError as exc:
             log.warning("readiness: the %s is unavailable: %s", name, exc)
             checks[name] = "unavailable"
+    # Lost, it was logged as it was: another controller runs this store's jobs.
+    checks["lease"] = "unavailable" if controller.lease.lost.is_set() else "ok"
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
 
