@@ -383,7 +383,10 @@ def _checked_shape(value: str | None) -> str | None:
 def estimate(
     spec: Annotated[
         Path | None,
-        typer.Option(help="A YAML or JSON job spec (model, dataset, batch_size, epochs, …)."),
+        typer.Option(
+            help="A job: the YAML or JSON file faasdl submit takes; the options below set or "
+            "override its fields."
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model of the zoo (mlp, small_cnn, …).")] = None,
     dataset: Annotated[
@@ -402,14 +405,21 @@ def estimate(
         ),
     ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Batch size.")] = None,
-    epochs: Annotated[int | None, typer.Option(help="Epochs per training action.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs of training in all.")] = None,
+    sync_every: Annotated[
+        int | None,
+        typer.Option(help="Epochs per round (each training action's); 0: one round of all."),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Actions (default: estimated).")] = None,
     expected_cost: Annotated[
         float | None, typer.Option(help="Expected cost in the price unit (sizes timeouts).")
     ] = None,
 ) -> None:
-    """Print the plan for a job (actions, memory, timeout) without running it; JSON last."""
-    from faasdl.estimator.planner import EstimateRequest
+    """Print a job's plan (its training actions' memory and timeout, rounds, aggregation tree)
+    without running it, as the controller would plan it; JSON last."""
+    from faasdl.controller.plan import plan_job
+    from faasdl.controller.validator import JobSpec
+    from faasdl.estimator.planner import check_workers
     from faasdl.estimator.sizer import Sizer, checked_facts
     from faasdl.platform import make_platform
     from faasdl.store import make_store
@@ -432,25 +442,28 @@ def estimate(
         "model": model,
         "batch_size": batch_size,
         "epochs": epochs,
+        "sync_every": sync_every,
         "workers": workers,
         "expected_cost": expected_cost,
     }
     fields |= {key: value for key, value in options.items() if value is not None}
     try:
-        request = EstimateRequest.model_validate(fields)
+        job = JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
         fail(str(ValidationError.from_pydantic(exc)))
     settings = load_settings()
     try:
-        checked = checked_facts(request)
+        facts = checked_facts(job)
+        check_workers(job, facts)  # before the store is opened: a refused job writes nothing
         with make_platform(settings) as platform, make_store(settings.store) as store:
             sizer = Sizer(platform=platform, store=store, settings=settings)
-            plan = sizer.plan(request, checked)
+            plan = plan_job(sizer, job, facts, max_fan_in=settings.controller.max_fan_in)
     except FaasdlError as exc:
         fail(str(exc))
-    table = Table(title=f"plan: {request.model} on {request.dataset.name}", show_header=False)
+    table = Table(title=f"plan: {job.model} on {job.dataset.name}", show_header=False)
     for key, value in plan.model_dump().items():
-        table.add_row(key, str(value))
+        for name, part in value.items() if key == "train" else [(None, value)]:
+            table.add_row(key if name is None else f"{key}.{name}", str(part))
     console.print(table)
     typer.echo(plan.model_dump_json())
 

@@ -78,6 +78,8 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         (["--model", "mlp", "--shape", "32x-1x3"], "'32x-1x3' is not a shape: sizes joined by x"),
         (["--model", "mlp", "--shape", "0x3"], "dataset.synthetic.shape: Value error, must be 1"),
         (["--model", "mlp", "--path", "/nonexistent.npz"], "dataset.path: no such file"),
+        (["--model", "mlp", "--epochs", "2", "--sync-every", "4"], "sync_every: Value error, is"),
+        (["--model", "mlp", "--workers", "64"], "batch_size: batch size 32 is larger than a shard"),
     ],
     ids=[
         "unknown-model",
@@ -89,6 +91,8 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         "shape-not-sizes",
         "shape-of-zero",
         "path-alone",
+        "rounds-over-epochs",
+        "shards-under-a-batch",
     ],
 )
 def test_estimate_refuses_bad_input_naming_the_field(
@@ -101,6 +105,27 @@ def test_estimate_refuses_bad_input_naming_the_field(
     assert result.exit_code == 2
     assert named in " ".join(result.output.split())
     assert not any(tmp_path.iterdir())  # nothing was written for a rejected job
+
+
+def test_estimate_plans_the_job_file_submit_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAASDL_STORE__URL", f"sqlite:///{tmp_path / 'state.db'}")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "model: mlp\ndataset: {name: digits}\nepochs: 5\nsync_every: 2\nworkers: 3\nseed: 7\n"
+        "optimizer: sgd\ntenant: team-a\nfault_tolerance: {policy: retry, max_attempts: 2}\n"
+    )
+
+    result = runner.invoke(app, ["estimate", "--spec", str(spec), "--workers", "4"])
+
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout.splitlines()[-1])
+    assert (plan["rounds"], plan["epochs_per_round"]) == (3, 2)  # the job's epochs, in rounds
+    assert plan["train"]["containers"] == 4  # the option over the file's field
+    assert plan["tree"] == [[[0, 1, 2, 3]]]
+    assert plan["examples"] + plan["test_examples"] == 1797  # the digits, split
+    assert "train.memory_mb" in result.stderr  # the table, for a reader
 
 
 @pytest.mark.parametrize(

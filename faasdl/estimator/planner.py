@@ -80,6 +80,25 @@ class ActionPlan(BaseModel):
     timeout_source: Literal["history", "expected_cost", "platform_max"]
 
 
+def check_workers(request: EstimateRequest, data: DataFacts) -> None:
+    """What the data set refuses of the request's ``workers``, where it names them: known before
+    anything is measured or sized (``ValidationError``)."""
+    if request.workers is not None:
+        _check_shards(request, data, request.workers)
+
+
+def _check_shards(request: EstimateRequest, data: DataFacts, containers: int) -> None:
+    if containers > data.examples:
+        raise ValidationError(f"{containers} workers for {data.examples} examples", field="workers")
+    shard_examples = math.ceil(data.examples / containers)
+    if request.batch_size > shard_examples:
+        raise ValidationError(
+            f"batch size {request.batch_size} is larger than a shard "
+            f"({shard_examples} examples with {containers} workers)",
+            field="batch_size",
+        )
+
+
 def plan_training(
     request: EstimateRequest,
     data: DataFacts,
@@ -118,24 +137,16 @@ def plan_training(
         return sig, past, max(estimate.mb, least), estimate.parts
 
     if request.workers is not None:
-        if request.workers > data.examples:
-            raise ValidationError(
-                f"{request.workers} workers for {data.examples} examples", field="workers"
-            )
+        check_workers(request, data)
         containers = request.workers
     else:
         containers, _ = plan_containers(
             lambda c: sized(c)[2], limit_mb=limits.memory_max_mb, examples=data.examples
         )
+        _check_shards(request, data, containers)
     sig, past, needed_mb, parts = sized(containers)
     from_history = past is not None and past.runs > 0
     shard_examples = math.ceil(data.examples / containers)
-    if request.batch_size > shard_examples:
-        raise ValidationError(
-            f"batch size {request.batch_size} is larger than a shard "
-            f"({shard_examples} examples with {containers} workers)",
-            field="batch_size",
-        )
     try:
         memory_mb = round_to_class(
             needed_mb, step_mb=step_mb, min_mb=limits.memory_min_mb, max_mb=limits.memory_max_mb
