@@ -35,9 +35,11 @@ def test_an_action_killed_at_its_time_limit_leaves_every_threads_stack_in_its_lo
 def test_the_stack_dump_comes_while_every_thread_is_busy_in_python_and_leaves_it_timed_out(
     make_local: Callable[..., LocalPlatform],
 ) -> None:
-    # Arrange: four threads calling and returning all the time (their frames never still).
+    # Arrange: four threads calling and returning all the time (their frames never still), in
+    # an action with 3 s: its dump comes ~0.3 s before the limit (with 1 s, ~0.1 s before, a
+    # loaded CI machine once killed it first).
     platform = make_local()
-    platform.deploy(ActionSpec(name="busy", code=actions.FAASDL_BUSY, timeout_ms=1000))
+    platform.deploy(ActionSpec(name="busy", code=actions.FAASDL_BUSY, timeout_ms=3000))
 
     # Execute
     busy = platform.call("busy", {"seconds": 30})
