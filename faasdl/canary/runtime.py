@@ -61,12 +61,17 @@ class RuntimeManager:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop warming replicas. A warm-up in flight is not waited for: it may take up to the
+        action's time limit (a replica starts at a lower priority, and beside busy trainers it
+        gets little CPU), and it is no use to a controller that stops; the platform's close ends
+        it, and the thread with it."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None:
+            warming = self._warming
+        if self._thread is not None and not warming:
             self._thread.join()
-            self._thread = None
+        self._thread = None
 
     def want(
         self,
@@ -176,6 +181,9 @@ class RuntimeManager:
         for runtime, count in totals.items():
             if count <= 0:
                 continue
+            with self._cond:
+                if self._closed:
+                    return
             started = time.monotonic()
             try:
                 ready = self.platform.prewarm(runtime, count, warmups[runtime])

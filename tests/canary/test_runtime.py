@@ -39,6 +39,22 @@ def test_settle_waits_for_a_released_jobs_warm_up(manager: RuntimeManager) -> No
     assert manager.ready("job") == 0
 
 
+def test_closing_leaves_a_warm_up_in_flight_to_the_platforms_close(
+    manager: RuntimeManager,
+) -> None:
+    platform = manager.platform
+    assert isinstance(platform, LocalPlatform)
+    manager.want("job", "slow", memory_mb=128, replicas=1, warmup={"warmup": True, "warm_s": 600})
+    eventually(lambda: platform.pool_stats()["warming"] == 1, what="the replica warms up")
+
+    manager.close()
+
+    # It returned with the warm-up going on (it waited for it, up to the action's time limit, as
+    # a controller stopped beside busy trainers did); closing the platform ends it.
+    assert platform.pool_stats()["warming"] == 1
+    platform.close()
+
+
 def test_settle_returns_at_once_when_nothing_warms_up(manager: RuntimeManager) -> None:
     assert manager.settle(timeout_s=0) is True
 
