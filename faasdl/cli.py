@@ -641,6 +641,7 @@ def serve(
     import uvicorn
 
     from faasdl.controller.app import build_controller, create_app
+    from faasdl.serving import HurriedServer
 
     settings = load_settings()
     try:
@@ -652,13 +653,14 @@ def serve(
         controller.lease.acquire()
     except FaasdlError as exc:
         fail(str(exc))
-    server = uvicorn.Server(
+    server = HurriedServer(
         uvicorn.Config(
             app_,
             host=host or settings.controller.host,
             port=settings.controller.port if port is None else port,
             log_level="info",
-        )
+        ),
+        hurry=controller.stop_draining,
     )
     lease = controller.lease
 
@@ -819,7 +821,7 @@ def ledger(job_id: JobIdArgument, url: UrlOption = None) -> None:
             str(a["unit"]),
             str(a["attempt"]),
             str(a["memory_mb"]),
-            f"{a['duration_ms'] / 1000:.1f}",
+            f"{a['duration_ms'] / 1000:.2f}",
             a["outcome"],
             f"{a['cost_usd']:.6f}",
         )

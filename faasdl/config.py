@@ -294,6 +294,16 @@ class ControllerSettings(Section):
         "ledger (deleted as the job ends, and by the controller's housekeeping: what a controller "
         "that stopped in between left).",
     )
+    drain_s: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="A controller that stops (SIGTERM, Ctrl-C) on the embedded platform, whose "
+        "activations die with it, first starts nothing new and waits up to this long for the "
+        "running ones to end and be booked; those still running are then killed and resumed by "
+        "the next controller from their checkpoints (a second Ctrl-C stops waiting). 0: no "
+        "wait. On OpenWhisk activations outlive the controller: it never waits.",
+    )
     lease_s: float = Field(
         10.0,
         gt=0,

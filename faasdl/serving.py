@@ -1,9 +1,12 @@
-"""Serving an ASGI app with uvicorn on a background thread (tests, benchmarks, the demo)."""
+"""Serving an ASGI app with uvicorn: on a background thread (tests, benchmarks, the demo), and
+in the foreground with a second Ctrl-C heard (``faasdl serve``)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from types import FrameType
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -40,3 +43,18 @@ class AppThread:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=30)
+
+
+class HurriedServer(uvicorn.Server):
+    """uvicorn's server, whose second Ctrl-C (uvicorn's "stop now": it skips what is left of a
+    graceful stop) also sets ``hurry``, so that what the app waits for as it stops (the
+    controller's drain) stops waiting."""
+
+    def __init__(self, config: uvicorn.Config, *, hurry: threading.Event) -> None:
+        super().__init__(config)
+        self.hurry = hurry
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.hurry.set()
+        super().handle_exit(sig, frame)

@@ -108,6 +108,9 @@ class Runtime:
     metrics: Metrics
     runtimes: RuntimeManager
     shutdown: threading.Event = field(default_factory=threading.Event)
+    #: Set as the controller stops on a platform that kills what runs as it closes: runners
+    #: start nothing more and stop once what they started has ended (:meth:`Controller.close`).
+    draining: threading.Event = field(default_factory=threading.Event)
     #: Containers the cluster reports lost (fed by the Kubernetes pod watch when it runs).
     losses: ContainerLosses = field(default_factory=ContainerLosses)
 
@@ -473,7 +476,8 @@ class JobRunner:
         back on the queue)."""
         self._check_stop()
         self._launch(queue)
-        self._want_replicas()
+        if not self.rt.draining.is_set():
+            self._want_replicas()
         for ended in self._collect():
             task = ended.task
             failure = self._settle(ended)
@@ -587,8 +591,9 @@ class JobRunner:
         return self._variants[key]
 
     def _launch(self, queue: deque[_Task]) -> None:
-        """Start the queued tasks; a throttled platform leaves the rest queued for the next pass."""
-        while queue:
+        """Start the queued tasks; a throttled platform leaves the rest queued for the next pass,
+        a draining controller all of them."""
+        while queue and not self.rt.draining.is_set():
             task = queue[0]
             variant, lost_after_s = self._variant(task)
             params, copies = task.params, 1
@@ -900,7 +905,7 @@ class JobRunner:
                 "unit_committed" if failure is None else "unit_failed",
                 f"shard {task.index} of round {task.round + 1}: "
                 + (
-                    f"loss {result.get('loss', float('nan')):.4f} in {duration / 1000:.1f} s"
+                    f"loss {result.get('loss', float('nan')):.4f} in {duration / 1000:.2f} s"
                     if failure is None
                     else f"{failure.kind}: {failure.message}"
                 ),
@@ -1077,15 +1082,23 @@ class JobRunner:
         if job.state is state:
             self.rt.metrics.jobs_finished.labels(state=str(state)).inc()
 
+    @property
+    def running(self) -> int:
+        """Activations the runner started and waits for."""
+        return len(self._in_flight)
+
     def _check_stop(self) -> None:
         if self.rt.shutdown.is_set():
             raise Stopped("the controller is shutting down")
         if self.cancelled.is_set():
             raise Stopped(f"job {self.job_id} was cancelled")
+        if self.rt.draining.is_set() and not self._in_flight:
+            raise Stopped("the controller is shutting down, and what it started has ended")
 
     def _kill_in_flight(self) -> None:
         """Stop the job's running activations (where the platform can kill one)."""
-        if self.rt.shutdown.is_set() and not self.cancelled.is_set():
+        stopping = self.rt.shutdown.is_set() or self.rt.draining.is_set()
+        if stopping and not self.cancelled.is_set():
             return  # a controller restart resumes them; only a cancel kills
         for activation_id in list(self._in_flight):
             with contextlib.suppress(ActivationNotFound, Unsupported):

@@ -148,6 +148,8 @@ class Controller:
         self._scheduler: threading.Thread | None = None
         self._housekeeper: threading.Thread | None = None
         self.lease = ControllerLease(store, lease_s=settings.controller.lease_s)
+        #: Set, the controller stops waiting for running activations as it stops (drain).
+        self.stop_draining = threading.Event()
         self._renewer: threading.Thread | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
@@ -158,6 +160,8 @@ class Controller:
         if self._scheduler is not None:
             return
         self.runtime.shutdown.clear()
+        self.runtime.draining.clear()
+        self.stop_draining.clear()
         self.lease.acquire(self.runtime.shutdown)
         self._renewer = threading.Thread(target=self._renew_lease, name="faasdl-lease", daemon=True)
         self._renewer.start()
@@ -271,6 +275,10 @@ class Controller:
                 shutdown.wait(k8s.retry_s)
 
     def close(self) -> None:
+        """Stop: drain (see :meth:`drain`), then stop the scheduler, housekeeping and runners
+        (the attempts still running go on where the platform outlives the controller, and a
+        restarted controller resumes the jobs) and release the store's lease."""
+        self.drain()
         self.runtime.shutdown.set()
         self._wake.set()
         if self._scheduler is not None:
@@ -289,6 +297,46 @@ class Controller:
             self._renewer.join()
             self._renewer = None
         self.lease.release()
+
+    def drain(self) -> None:
+        """On a platform that kills what runs as it closes (the embedded one), start nothing
+        more and wait up to ``FAASDL_CONTROLLER__DRAIN_S`` for the runners' activations to end
+        and be booked: their work is kept, where the next controller would resume them from
+        their checkpoints and miss their cost. ``stop_draining`` set cuts the wait short."""
+        drain_s = self.settings.controller.drain_s
+        if self._scheduler is None or drain_s <= 0 or not self.platform.kills_on_close:
+            return
+        self.runtime.draining.set()
+        self._wake.set()
+        self._scheduler.join()  # admits nothing more
+        self.runtime.runtimes.close()  # no replica is of use to what starts nothing more
+        with self._lock:
+            runners = list(self._runners.values())
+        running = sum(runner.running for runner, _ in runners)
+        if not running:
+            return
+        log.warning(
+            "stopping: waiting up to %g s (FAASDL_CONTROLLER__DRAIN_S) for %d running "
+            "activation(s) to end; a second Ctrl-C stops waiting",
+            drain_s,
+            running,
+        )
+        deadline = time.monotonic() + drain_s
+        for _, thread in runners:
+            while thread.is_alive() and not self.stop_draining.is_set():
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    break
+                thread.join(min(0.1, left_s))  # a tenth of a second: a second Ctrl-C is heard
+        left = sum(runner.running for runner, thread in runners if thread.is_alive())
+        if left:
+            log.warning(
+                "stopping: %d activation(s) still running are killed; the next controller "
+                "resumes them from their checkpoints",
+                left,
+            )
+        else:
+            log.warning("stopping: every activation started has ended and is booked")
 
     def __enter__(self) -> Controller:
         self.start()
@@ -499,7 +547,7 @@ class Controller:
     # ---- scheduling -------------------------------------------------------------------------
 
     def _schedule(self) -> None:
-        while not self.runtime.shutdown.is_set():
+        while not (self.runtime.shutdown.is_set() or self.runtime.draining.is_set()):
             try:
                 self.admit()
             except StoreUnavailable as exc:  # a store restart: the next pass tries again

@@ -256,6 +256,9 @@ class Platform(Resource):
     #: The blackbox image faasdl's own actions run in on this platform; ``None``: its Python
     #: runtime runs them (the embedded platform's has faasdl installed).
     action_image: str | None = None
+    #: Whether :meth:`close` kills the activations still running (the embedded platform, which
+    #: lives in its user's process): a controller stopping then waits for them a while first.
+    kills_on_close: bool = False
 
     @abstractmethod
     def open(self) -> None:

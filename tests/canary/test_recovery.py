@@ -416,6 +416,25 @@ class ControllerProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
 
+    def stop(self, *signals: signal.Signals) -> str:
+        """Send the controller ``signals`` (SIGTERM: a service manager's stop; SIGINT twice: a
+        user's Ctrl-C twice), the next once the log says it drains, and wait for it to exit; what
+        it logged meanwhile."""
+        assert self.process is not None
+        logged = self.log.stat().st_size
+        for sent, sig in enumerate(signals, start=1):
+            self.process.send_signal(sig)
+            if sent < len(signals):
+                eventually(
+                    lambda: b"waiting up to" in self.log.read_bytes()[logged:],
+                    timeout_s=60,
+                    what="the controller drains",
+                )
+        code = self.process.wait(timeout=300)
+        # uvicorn raises the signal again once it has stopped: the exit a shell expects of it.
+        assert code in (-signals[-1], 128 + signals[-1]), self.log.read_text()
+        return self.log.read_bytes()[logged:].decode()
+
     def restart_until_ended(self, job_id: str) -> None:
         """SIGKILL the controller, start a new one, and wait until the job has ended."""
         self.kill()
@@ -544,6 +563,78 @@ def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_th
     again = [a for a in used if a["kind"] == "train" and a["round"] == round_]
     assert all(a["start_ms"] < restarted_ms for a in again), again
     assert job.failures == []
+
+
+def test_a_controller_stopped_lets_what_it_started_end_and_books_it_before_it_exits(
+    tmp_path: Path, embedded_controller_process: ControllerProcess, reference: bytes
+) -> None:
+    # Arrange: `faasdl serve` with its embedded platform, mid-round, its trainers running.
+    ctl = embedded_controller_process
+    ctl.start()
+    job_id = ctl.client.submit(CHECKPOINTED_JOB)["job"]["job_id"]
+    with make_store(
+        StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
+    ) as store:
+        running = mid_round(store, job_id)
+
+        # Execute: a service manager stops it (SIGTERM); a new controller finishes the job.
+        said = ctl.stop(signal.SIGTERM)
+        ctl.start()
+        eventually(
+            lambda: ctl.job(job_id).state in (JobState.DONE, JobState.FAILED),
+            timeout_s=600,
+            what="the job ends",
+        )
+
+    # Assert: before it exited, it started nothing more and waited for the trainers it ran to
+    # end: each committed, booked once with what it used, none killed or started again; the
+    # model is the one of the run without the stop.
+    assert "every activation started has ended and is booked" in said, said
+    job = ctl.job(job_id)
+    assert job.state is JobState.DONE, job.error
+    assert ctl.client.model(job_id) == reference
+    used = ctl.client.ledger(job_id)
+    for unit in running:
+        attempts = [
+            (a["activation_id"], a["outcome"], a["gb_s"] > 0)
+            for a in used
+            if (a["kind"], a["round"], a["unit"]) == ("train", unit.round, unit.shard)
+        ]
+        assert attempts == [(unit.activation_id, "success", True)], unit
+    assert job.failures == []
+
+
+def test_a_second_ctrl_c_stops_the_controller_without_waiting_for_what_it_started(
+    tmp_path: Path, embedded_controller_process: ControllerProcess
+) -> None:
+    # Arrange: `faasdl serve`, willing to wait an hour for a job of one long round.
+    ctl = embedded_controller_process
+    ctl.env["FAASDL_CONTROLLER__DRAIN_S"] = "3600"
+    ctl.start()
+    job_id = ctl.client.submit({**JOB, "epochs": 1000, "sync_every": 0})["job"]["job_id"]
+    with make_store(
+        StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
+    ) as store:
+        mid_round_of_one = [fn_key(job_id, 0, shard) for shard in range(JOB["workers"])]
+        eventually(
+            lambda: all(
+                (found := load(store, key, FunctionInfo)) is not None and found[0].heads
+                for key in mid_round_of_one
+            ),
+            timeout_s=300,
+            what="the trainers checkpoint",
+        )
+
+        # Execute: Ctrl-C, and once it says it waits, Ctrl-C again.
+        said = ctl.stop(signal.SIGINT, signal.SIGINT)
+
+    # Assert: it said what it waited for, then that the trainers were left to the next
+    # controller, and exited.
+    assert f"waiting up to 3600 s (FAASDL_CONTROLLER__DRAIN_S) for {JOB['workers']}" in said
+    assert (
+        f"{JOB['workers']} activation(s) still running are killed; the next controller resumes "
+        "them from their checkpoints"
+    ) in said
 
 
 @contextlib.contextmanager

@@ -83,6 +83,7 @@ class LocalPlatform(Platform):
     """The embedded platform. See :class:`~faasdl.platform.base.Platform` for the contract."""
 
     name = "local"
+    kills_on_close = True
 
     def __init__(
         self, *, settings: LocalPlatformSettings | None = None, subject: str = "guest"
