@@ -306,12 +306,14 @@ class Controller:
         drain_s = self.settings.controller.drain_s
         if self._scheduler is None or drain_s <= 0 or not self.platform.kills_on_close:
             return
+        if self.runtime.shutdown.is_set():
+            return  # its runners stopped already (another controller took the store's lease)
         self.runtime.draining.set()
         self._wake.set()
         self._scheduler.join()  # admits nothing more
         self.runtime.runtimes.close()  # no replica is of use to what starts nothing more
         with self._lock:
-            runners = list(self._runners.values())
+            runners = [(r, t) for r, t in self._runners.values() if t.is_alive()]
         running = sum(runner.running for runner, _ in runners)
         if not running:
             return
@@ -328,7 +330,7 @@ class Controller:
                 if left_s <= 0:
                     break
                 thread.join(min(0.1, left_s))  # a tenth of a second: a second Ctrl-C is heard
-        left = sum(runner.running for runner, thread in runners if thread.is_alive())
+        left = sum(runner.running for runner, _ in runners)  # one the store stopped left its own
         if left:
             log.warning(
                 "stopping: %d activation(s) still running are killed; the next controller "
