@@ -414,10 +414,19 @@ def estimate(
     expected_cost: Annotated[
         float | None, typer.Option(help="Expected cost in the price unit (sizes timeouts).")
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="Ask this controller (POST /v1/estimate: its platform, its history, your "
+            "uploads, your tenant's limits) instead of planning here with this machine's "
+            "settings. The API key is FAASDL_CLIENT__API_KEY or the file "
+            "FAASDL_CLIENT__API_KEY_FILE names."
+        ),
+    ] = None,
 ) -> None:
     """Print a job's plan (its training actions' memory and timeout, rounds, aggregation tree)
     without running it, as the controller would plan it; JSON last."""
-    from faasdl.controller.plan import plan_job
+    from faasdl.controller.plan import JobPlan, plan_job
     from faasdl.controller.validator import JobSpec
     from faasdl.estimator.planner import check_workers
     from faasdl.estimator.sizer import Sizer, checked_facts
@@ -451,15 +460,19 @@ def estimate(
         job = JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
         fail(str(ValidationError.from_pydantic(exc)))
-    settings = load_settings()
-    try:
-        facts = checked_facts(job)
-        check_workers(job, facts)  # before the store is opened: a refused job writes nothing
-        with make_platform(settings) as platform, make_store(settings.store) as store:
-            sizer = Sizer(platform=platform, store=store, settings=settings)
-            plan = plan_job(sizer, job, facts, max_fan_in=settings.controller.max_fan_in)
-    except FaasdlError as exc:
-        fail(str(exc))
+    if url is not None:
+        with _controller(url) as client:
+            plan = JobPlan.model_validate(client.estimate(fields))
+    else:
+        settings = load_settings()
+        try:
+            facts = checked_facts(job)
+            check_workers(job, facts)  # before the store is opened: a refused job writes nothing
+            with make_platform(settings) as platform, make_store(settings.store) as store:
+                sizer = Sizer(platform=platform, store=store, settings=settings)
+                plan = plan_job(sizer, job, facts, max_fan_in=settings.controller.max_fan_in)
+        except FaasdlError as exc:
+            fail(str(exc))
     table = Table(title=f"plan: {job.model} on {job.dataset.name}", show_header=False)
     for key, value in plan.model_dump().items():
         for name, part in value.items() if key == "train" else [(None, value)]:

@@ -39,6 +39,11 @@ class ControllerClient:
         found: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers).json()
         return found
 
+    def estimate(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The plan the controller would run the job with; nothing runs."""
+        found: dict[str, Any] = self._call("POST", "/v1/estimate", json=spec).json()
+        return found
+
     def jobs(self, **filters: str | int | None) -> tuple[list[dict[str, Any]], str | None]:
         """A page of jobs (``limit``, ``before`` and the filters as the API takes them), and the
         last job's id when there are more: the next page's ``before``."""

@@ -347,6 +347,27 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert not (tmp_path / "none").exists()
 
 
+def test_the_cli_asks_the_controller_for_a_plan_with_url(
+    api_url: str, admin_key: str, client: httpx.Client, tmp_path: Path
+) -> None:
+    spec = tmp_path / "job.yaml"
+    job = {**DIGITS_JOB, "epochs": 4, "sync_every": 2}
+    spec.write_text(yaml.safe_dump(job))
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump({**job, "dataset": {"name": "npz", "path": "none.npz"}}))
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+
+    asked = runner.invoke(app, ["estimate", "--spec", str(spec), "--url", api_url], env=env)
+    refused = runner.invoke(app, ["estimate", "--spec", str(missing), "--url", api_url], env=env)
+
+    assert asked.exit_code == 0, asked.output
+    assert json.loads(asked.stdout.splitlines()[-1]) == client.post("/v1/estimate", json=job).json()
+    assert refused.exit_code == 2
+    assert "dataset.path: no upload of yours is named 'none.npz'" in " ".join(
+        refused.output.split()
+    )
+
+
 def test_a_watch_stopped_with_ctrl_c_leaves_the_job_running_and_says_how_to_follow_it(
     api_url: str, admin_key: str, client: httpx.Client, controller: Controller
 ) -> None:
