@@ -1,0 +1,31 @@
+"""``faasdl demo`` (what ``make demo`` runs): a real job through its kills, to a model."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from faasdl.demo import run_demo
+
+pytestmark = pytest.mark.tensorflow
+
+
+def test_the_demo_trains_through_its_kills_and_accounts_for_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shown = io.StringIO()
+
+    ok = run_demo(workers=4, epochs=4, kills=2, console=Console(file=shown, width=300))
+
+    # Assert: done, and each kill either a failure the controller reported and resumed or one
+    # that landed after its attempt had committed (what run_demo's answer checks); said so.
+    said = " ".join(shown.getvalue().split())
+    assert ok, said
+    assert re.search(r"job [0-9a-f]{16}: done", said), said
+    assert "injected 2 failure(s); the controller reported" in said
+    assert (tmp_path / ".faasdl" / "demo" / "state.db").exists()
