@@ -345,6 +345,7 @@ class JobRunner:
     # ---- one round --------------------------------------------------------------------------
 
     def _round(self, round_: int, weights_in: str | None) -> RoundResult:
+        self._check_stop()  # a draining controller starts no new round
         started = now_ms()
         plan = self.plan
         epochs = self.spec.round_epochs(round_)
