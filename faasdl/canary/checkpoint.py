@@ -414,9 +414,12 @@ class Checkpointer:
 
     def heartbeat(self) -> None:
         """Renew the attempt's lease, naming the container it runs in (so that a cluster's report
-        of a lost container finds it). Raises ``Superseded`` if fenced."""
+        of a lost container finds it) and its activation where the unit lacks it. Raises
+        ``Superseded`` if fenced."""
         now = _now_ms()
-        self._fenced(lambda u: u.model_copy(update={"heartbeat_ms": now, "host": HOST}))
+        self._fenced(
+            lambda u: u.model_copy(update={"heartbeat_ms": now, "host": HOST, **_named(u)})
+        )
         self.heartbeats += 1
 
     def commit(self, result: str, **fields: Any) -> None:
@@ -432,6 +435,7 @@ class Checkpointer:
                     "state": UnitState.COMMITTED,
                     "committed_result": result,
                     "heads": [],
+                    **_named(u),
                     **fields,
                 }
             ),
@@ -614,3 +618,11 @@ class Checkpointer:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _named(unit: FunctionInfo) -> dict[str, Any]:
+    """The running activation's id (``__OW_ACTIVATION_ID``, set by the runtime for each run),
+    where the unit lacks it: a controller killed between its invoke and recording the id left
+    none, and its successor finds the attempt, or its commit's activation to book, by it."""
+    activation = os.environ.get("__OW_ACTIVATION_ID")
+    return {"activation_id": activation} if unit.activation_id is None and activation else {}

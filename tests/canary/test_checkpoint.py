@@ -21,12 +21,19 @@ from tests.conftest import eventually
 UNIT = fn_key("job", 0, 0)
 
 
-def claim(store: StateStore) -> int:
-    """The controller's claim: owner_epoch e → e+1 on a running unit; the new token."""
+def claim(store: StateStore, activation_id: str | None = None) -> int:
+    """The controller's claim: owner_epoch e → e+1 on a running unit, whose activation is not
+    known yet (or is ``activation_id``, recorded since); the new token."""
 
     def change(u: FunctionInfo | None) -> FunctionInfo:
         u = u or FunctionInfo(job_id="job", round=0, shard=0)
-        return u.model_copy(update={"owner_epoch": u.owner_epoch + 1, "state": UnitState.RUNNING})
+        return u.model_copy(
+            update={
+                "owner_epoch": u.owner_epoch + 1,
+                "state": UnitState.RUNNING,
+                "activation_id": activation_id,
+            }
+        )
 
     return update(store, UNIT, FunctionInfo, change).owner_epoch
 
@@ -198,6 +205,26 @@ def test_heartbeats_renew_the_lease_in_the_background(store: StateStore) -> None
         eventually(lambda: ck.heartbeats >= 3, timeout_s=10)
         assert first is not None
         assert (unit(store).heartbeat_ms or 0) >= first
+
+
+def test_an_attempt_names_its_activation_where_the_controller_left_none(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller killed between its invoke and recording the activation's id left the unit
+    without one; the attempt names itself (the runtime's ``__OW_ACTIVATION_ID``), by its first
+    beat or its commit, so that the next controller finds it. A recorded id is kept."""
+    monkeypatch.setenv("__OW_ACTIVATION_ID", "a" * 32)
+    with attempt(store, claim(store)) as beating:
+        beating.heartbeat()
+        beaten = unit(store).activation_id
+    with attempt(store, claim(store)) as committing:
+        committing.commit("result")
+        committed = unit(store).activation_id
+    with attempt(store, claim(store, activation_id="b" * 32)) as recorded:
+        recorded.heartbeat()
+
+    assert (beaten, committed) == ("a" * 32, "a" * 32)
+    assert unit(store).activation_id == "b" * 32
 
 
 def test_young_interval_and_heads_kept() -> None:
