@@ -477,8 +477,7 @@ class JobRunner:
         back on the queue)."""
         self._check_stop()
         self._launch(queue)
-        if not self.rt.draining.is_set():
-            self._want_replicas()
+        self._want_replicas()  # draining, the runtime manager is closed: a want warms nothing
         for ended in self._collect():
             task = ended.task
             failure = self._settle(ended)
