@@ -25,7 +25,7 @@ from faasdl.platform.local.container import (
     _session_priority,
     release_memory,
 )
-from faasdl.platform.local.memory import CgroupGuard, make_guard
+from faasdl.platform.local.memory import CGROUP_ROOTS, CgroupGuard, make_guard
 from tests.conftest import eventually, kill_when_running
 from tests.platform import actions
 
@@ -101,6 +101,51 @@ def test_a_killed_containers_temporary_files_go_with_it(make_local: MakeLocal) -
     assert record.response.status == DEVELOPER_ERROR
     eventually(lambda: not left.exists(), what=f"{left} removed with its container")
     assert not left.parent.exists()
+
+
+#: A process with an embedded platform and a container in it, which says where the container's
+#: temporary file is and its pid, then waits to be killed.
+PLATFORM_TO_KILL = """\
+import sys
+from faasdl.config import LocalPlatformSettings
+from faasdl.platform.base import ActionSpec
+from faasdl.platform.local import LocalPlatform
+from tests.platform import actions
+platform = LocalPlatform(settings=LocalPlatformSettings())
+platform.open()
+platform.deploy(ActionSpec(name="temp", code=actions.LEAVES_A_TEMP_FILE))
+print(platform.call("temp").response.result["path"], *platform.container_pids(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_what_a_killed_platform_left_is_removed_by_the_next_to_open(make_local: MakeLocal) -> None:
+    # Prepare: a platform in another process, with a container's working directory (and, where
+    # one can be made, a memory cgroup) of its own
+    with subprocess.Popen(
+        [sys.executable, "-c", PLATFORM_TO_KILL], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as killed:
+        assert killed.stdout is not None
+        try:
+            path, *pids = killed.stdout.readline().split()
+            workdirs = Path(os.fsdecode(path)).parents[2]  # WORKDIRS/CONTAINER/tmp/FILE
+            left = [workdirs] + [root / workdirs.name for root in CGROUP_ROOTS]
+            left = [p for p in left if p.is_dir()]
+            make_local()  # one opened while it runs takes nothing of its
+            assert all(p.is_dir() for p in left)
+        finally:
+            # Execute: kill it (it cannot close); its container exits after it
+            killed.kill()
+    eventually(
+        lambda: not any(psutil.pid_exists(int(pid)) for pid in pids),
+        what="the killed platform's container exits",
+    )
+    assert all(p.is_dir() for p in left)
+    make_local()
+
+    # Assert
+    assert workdirs.name.startswith(f"faasdl-{killed.pid}-")
+    assert [p for p in left if p.exists()] == []
 
 
 #: A process that holds 512 MiB it has written to (its exit takes some 30 ms to free them), says

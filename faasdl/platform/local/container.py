@@ -96,6 +96,7 @@ class Container:
         action_key: str,
         memory_mb: int,
         guard: MemoryGuard,
+        workdir_root: Path,
         start_timeout_s: float,
         nice: int = 0,
     ) -> None:
@@ -107,6 +108,7 @@ class Container:
         self.last_used = time.monotonic()
         self.kill_reason: KillReason | None = None
         self._guard = guard
+        self._workdir_root = workdir_root
         self._start_timeout_s = start_timeout_s
         self._nice = nice
         self._process: subprocess.Popen[bytes] | None = None
@@ -129,7 +131,7 @@ class Container:
         """Spawn the process, put it under its memory limit, and wait for its port. ``lower_by``:
         the process starts with a priority lower than the container's by that much (a replica's
         warm-up, background work); :meth:`restore_priority` lifts it back."""
-        self._workdir = tempfile.mkdtemp(prefix=f"faasdl-{self.container_id}-")
+        self._workdir = tempfile.mkdtemp(prefix=f"{self.container_id}-", dir=self._workdir_root)
         # The container's own temporary directory, removed with it as a container's /tmp is: a
         # killed process's exit hooks never run (TensorFlow leaves a file per traced function).
         own_tmp = os.path.join(self._workdir, "tmp")

@@ -14,6 +14,7 @@ import io
 import itertools
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ import zipfile
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from faasdl.config import LocalPlatformSettings
@@ -49,7 +51,8 @@ from faasdl.platform.base import (
     StatusCode,
 )
 from faasdl.platform.local.container import CallResult, Container, KillReason, Reply
-from faasdl.platform.local.memory import MemoryGuard, make_guard
+from faasdl.platform.local.leftovers import new_tag, remove_leftovers, workdir_root
+from faasdl.platform.local.memory import CGROUP_ROOTS, MemoryGuard, make_guard
 from faasdl.platform.local.pool import ContainerPool, PoolClosed, Work
 
 HOST_KIND = f"python:{sys.version_info.major}.{sys.version_info.minor}"
@@ -97,6 +100,7 @@ class LocalPlatform(Platform):
         self._minute: deque[float] = deque()
         self._minute_lock = threading.Lock()
         self._guard: MemoryGuard | None = None
+        self._workdirs: Path | None = None
         self._pool: ContainerPool | None = None
         self._container_ids = itertools.count(1)
 
@@ -107,11 +111,13 @@ class LocalPlatform(Platform):
             if self._pool is not None:
                 return
             s = self.settings
+            remove_leftovers(CGROUP_ROOTS)
+            tag = new_tag()
             self._guard = make_guard(
-                s.memory_enforcement,
-                watchdog_interval_s=s.watchdog_interval_ms / 1000,
-                tag=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                s.memory_enforcement, watchdog_interval_s=s.watchdog_interval_ms / 1000, tag=tag
             )
+            self._workdirs = workdir_root(tag)
+            self._workdirs.mkdir()
             self._pool = ContainerPool(
                 memory_mb=s.pool_memory_mb,
                 idle_timeout_s=s.idle_timeout_s,
@@ -134,15 +140,19 @@ class LocalPlatform(Platform):
             )
         if guard is not None:
             guard.close()
+        if self._workdirs is not None:
+            shutil.rmtree(self._workdirs, ignore_errors=True)
 
     def _new_container(self, action_key: str, memory_mb: int) -> Container:
         # Called by the pool with its lock held: it must not take this platform's lock.
         assert self._guard is not None
+        assert self._workdirs is not None
         return Container(
             container_id=f"c{next(self._container_ids):05d}",
             action_key=action_key,
             memory_mb=memory_mb,
             guard=self._guard,
+            workdir_root=self._workdirs,
             start_timeout_s=self.settings.container_start_timeout_s,
             nice=self.settings.container_nice,
         )

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 _V1_ROOT = Path("/sys/fs/cgroup/memory")
 _V2_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+CGROUP_ROOTS = (_V1_ROOT, *_V2_ROOTS)
 
 
 class MemoryGuard(ABC):
