@@ -103,15 +103,16 @@ def test_a_killed_containers_temporary_files_go_with_it(make_local: MakeLocal) -
     assert not left.parent.exists()
 
 
-#: A process with an embedded platform and a container in it, which says where the container's
-#: temporary file is and its pid, then waits to be killed.
+#: A process with an embedded platform (enforcing memory limits as its argument says) and a
+#: container in it, which says where the container's temporary file is and its pid, then waits to
+#: be killed.
 PLATFORM_TO_KILL = """\
 import sys
 from faasdl.config import LocalPlatformSettings
 from faasdl.platform.base import ActionSpec
 from faasdl.platform.local import LocalPlatform
 from tests.platform import actions
-platform = LocalPlatform(settings=LocalPlatformSettings())
+platform = LocalPlatform(settings=LocalPlatformSettings(memory_enforcement=sys.argv[1]))
 platform.open()
 platform.deploy(ActionSpec(name="temp", code=actions.LEAVES_A_TEMP_FILE))
 print(platform.call("temp").response.result["path"], *platform.container_pids(), flush=True)
@@ -119,11 +120,16 @@ sys.stdin.read()
 """
 
 
-def test_what_a_killed_platform_left_is_removed_by_the_next_to_open(make_local: MakeLocal) -> None:
-    # Prepare: a platform in another process, with a container's working directory (and, where
-    # one can be made, a memory cgroup) of its own
+@pytest.mark.parametrize("enforcement", ["auto", "watchdog"])
+def test_what_a_killed_platform_left_is_removed_by_the_next_to_open(
+    make_local: MakeLocal, enforcement: str
+) -> None:
+    # Prepare: a platform in another process, with a container's working directory (and, with a
+    # cgroup where one can be made, a memory cgroup) of its own
     with subprocess.Popen(
-        [sys.executable, "-c", PLATFORM_TO_KILL], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-c", PLATFORM_TO_KILL, enforcement],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     ) as killed:
         assert killed.stdout is not None
         try:

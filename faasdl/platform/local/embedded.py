@@ -14,7 +14,6 @@ import io
 import itertools
 import json
 import os
-import shutil
 import sys
 import threading
 import time
@@ -23,7 +22,6 @@ import zipfile
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from faasdl.config import LocalPlatformSettings
@@ -51,7 +49,7 @@ from faasdl.platform.base import (
     StatusCode,
 )
 from faasdl.platform.local.container import CallResult, Container, KillReason, Reply
-from faasdl.platform.local.leftovers import new_tag, remove_leftovers, workdir_root
+from faasdl.platform.local.leftovers import PlatformDir, new_tag, remove_leftovers
 from faasdl.platform.local.memory import CGROUP_ROOTS, MemoryGuard, make_guard
 from faasdl.platform.local.pool import ContainerPool, PoolClosed, Work
 
@@ -100,7 +98,7 @@ class LocalPlatform(Platform):
         self._minute: deque[float] = deque()
         self._minute_lock = threading.Lock()
         self._guard: MemoryGuard | None = None
-        self._workdirs: Path | None = None
+        self._workdirs: PlatformDir | None = None
         self._pool: ContainerPool | None = None
         self._container_ids = itertools.count(1)
 
@@ -113,11 +111,15 @@ class LocalPlatform(Platform):
             s = self.settings
             remove_leftovers(CGROUP_ROOTS)
             tag = new_tag()
-            self._guard = make_guard(
-                s.memory_enforcement, watchdog_interval_s=s.watchdog_interval_ms / 1000, tag=tag
-            )
-            self._workdirs = workdir_root(tag)
-            self._workdirs.mkdir()
+            workdirs = PlatformDir(tag)  # before the cgroups named after it
+            try:
+                self._guard = make_guard(
+                    s.memory_enforcement, watchdog_interval_s=s.watchdog_interval_ms / 1000, tag=tag
+                )
+            except BaseException:
+                workdirs.remove()
+                raise
+            self._workdirs = workdirs
             self._pool = ContainerPool(
                 memory_mb=s.pool_memory_mb,
                 idle_timeout_s=s.idle_timeout_s,
@@ -141,7 +143,7 @@ class LocalPlatform(Platform):
         if guard is not None:
             guard.close()
         if self._workdirs is not None:
-            shutil.rmtree(self._workdirs, ignore_errors=True)
+            self._workdirs.remove()
 
     def _new_container(self, action_key: str, memory_mb: int) -> Container:
         # Called by the pool with its lock held: it must not take this platform's lock.
@@ -152,7 +154,7 @@ class LocalPlatform(Platform):
             action_key=action_key,
             memory_mb=memory_mb,
             guard=self._guard,
-            workdir_root=self._workdirs,
+            workdir_root=self._workdirs.path,
             start_timeout_s=self.settings.container_start_timeout_s,
             nice=self.settings.container_nice,
         )

@@ -1,11 +1,13 @@
 """What an embedded platform leaves when it is killed before it can close: its containers' working
-directories and its memory cgroups. Each is named ``faasdl-PID-TAG`` after the process that made
-it, and the next embedded platform to open removes those whose process is gone, as a container
-engine removes a dead container's files when it starts again."""
+directories and its memory cgroups. A platform keeps its containers' directories in one of its own,
+``faasdl-TAG`` in the temporary directory, locked for as long as its process lives, and names its
+memory cgroups after the same tag. The next platform to open removes what a platform whose lock is
+free left, as a container engine removes a dead container's files when it starts again."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -14,54 +16,69 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import psutil
-
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"faasdl-(\d+)-[0-9a-f]{6}")
+_NAME = re.compile(r"faasdl-\d+-[0-9a-f]{6}")
+_LOCK = ".lock"
 
 
 def new_tag() -> str:
-    """The ``PID-TAG`` part of the names one platform gives what it makes."""
+    """A platform's tag: its process's id (for a reader) and a random part."""
     return f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def workdir_root(tag: str) -> Path:
-    """The directory that holds the working directories of a platform's containers."""
-    return Path(tempfile.gettempdir()) / f"faasdl-{tag}"
+class PlatformDir:
+    """The directory that holds a platform's containers' working directories. It appears under its
+    name already locked, so another platform never finds it unlocked while its owner lives."""
+
+    def __init__(self, tag: str) -> None:
+        making = Path(tempfile.mkdtemp(prefix=f"faasdl-{tag}."))
+        self._lock = os.open(making / _LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        self.path = making.with_name(f"faasdl-{tag}")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+            making.rename(self.path)
+        except BaseException:
+            os.close(self._lock)
+            shutil.rmtree(making, ignore_errors=True)
+            raise
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        os.close(self._lock)
 
 
-def owner_gone(path: Path) -> bool:
-    """Whether ``path`` is named after a process that no longer runs. A process that reuses the
-    number started after the owner died, so after ``path`` last changed."""
-    match = _NAME.fullmatch(path.name)
-    if match is None:
-        return False
-    try:
-        started = psutil.Process(int(match[1])).create_time()
-        return started > path.stat().st_mtime
-    except psutil.NoSuchProcess:
-        return True
-    except (psutil.Error, OSError):
-        return False  # cannot tell: keep it
+def _remove_cgroup(base: Path) -> bool:
+    for child in base.iterdir():
+        if child.is_dir():
+            with contextlib.suppress(OSError):
+                child.rmdir()  # refused while a process is in it
+    with contextlib.suppress(OSError):
+        base.rmdir()
+    return not base.exists()
 
 
 def remove_leftovers(cgroup_roots: tuple[Path, ...]) -> None:
-    """Remove the working directories and memory cgroups (under ``cgroup_roots``) of platforms
-    whose process is gone. A cgroup that still holds a process (one of its containers, which
-    exits within a second of its platform) stays for the next platform."""
+    """Remove what platforms whose process is gone left: their memory cgroups (under
+    ``cgroup_roots``), then their directories. A cgroup that still holds a process (a container,
+    which exits within a second of its platform) keeps both for the next platform to try."""
     for path in Path(tempfile.gettempdir()).glob("faasdl-*"):
-        if path.is_dir() and owner_gone(path):
-            log.info("removing %s, left by an embedded platform that was killed", path)
-            shutil.rmtree(path, ignore_errors=True)
-    for root in cgroup_roots:
-        for base in root.glob("faasdl-*") if root.is_dir() else ():
-            if not owner_gone(base):
-                continue
-            log.info("removing the memory cgroup %s, left by an embedded platform", base)
-            for child in base.iterdir():
-                if child.is_dir():
-                    with contextlib.suppress(OSError):
-                        child.rmdir()
-            with contextlib.suppress(OSError):
-                base.rmdir()
+        if not _NAME.fullmatch(path.name):
+            continue
+        try:
+            lock = os.open(path / _LOCK, os.O_RDWR)
+        except OSError:
+            continue  # being removed
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            continue  # its platform runs
+        try:
+            cgroups = [root / path.name for root in cgroup_roots if (root / path.name).is_dir()]
+            removed = [_remove_cgroup(base) for base in cgroups]  # each tried
+            if all(removed):
+                log.info("removed %s and its memory cgroups, left by a killed platform", path)
+                shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(lock)
