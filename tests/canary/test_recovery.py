@@ -416,6 +416,17 @@ class ControllerProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
 
+    def close(self) -> None:
+        """Stop the controller as a service manager does (SIGTERM), so that its embedded platform
+        removes what it and one killed before it left; SIGKILL if it has not exited in a minute."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.client.close()
+
     def stop(self, *signals: signal.Signals) -> str:
         """Send the controller ``signals`` (SIGTERM: a service manager's stop; SIGINT twice: a
         user's Ctrl-C twice), the next once the log says it drains, and wait for it to exit; what
@@ -486,16 +497,14 @@ def controller_process(
     served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
     process = ControllerProcess(tmp_path, served)
     yield process
-    process.kill()
-    process.client.close()
+    process.close()
 
 
 @pytest.fixture
 def embedded_controller_process(tmp_path: Path) -> Iterator[ControllerProcess]:
     process = ControllerProcess(tmp_path)
     yield process
-    process.kill()
-    process.client.close()
+    process.close()
 
 
 def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical(

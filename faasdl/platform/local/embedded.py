@@ -144,6 +144,7 @@ class LocalPlatform(Platform):
             guard.close()
         if self._workdirs is not None:
             self._workdirs.remove()
+        remove_leftovers(CGROUP_ROOTS)  # again: a killed platform's containers may run at open
 
     def _new_container(self, action_key: str, memory_mb: int) -> Container:
         # Called by the pool with its lock held: it must not take this platform's lock.

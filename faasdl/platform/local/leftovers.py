@@ -1,8 +1,8 @@
 """What an embedded platform leaves when it is killed before it can close: its containers' working
 directories and its memory cgroups. A platform keeps its containers' directories in one of its own,
 ``faasdl-TAG`` in the temporary directory, locked for as long as its process lives, and names its
-memory cgroups after the same tag. The next platform to open removes what a platform whose lock is
-free left, as a container engine removes a dead container's files when it starts again."""
+memory cgroups after the same tag. The next platform to open or close removes what a platform whose
+lock is free left, as a container engine removes a dead container's files when it starts again."""
 
 from __future__ import annotations
 
