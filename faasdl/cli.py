@@ -856,7 +856,8 @@ def model(
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write it.")],
     url: UrlOption = None,
 ) -> None:
-    """Download a finished job's model (safetensors: weights w/…, optimizer state opt/…)."""
+    """Download a finished job's model (safetensors: weights w/…, optimizer state opt/…, the
+    architecture in its metadata; in Python, faasdl.training.models.load_model builds it)."""
     # Written as it arrives into a file opened first (a place that cannot be written fails
     # before the download), renamed when whole: never half a file under the name asked for.
     partial = output.with_name(output.name + ".partial")

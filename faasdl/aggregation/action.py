@@ -2,8 +2,9 @@
 
 ``{"store_url", "inputs": [{"weights": blob, "examples": n}, …], "output": blob}``: reads each
 input model in turn, writes their weighted mean to ``output`` (every group of arrays the inputs
-hold: the weights ``w`` and the optimizer state ``opt``) and returns the total example count,
-which weighs this aggregate at the next level of the tree. NumPy only: no TensorFlow to import.
+hold: the weights ``w`` and the optimizer state ``opt``; the metadata they agree on: the model's
+architecture) and returns the total example count, which weighs this aggregate at the next level
+of the tree. NumPy only: no TensorFlow to import.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from faasdl.actionkit import action_store, serve
 from faasdl.aggregation.average import WeightedMean
 from faasdl.errors import AggregationError
-from faasdl.training.tensors import encode, unpack
+from faasdl.training.tensors import decode, encode
 from faasdl.training.usage import Phases, peak_rss_mb
 
 
@@ -42,9 +43,11 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
     phases = Phases()
     store = action_store(args.store_url)
     means: dict[str, WeightedMean] = {}
+    agreed: dict[str, str] | None = None
     for item in args.inputs:
         with phases("load"):
-            groups = unpack(store.get_blob(item.weights), what=item.weights)
+            groups, metadata = decode(store.get_blob(item.weights), what=item.weights)
+        agreed = metadata if agreed is None else dict(agreed.items() & metadata.items())
         if means and set(groups) != set(means):
             raise AggregationError(
                 f"{item.weights} holds {sorted(groups)}, the other inputs {sorted(means)}"
@@ -54,7 +57,8 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
                 means.setdefault(name, WeightedMean()).add(arrays, item.examples)
             del groups
     with phases("save"):
-        store.put_blob(args.output, encode({n: m.result() for n, m in means.items()}))
+        means_out = {n: m.result() for n, m in means.items()}
+        store.put_blob(args.output, encode(means_out, metadata=agreed))
     return {
         "examples": sum(item.examples for item in args.inputs),
         "weights": args.output,

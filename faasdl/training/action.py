@@ -36,7 +36,7 @@ from faasdl.canary.checkpoint import CanaryArgs, Checkpointer
 from faasdl.store.base import StateStore
 from faasdl.training.datasets import Shard
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
-from faasdl.training.models import build_model, profile_model
+from faasdl.training.models import architecture, build_model, profile_model
 from faasdl.training.tensors import TrainState, pack, unpack
 from faasdl.training.usage import Phases, peak_rss_mb
 
@@ -270,7 +270,9 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         report = trainer.train_on(shard.x, shard.y, start, on_step=on_step)
         report.state = trainer.snapshot(report.state)
     with phases("save"):
-        store.put_blob(args.weights_out, pack(report.state.weights, opt=report.state.optimizer))
+        model = architecture(args.model, input_shape, args.classes)
+        pieces = pack(report.state.weights, metadata=model, opt=report.state.optimizer)
+        store.put_blob(args.weights_out, pieces)
     epochs = report.state.epochs
     loss = epochs[-1]["loss"] if epochs else None
     if canary is not None:

@@ -1,12 +1,15 @@
 """The model zoo: two small models and four Keras applications, all from random weights.
 
 ``check_model`` is pure (no TensorFlow) so that the controller validates a job without it;
-``build_model`` and ``profile_model`` import Keras when called.
+``build_model``, ``profile_model`` and ``load_model`` import Keras when called.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import mmap
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from faasdl.errors import ValidationError
 from faasdl.training.datasets import dims
+from faasdl.training.tensors import decode
 
 if TYPE_CHECKING:
     import keras
@@ -93,6 +97,46 @@ def build_model(name: str, input_shape: tuple[int, ...], classes: int, *, seed: 
             f"allocated{tensor}: use a smaller model, fewer classes or smaller inputs",
             field="model",
         ) from exc
+
+
+#: The safetensors metadata key of a trained model's architecture: its name, input shape and
+#: classes as JSON. Trainers write it with their weights, aggregators keep it.
+ARCHITECTURE = "faasdl.architecture"
+
+
+def architecture(name: str, input_shape: tuple[int, ...], classes: int) -> dict[str, str]:
+    """The metadata that lets :func:`load_model` build a model's weights' architecture."""
+    shape = list(input_shape)
+    return {ARCHITECTURE: json.dumps({"model": name, "input_shape": shape, "classes": classes})}
+
+
+def load_model(path: str | os.PathLike[str]) -> keras.Model:
+    """A job's trained model from the file ``faasdl model`` wrote: its architecture with the
+    trained weights, outputting logits, for inputs prepared as the job's were (``uint8`` images
+    scaled to [0, 1], grey images with a channel axis). Raises ``ValidationError`` naming
+    ``model`` when the file is not one. The file is mapped, not read into memory."""
+    with open(path, "rb") as file:
+        try:
+            data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+        except ValueError as exc:  # an empty file
+            raise ValidationError(f"{os.fspath(path)} is empty", field="model") from exc
+    groups, metadata = decode(data, what="model")
+    try:
+        found = json.loads(metadata[ARCHITECTURE])
+        name, input_shape, classes = found["model"], tuple(found["input_shape"]), found["classes"]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ValidationError(
+            f"{os.fspath(path)} names no architecture: not a model a faasdl job trained",
+            field="model",
+        ) from exc
+    model = build_model(name, input_shape, classes, seed=0)
+    try:
+        model.set_weights(groups.get("w", []))
+    except ValueError as exc:
+        raise ValidationError(
+            f"{os.fspath(path)}: its weights do not fit {name} ({exc})", field="model"
+        ) from exc
+    return model
 
 
 def profile_model(model: keras.Model) -> ModelProfile:

@@ -20,7 +20,7 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore
 from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState, fn_key, load, update
 from faasdl.training.datasets import DigitsSpec, load_dataset, split_shards
-from faasdl.training.tensors import pack, unpack
+from faasdl.training.tensors import decode, pack, unpack
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.tensorflow
@@ -213,8 +213,8 @@ def test_the_aggregation_action_writes_the_weighted_mean(
         [rng.normal(size=(3, 2)).astype(np.float32), rng.normal(size=2).astype(np.float32)]
         for _ in range(3)
     ]
-    for i, weights in enumerate(models):
-        store.put_blob(f"test/in/{i}", pack(weights))
+    for i, weights in enumerate(models):  # what they say of themselves, the last differing
+        store.put_blob(f"test/in/{i}", pack(weights, metadata={"arch": "mlp", "n": str(i // 2)}))
     aggregate = deploy_variant(tf_platform, AGGREGATE, memory_mb=256, timeout_ms=30_000)
 
     record = tf_platform.call(aggregate, {
@@ -224,9 +224,10 @@ def test_the_aggregation_action_writes_the_weighted_mean(
 
     assert record.success, record.error
     assert record.response.result["examples"] == 8
-    merged = unpack(store.get_blob("test/mean"))["w"]
+    groups, metadata = decode(store.get_blob("test/mean"))
     expected = weighted_average(list(zip(models, (1, 2, 5), strict=True)))
-    assert all(np.allclose(a, b) for a, b in zip(merged, expected, strict=True))
+    assert all(np.allclose(a, b) for a, b in zip(groups["w"], expected, strict=True))
+    assert metadata == {"arch": "mlp"}  # what they all say
 
 
 def test_the_sizer_measures_once_then_learns_from_a_real_run(

@@ -1,7 +1,11 @@
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from faasdl.errors import ValidationError
-from faasdl.training.models import MODELS, build_model, check_model
+from faasdl.training.models import MODELS, architecture, build_model, check_model, load_model
+from faasdl.training.tensors import pack
 
 
 def test_the_zoo_has_the_small_models_and_four_keras_applications() -> None:
@@ -39,3 +43,24 @@ def test_a_model_whose_weights_cannot_be_allocated_is_refused_naming_the_field()
     with pytest.raises(ValidationError, match=r"a tensor of 64×2147483647 values\): use") as caught:
         build_model("mlp", (8, 8, 1), 2**31 - 1, seed=0)
     assert caught.value.field == "model"
+
+
+def test_a_file_that_is_not_a_trained_model_is_refused_naming_the_field(tmp_path: Path) -> None:
+    # Arrange: an empty file, weights that name no architecture, and weights that do not fit
+    # the architecture they name
+    empty = tmp_path / "empty.safetensors"
+    empty.touch()
+    unnamed = tmp_path / "unnamed.safetensors"
+    unnamed.write_bytes(b"".join(pack([np.zeros((64, 128), np.float32)])))
+    misfit = tmp_path / "misfit.safetensors"
+    misfit.write_bytes(
+        b"".join(pack([np.zeros((3, 3), np.float32)], metadata=architecture("mlp", (64,), 10)))
+    )
+
+    for path, said in ((empty, "is empty"), (unnamed, "names no architecture"), (misfit, "fit")):
+        with pytest.raises(ValidationError) as raised:
+            load_model(path)
+
+        assert raised.value.field == "model"
+        assert str(path) in str(raised.value)
+        assert said in str(raised.value)
