@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faasdl import __version__
-from faasdl.config import Settings
+from faasdl.config import Settings, http_url_problem
 from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
 
 if TYPE_CHECKING:
@@ -607,8 +607,13 @@ def _controller(url: str | None) -> Iterator[ControllerClient]:
     from faasdl.controller.client import ControllerClient
 
     settings = load_settings()
-    if url is None:
-        url = f"http://{settings.controller.host}:{settings.controller.port}"
+    if url is not None and (problem := http_url_problem(url)):
+        fail(f"--url: {problem}")
+    url = (
+        url
+        or settings.client.url
+        or f"http://{settings.controller.host}:{settings.controller.port}"
+    )
     key = settings.client.api_key
     client = ControllerClient(url=url, api_key=key.get_secret_value() if key else None)
     try:
@@ -639,8 +644,9 @@ JobIdArgument = Annotated[str, typer.Argument(help="The job's id.", callback=_jo
 UrlOption = Annotated[
     str | None,
     typer.Option(
-        help="The controller's URL (default: FAASDL_CONTROLLER__HOST and __PORT). The API key "
-        "is FAASDL_CLIENT__API_KEY or the file FAASDL_CLIENT__API_KEY_FILE names."
+        help="The controller's URL (default: FAASDL_CLIENT__URL, else FAASDL_CONTROLLER__HOST "
+        "and __PORT). The API key is FAASDL_CLIENT__API_KEY or the file "
+        "FAASDL_CLIENT__API_KEY_FILE names."
     ),
 ]
 

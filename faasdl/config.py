@@ -37,6 +37,14 @@ def read_secret_file(path: Path, field: str) -> SecretStr:
     return SecretStr(value)
 
 
+def http_url_problem(value: str) -> str | None:
+    """Why ``value`` is not an http(s) URL of a server; ``None`` if it is one."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{value!r} is not an http:// or https:// URL of a server"
+    return None
+
+
 class Section(BaseModel):
     """A group of settings. A number must be finite: ``inf`` would pass a bound like ``gt=0``
     and fail later (a socket's timeout), and JSON has no infinity to show it with."""
@@ -415,6 +423,11 @@ class ApiSettings(Section):
 class ClientSettings(Section):
     """The CLI as a client of a controller (``faasdl submit``, ``jobs``, ``status``, …)."""
 
+    url: str | None = Field(
+        None,
+        description="The controller's URL that the CLI's commands call (their `--url` overrides "
+        "it); unset: http://FAASDL_CONTROLLER__HOST:FAASDL_CONTROLLER__PORT.",
+    )
     api_key: SecretStr | None = Field(
         None, description="The API key sent as a bearer token (from `faasdl keys create`)."
     )
@@ -436,6 +449,8 @@ class ClientSettings(Section):
 
     @model_validator(mode="after")
     def _key_from_file(self) -> ClientSettings:
+        if self.url is not None and (problem := http_url_problem(self.url)):
+            raise ValueError(f"url: {problem}")
         if self.api_key_file is not None:
             self.api_key = read_secret_file(self.api_key_file, "api_key_file")
         return self

@@ -220,6 +220,25 @@ def test_an_unreachable_controller_is_one_clear_line() -> None:
     assert "the controller at http://127.0.0.1:9 is unreachable" in result.output
 
 
+def test_the_controllers_url_is_the_option_else_the_setting_and_must_be_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAASDL_CLIENT__URL", "http://127.0.0.1:9")
+    from_setting = runner.invoke(app, ["status", "0123456789abcdef"])
+    from_option = runner.invoke(app, ["status", "0123456789abcdef", "--url", "http://127.0.0.2:9"])
+    bad_option = runner.invoke(app, ["status", "0123456789abcdef", "--url", "localhost:8080"])
+    monkeypatch.setenv("FAASDL_CLIENT__URL", "127.0.0.1:8080")
+    bad_setting = runner.invoke(app, ["jobs"])
+
+    assert "the controller at http://127.0.0.1:9 is unreachable" in from_setting.output
+    assert "the controller at http://127.0.0.2:9 is unreachable" in from_option.output
+    assert bad_option.exit_code == 2
+    assert "--url: 'localhost:8080' is not an http:// or https:// URL" in bad_option.output
+    assert bad_setting.exit_code == 2
+    assert "url: '127.0.0.1:8080' is not an http:// or https:// URL" in bad_setting.output
+    assert "unreachable" not in bad_option.output + bad_setting.output
+
+
 def test_platform_deploy_puts_every_variant_in_the_image_once(
     monkeypatch: pytest.MonkeyPatch, make_served: Callable[..., Served]
 ) -> None:
