@@ -28,6 +28,7 @@ from faasdl.store import StateStore
 from faasdl.store.records import FunctionInfo, UnitState, load
 
 ROOT = Path(".faasdl/demo")
+MODEL = ROOT / "model.safetensors"
 #: How long after its start a training attempt may be killed (it is then mid-epoch).
 KILL_DELAY_S = (0.05, 0.3)
 
@@ -64,6 +65,10 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
                 view = watch(lambda: client.job(job_id), console)
             ledger = client.ledger(job_id)
             kept = sum(_after_its_commit(controller.store, i) for i in chaos.done)
+            done: bool = view["job"]["state"] == "done"
+            if done:
+                with MODEL.open("wb") as out:
+                    client.download_model(job_id, out)
         finally:
             client.close()
             server.stop()
@@ -78,10 +83,13 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
     )
     console.print(
         f"injected {len(chaos.done)} failure(s); the controller reported {reported} and "
-        f"resumed {resumed} unit(s) from their checkpoints{landed}; the model is in "
-        f"{ROOT / 'state.db'} (job {job_id}, blob {view['job']['model']})"
+        f"resumed {resumed} unit(s) from their checkpoints{landed}"
     )
-    done: bool = view["job"]["state"] == "done"
+    if done:
+        console.print(
+            f"the trained model: {MODEL} (in Python: "
+            f"faasdl.training.models.load_model({str(MODEL)!r}))"
+        )
     return done and len(chaos.done) == kills and resumed == reported == kills - kept
 
 

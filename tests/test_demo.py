@@ -10,6 +10,8 @@ import pytest
 from rich.console import Console
 
 from faasdl.demo import run_demo
+from faasdl.training.models import ARCHITECTURE
+from faasdl.training.tensors import decode
 
 pytestmark = pytest.mark.tensorflow
 
@@ -28,4 +30,6 @@ def test_the_demo_trains_through_its_kills_and_accounts_for_each(
     assert ok, said
     assert re.search(r"job [0-9a-f]{16}: done", said), said
     assert "injected 2 failure(s); the controller reported" in said
-    assert (tmp_path / ".faasdl" / "demo" / "state.db").exists()
+    assert "the trained model: .faasdl/demo/model.safetensors" in said
+    model = (tmp_path / ".faasdl" / "demo" / "model.safetensors").read_bytes()
+    assert ARCHITECTURE in decode(model)[1]  # what load_model builds it from
