@@ -710,7 +710,7 @@ class JobRunner:
         for activation_id in [i for i, t in self._in_flight.items() if t is task]:
             self._abandoned[activation_id] = self._in_flight.pop(activation_id)
             with contextlib.suppress(ActivationNotFound, Unsupported):
-                self.rt.platform.kill(activation_id)
+                self.rt.platform.stop(activation_id)
 
     def _recover(self, ended: _Ended, failure: Failure) -> _Task | None:
         """Report the failure and act on the strategy's decision: the next attempt to queue, or
@@ -1102,7 +1102,7 @@ class JobRunner:
             return  # a controller restart resumes them; only a cancel kills
         for activation_id in list(self._in_flight):
             with contextlib.suppress(ActivationNotFound, Unsupported):
-                self.rt.platform.kill(activation_id)
+                self.rt.platform.stop(activation_id)
         self._in_flight.clear()
 
 

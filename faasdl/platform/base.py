@@ -385,3 +385,9 @@ class Platform(Resource):
         and exited unexpectedly"). Raises ``ActivationNotFound`` if it is not running and
         ``Unsupported`` where the platform gives no way to do it.
         """
+
+    def stop(self, activation_id: str) -> None:
+        """Stop an activation the caller no longer wants (its job was cancelled or failed): kill
+        its container, or, where the platform can, keep one still waiting for a container from
+        starting. Raises as :meth:`kill` does."""
+        self.kill(activation_id)

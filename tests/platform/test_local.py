@@ -366,6 +366,30 @@ def test_queued_activation_cannot_be_killed(make_local: MakeLocal) -> None:
     assert all(r.success for r in records.values())
 
 
+def test_a_queued_activation_stopped_never_starts_and_ends_as_a_whisk_error(
+    make_local: MakeLocal,
+) -> None:
+    # Arrange: one activation holds the pool's memory, the next waits for it; then a third
+    platform = make_local(pool_memory_mb=256, memory_max_mb=256)
+    platform.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP, memory_mb=256))
+    first = platform.invoke("sleep", {"seconds": 1})
+    queued = platform.invoke("sleep", {"seconds": 30})
+    behind = platform.invoke("sleep", {"seconds": 0})
+
+    # Execute: stopped (a cancelled job's), where kill (failure injection) refuses it
+    with pytest.raises(ActivationNotFound):
+        platform.kill(queued)
+    platform.stop(queued)
+
+    # Assert: it never ran (what waited behind it ran, and long before its 30 s)
+    records = platform.wait([first, queued, behind], timeout_s=20)
+    assert records[queued].response.status == "whisk internal error"
+    assert records[queued].error == "The activation was stopped before it started."
+    assert records[queued].logs == []
+    assert records[first].success
+    assert records[behind].success
+
+
 def test_settings_refuse_a_max_memory_the_pool_cannot_hold() -> None:
     with pytest.raises(ValueError, match="could never be placed"):
         LocalPlatformSettings(pool_memory_mb=512, memory_max_mb=1024)

@@ -438,6 +438,14 @@ class LocalPlatform(Platform):
             raise ActivationNotFound(activation_id)
         container.kill(KillReason.INJECTED)
 
+    def stop(self, activation_id: str) -> None:
+        pool = self._running_pool()
+        if pool.cancel(activation_id) is None:
+            self.kill(activation_id)
+            return
+        error = "The activation was stopped before it started."
+        self._record_failure(activation_id, StatusCode.WHISK_ERROR, error)
+
     def drop_spares(self) -> int:
         """Destroy the idle spare containers (replicas no activation has used), whoever asked
         for them; returns how many. An experiment does so before a run of a strategy that keeps

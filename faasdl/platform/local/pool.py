@@ -146,6 +146,21 @@ class ContainerPool:
             self._queue.append(work)
             self._pump()
 
+    def cancel(self, activation_id: str) -> Work | None:
+        """Take back the activation if it has not started (queued, or awaiting a warming
+        container); the work taken back, or ``None``."""
+        with self._cond:
+            for work in self._queue:
+                if work.activation_id == activation_id:
+                    self._queue.remove(work)
+                    self._pump()  # what waited behind it may fit now
+                    return work
+            for container_id, work in list(self._awaiting.items()):
+                if work.activation_id == activation_id:
+                    del self._awaiting[container_id]  # the container warms on as a spare
+                    return work
+            return None
+
     def prewarm(
         self, action_key: str, memory_mb: int, count: int, warm: Callable[[Container], bool]
     ) -> int:
