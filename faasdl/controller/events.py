@@ -1096,11 +1096,14 @@ class JobRunner:
             raise Stopped("the controller is shutting down, and what it started has ended")
 
     def _kill_in_flight(self) -> None:
-        """Stop the job's running activations (where the platform can kill one)."""
+        """Stop the job's running activations (where the platform can kill one), the abandoned
+        too: an attempt whose lease lapsed (its heartbeats refused by a full store, say) may run
+        on, and with no claim after it to fence it, it would write checkpoints after the job's
+        data was deleted."""
         stopping = self.rt.shutdown.is_set() or self.rt.draining.is_set()
         if stopping and not self.cancelled.is_set():
             return  # a controller restart resumes them; only a cancel kills
-        for activation_id in list(self._in_flight):
+        for activation_id in [*self._in_flight, *self._abandoned]:
             with contextlib.suppress(ActivationNotFound, Unsupported):
                 self.rt.platform.stop(activation_id)
         self._in_flight.clear()

@@ -287,6 +287,44 @@ def test_cancel_stops_a_running_jobs_activations(
     assert client.delete(f"/v1/jobs/{job_id}").json()["job"]["state"] == "cancelled"
 
 
+def test_cancel_stops_an_attempt_whose_lease_lapsed_too(
+    client: httpx.Client, controller: Controller, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a long round; one unit's attempt frozen until its lease lapses (abandoned: a
+    # hung attempt is fenced by the next claim, not killed)
+    job_id = submit(client, {**DIGITS_JOB, "epochs": 1000, "sync_every": 0})["job_id"]
+
+    def beating() -> list[str]:  # a lease lapses only once its attempt has beaten
+        units = job(client, job_id)["units"]
+        return [
+            u["activation_id"]
+            for u in units
+            if u["activation_id"]
+            and u["heartbeat_ms"] is not None
+            and tf_platform.is_running(u["activation_id"])
+        ]
+
+    eventually(lambda: bool(beating()), timeout_s=120, what="a unit's attempt beating")
+    frozen = beating()[0]
+    tf_platform.signal(frozen, signal.SIGSTOP)
+    eventually(
+        lambda: any(
+            f["activation_id"] == frozen and f["classification"] == "hung"
+            for f in job(client, job_id)["job"]["failures"]
+        ),
+        timeout_s=60,
+        what="the frozen attempt found hung",
+    )
+
+    # Execute
+    client.delete(f"/v1/jobs/{job_id}")
+    assert controller.wait_stopped(job_id, timeout_s=60)
+
+    # Assert: the frozen attempt was killed with the others (it waited for its time limit)
+    record = tf_platform.wait([frozen], timeout_s=30)[frozen]
+    assert not record.success
+
+
 def test_an_idempotency_key_replay_returns_the_same_job(client: httpx.Client) -> None:
     spec = {**DIGITS_JOB, "epochs": 1, "seed": 7}
 
