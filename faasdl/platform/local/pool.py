@@ -155,7 +155,7 @@ class ContainerPool:
                     self._queue.remove(work)
                     self._pump()  # what waited behind it may fit now
                     return work
-            for container_id, work in list(self._awaiting.items()):
+            for container_id, work in self._awaiting.items():
                 if work.activation_id == activation_id:
                     del self._awaiting[container_id]  # the container warms on as a spare
                     return work
