@@ -561,10 +561,12 @@ class InvocationRunner:
             self._queue.appendleft(index)
 
     def _drop_copies(self, index: int) -> None:
+        """Stop the other copies of a committed invocation, those still waiting for a container
+        too (a kill refuses one: it would run later, to no purpose, and be booked)."""
         for activation_id in [i for i, a in self._in_flight.items() if a.index == index]:
             self._abandoned[activation_id] = self._in_flight.pop(activation_id)
             with contextlib.suppress(ActivationNotFound):
-                self.platform.kill(activation_id)
+                self.platform.stop(activation_id)
 
     def _book(self, record: Activation) -> None:
         memory_mb = record.memory_mb or self.memory_mb

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from faasdl.actions import deploy_variant
 from faasdl.canary.strategies import StrategyName
+from faasdl.config import LocalPlatformSettings
 from faasdl.errors import ValidationError as FaasdlValidationError
 from faasdl.experiments.inject import REACH, FailurePlan, Fault
 from faasdl.experiments.lab import Lab, ledger, open_lab
@@ -344,6 +345,38 @@ def test_copies_that_end_together_are_settled_once_and_both_booked(lab: Lab) -> 
     assert runner._activations == 2
     assert not runner._in_flight
     assert not runner._abandoned
+
+
+def test_a_copy_still_waiting_for_a_container_when_another_commits_never_runs() -> None:
+    """Request replication's copies beyond the first wait for the one container the platform
+    has room for; once the first commits, the second has its container and is killed, the third
+    is stopped before it starts (a kill refuses an activation that is not running: the third
+    ran after the second, to no purpose, and was booked)."""
+    # Arrange: three copies, each as large as the platform's memory.
+    largest = LocalPlatformSettings().memory_max_mb
+    spec = RunSpec(
+        run_id="queued-copy",
+        workload="compression",
+        params=SMALL,
+        invocations=1,
+        strategy="request_replication",
+        copies=3,
+        memory_mb=largest,
+    )
+    with open_lab(pool_memory_mb=largest) as small:
+        # Execute
+        report = small.run(spec)
+        records = small.platform.list_activations()
+        found = ledger(small.store, spec.run_id, expected(1))
+
+    # Assert: committed once, by one copy; one of the others never started.
+    assert found.exactly_once
+    assert found.committed == 1
+    assert report.activations == len(records) == 3
+    assert sum(r.success for r in records) == 1
+    stopped = [r for r in records if r.error == "The activation was stopped before it started."]
+    assert len(stopped) == 1
+    assert stopped[0].logs == []
 
 
 def test_a_block_of_a_longer_run_makes_its_own_invocations_with_their_faults(lab: Lab) -> None:
