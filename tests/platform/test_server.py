@@ -319,6 +319,38 @@ def test_unknown_action_and_activation_are_not_found(api: Api) -> None:
         assert_error(response, 404, messages.RESOURCE_DOES_NOT_EXIST)
 
 
+def test_a_path_or_method_no_route_serves_is_answered_in_openwhisks_words(api: Api) -> None:
+    api.put_action("echo", python_action())
+
+    assert_error(api.session.get(f"{api.base}/nothing/here"), 404, messages.RESOURCE_DOES_NOT_EXIST)
+    patch = api.session.patch(f"{api.base}/actions/echo")
+    assert_error(patch, 405, "HTTP method not allowed, supported methods: ")
+    assert set(patch.headers["allow"].split(", ")) == {"GET", "PUT", "POST", "DELETE"}
+
+
+@pytest.mark.parametrize(
+    ("path", "what"),
+    [
+        ("packages", "packages"),
+        ("packages/utils", "packages"),
+        ("triggers/every-minute", "triggers"),
+        ("rules", "rules"),
+    ],
+)
+def test_what_openwhisk_serves_and_the_embedded_platform_does_not_is_named(
+    api: Api, path: str, what: str
+) -> None:
+    response = api.session.get(f"{api.base}/{path}")
+
+    assert_error(response, 501, f"serves actions and activations only: {what} are not supported")
+
+
+def test_web_actions_are_named_as_not_served(served: Served) -> None:
+    response = requests.get(f"{served.url}/api/v1/web/guest/default/echo.json")
+
+    assert_error(response, 501, "web actions are not supported")
+
+
 def test_bad_wait_timeout_and_list_limits_are_refused(api: Api) -> None:
     api.put_action("echo", python_action())
 

@@ -12,15 +12,18 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import re
 import secrets
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from faasdl import __version__
 from faasdl.config import ServerSettings
@@ -37,6 +40,11 @@ from faasdl.serving import AppThread
 
 API = "/api/v1"
 LIST_MAX = 200
+#: What OpenWhisk's API has that this server does not serve: packages (an action's name may
+#: still name one: ``utils/echo``), triggers, rules and web actions.
+UNSERVED = re.compile(
+    rf"^{API}/(?:namespaces/[^/]+/(?P<collection>packages|triggers|rules)|web)(?:/|$)"
+)
 
 
 class ApiError(Exception):
@@ -48,7 +56,7 @@ class ApiError(Exception):
         self.message = message
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(
         {"error": message, "code": uuid.uuid4().hex}, status_code=status, headers=headers
     )
@@ -145,6 +153,34 @@ def create_app(
         if where == "query":
             return _error(400, f"The query parameter '{name}' was malformed:\n{first['msg']}")
         return _error(400, f"The request content was malformed:\n{name}: {first['msg']}")
+
+    @app.exception_handler(HTTPException)
+    async def _no_route(request: Request, exc: HTTPException) -> JSONResponse:
+        # A path or method no route serves, answered in OpenWhisk's body (not FastAPI's).
+        if exc.status_code == 405:
+            # The methods a route serves at the path (Starlette's header names the first
+            # route's only).
+            allowed = [
+                method
+                for method in ("GET", "PUT", "POST", "DELETE")
+                if any(
+                    route.matches({**request.scope, "method": method})[0] == Match.FULL
+                    for route in app.router.routes
+                )
+            ]
+            message = f"HTTP method not allowed, supported methods: {', '.join(allowed)}"
+            return _error(405, message, headers={"Allow": ", ".join(allowed)})
+        unserved = UNSERVED.match(request.url.path) if exc.status_code == 404 else None
+        if unserved is not None:
+            what = unserved["collection"] or "web actions"
+            return _error(
+                501,
+                f"The embedded platform serves actions and activations only: {what} are not "
+                "supported here (OpenWhisk serves them).",
+            )
+        if exc.status_code == 404:
+            return _error(404, messages.RESOURCE_DOES_NOT_EXIST)
+        return _error(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
