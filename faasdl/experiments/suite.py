@@ -846,8 +846,26 @@ def _compare(
                 progress.print(f"{name} at {rate:.0%} failures")
                 report = bench.run(f"{name}-{rate}", strategy, plan, replication=mode)
                 rows.append(bench.row(report, name, rate))
+        # The same failure-free work again, last: how far apart it comes out is the least
+        # difference between the strategies that is one (:func:`_noise`).
+        rows.append(bench.row(bench.reference(AGAIN), AGAIN, 0.0))
     _check(rows)
     return rows, plans
+
+
+#: The label of a comparison's second failure-free run.
+AGAIN = "ideal-again"
+
+
+def _noise(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """How far apart a comparison's two failure-free runs (the same work, first and last) came
+    out in time and in cost, relatively: a strategy's ratio to another within it is no
+    difference the runs can tell."""
+    first, again = (next(r for r in rows if r["strategy"] == k) for k in ("ideal", AGAIN))
+    return {
+        key: round(abs(again[column] / first[column] - 1), 4)
+        for key, column in (("time", "makespan_s"), ("cost", "cost_usd"))
+    }
 
 
 def _ratios(
@@ -865,30 +883,54 @@ def _ratios(
         "recovery_ratio": {
             k: _ratio(r["recovery_s_mean"], at[base]["recovery_s_mean"]) for k, r in at.items()
         },
+        "noise": _noise(rows),
     }
 
 
+#: A strategy's time and cost against another's, in words: better (-1), even (0), worse (1).
+_SIDES = {
+    "time": {-1: "faster", 0: "even", 1: "slower"},
+    "cost": {-1: "cheaper", 0: "even", 1: "dearer"},
+}
+
+
 def _findings(summary: dict[str, Any], base: str) -> list[str]:
+    """Each strategy against ``base``, in time and in cost: better, worse or even, a ratio
+    being even within the noise (how far apart the two failure-free runs came out)."""
+    noise = summary["noise"]
     out = []
     for name, time_ratio in summary["time_ratio"].items():
         if name == summary["relative_to"] or time_ratio is None:
             continue
-        cost_ratio = summary["cost_ratio"][name]
-        faster = "faster" if time_ratio < 1 else "slower"
-        cheaper = "cheaper" if cost_ratio < 1 else "dearer"
-        verdict = (
-            f"**{base} loses on {'time' if time_ratio < 1 else ''}"
-            f"{' and ' if time_ratio < 1 and cost_ratio < 1 else ''}"
-            f"{'cost' if cost_ratio < 1 else ''}**"
-            if time_ratio < 1 or cost_ratio < 1
-            else f"{base} wins on both"
-        )
+        ratios = {"time": time_ratio, "cost": summary["cost_ratio"][name]}
+        # Per aspect: -1 where the other strategy is better beyond the noise, 1 where worse.
+        sides = {k: (r > 1 + noise[k]) - (r < 1 - noise[k]) for k, r in ratios.items()}
+        told = [
+            f"{ratios[k]:.3f}× the {k} ({_SIDES[k][sides[k]]}"
+            + (f": within the {noise[k]:.1%} noise" if sides[k] == 0 else "")
+            + ")"
+            for k in ("time", "cost")
+        ]
+        clauses = [
+            template.format(" and ".join(k for k, side in sides.items() if side == wanted))
+            for wanted, template in (
+                (-1, "**loses on {}**"),
+                (1, "wins on {}"),
+                (0, "is even on {}"),
+            )
+            if wanted in sides.values()
+        ]
+        verdict = f"{base} {', '.join(clauses)}"
         out.append(
-            f"{name}: {time_ratio:.3f}× the time ({faster}) and {cost_ratio:.3f}× the cost "
-            f"({cheaper}) of {summary['relative_to']} at {summary['failure_rate']:.0%} "
-            f"failures — {verdict}."
+            f"{name}: {told[0]} and {told[1]} of {summary['relative_to']} at "
+            f"{summary['failure_rate']:.0%} failures — {verdict}."
         )
-    return out
+    noise_words = (
+        f"The noise is how far apart the two failure-free runs of the same work, first and "
+        f"last, came out: {noise['time']:.1%} in time, {noise['cost']:.1%} in cost; a ratio "
+        "within it is called even."
+    )
+    return [*out, noise_words]
 
 
 def _cost_time_plots() -> list[Plot]:

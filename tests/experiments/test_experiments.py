@@ -23,6 +23,7 @@ from faasdl.experiments.runner import Hit, Outcome, RunReport, RunSpec
 from faasdl.experiments.suite import (
     QUICK_PARAMS,
     Turns,
+    _findings,
     _overhead_interval,
     _overhead_parts,
     _param_options,
@@ -307,7 +308,42 @@ def test_strategy_comparisons_print_time_and_cost_ratios(name: str, tmp_path: Pa
         assert isinstance(ratios, dict)
         assert ratios[base] == 1.0
         assert len(ratios) >= 3  # the base and the others
+    # The failure-free work was run twice, first and last: how far apart is the noise.
+    with (report / f"{name}.csv").open() as fh:
+        rows = {row["strategy"]: row for row in csv.DictReader(fh)}
+    noise = summary["noise"]
+    assert isinstance(noise, dict)
+    again = float(rows["ideal-again"]["makespan_s"]) / float(rows["ideal"]["makespan_s"])
+    assert noise["time"] == pytest.approx(abs(again - 1), abs=1e-4)
     assert "## Findings" in (report / "summary.md").read_text()
+
+
+def test_a_strategy_is_better_or_worse_than_another_only_beyond_the_noise() -> None:
+    # Arrange: the two failure-free runs came out 1% apart in time, 2% in cost.
+    summary = {
+        "relative_to": "canary",
+        "failure_rate": 0.15,
+        "noise": {"time": 0.01, "cost": 0.02},
+        "time_ratio": {"canary": 1.0, "a": 0.995, "b": 0.9, "c": 1.005, "d": 1.1},
+        "cost_ratio": {"canary": 1.0, "a": 1.2, "b": 0.97, "c": 0.985, "d": 1.1},
+    }
+
+    # Execute
+    a, b, c, d, noise = _findings(summary, "Canary")
+
+    # Assert
+    assert a == (
+        "a: 0.995× the time (even: within the 1.0% noise) and 1.200× the cost (dearer) of "
+        "canary at 15% failures — Canary wins on cost, is even on time."
+    )
+    assert b.endswith(
+        "0.900× the time (faster) and 0.970× the cost (cheaper) of canary at 15% failures — "
+        "Canary **loses on time and cost**."
+    )
+    assert c.endswith("— Canary is even on time and cost.")
+    assert "(even: within the 2.0% noise)" in c
+    assert d.endswith("— Canary wins on time and cost.")
+    assert noise.endswith("1.0% in time, 2.0% in cost; a ratio within it is called even.")
 
 
 def test_cost_counts_replicas(tmp_path: Path) -> None:
