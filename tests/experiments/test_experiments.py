@@ -350,6 +350,11 @@ def test_cost_counts_replicas(tmp_path: Path) -> None:
     # Four files an invocation, not the compared workload's six: the summary must say so.
     summary, report = run_experiment("cost", tmp_path, more=("--param", "compression.files=4"))
     assert 0 < summary["replica_share_of_canary_cost"] < 1
+    noise = summary["noise"]
+    assert isinstance(noise, dict)
+    assert (
+        f"cost {noise['cost']:.1%} apart from its first run" in (report / "summary.md").read_text()
+    )
     assert "compression files=4, file_kb=512, level=6." in (report / "summary.md").read_text()
 
 
