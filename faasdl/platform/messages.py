@@ -15,6 +15,8 @@ LOG_WARNING_DEVELOPER_ERROR = (
     "The action did not initialize or run as expected. Log data might be missing."
 )
 RESOURCE_PROVISION_ERROR = "Failed to provision resources to run the action."
+#: faasdl's own: an activation stopped while it waited for a container (``Platform.stop``).
+STOPPED_BEFORE_START = "The activation was stopped before it started."
 AUTH_REQUIRED = "The resource requires authentication, which was not supplied with the request"
 AUTH_INVALID = "The supplied authentication is invalid"
 NOT_A_DICT = "The action did not return a dictionary or array."

@@ -23,6 +23,7 @@ from faasdl.experiments.measure import recovery_s
 from faasdl.experiments.runner import WORKLOAD, Hit, InvocationRunner, RunReport, RunSpec
 from faasdl.experiments.suite import LIGHT
 from faasdl.experiments.workloads import WORKLOADS, State, run_steps, workload
+from faasdl.platform import messages
 from faasdl.training.models import build_model
 from faasdl.training.tensors import TrainState
 from tests.conftest import eventually
@@ -374,7 +375,7 @@ def test_a_copy_still_waiting_for_a_container_when_another_commits_never_runs() 
     assert found.committed == 1
     assert report.activations == len(records) == 3
     assert sum(r.success for r in records) == 1
-    stopped = [r for r in records if r.error == "The activation was stopped before it started."]
+    stopped = [r for r in records if r.error == messages.STOPPED_BEFORE_START]
     assert len(stopped) == 1
     assert stopped[0].logs == []
 

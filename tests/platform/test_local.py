@@ -384,7 +384,7 @@ def test_a_queued_activation_stopped_never_starts_and_ends_as_a_whisk_error(
     # Assert: it never ran (what waited behind it ran, and long before its 30 s)
     records = platform.wait([first, queued, behind], timeout_s=20)
     assert records[queued].response.status == "whisk internal error"
-    assert records[queued].error == "The activation was stopped before it started."
+    assert records[queued].error == messages.STOPPED_BEFORE_START
     assert records[queued].logs == []
     assert records[first].success
     assert records[behind].success

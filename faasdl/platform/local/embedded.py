@@ -443,8 +443,7 @@ class LocalPlatform(Platform):
         if pool.cancel(activation_id) is None:
             self.kill(activation_id)
             return
-        error = "The activation was stopped before it started."
-        self._record_failure(activation_id, StatusCode.WHISK_ERROR, error)
+        self._record_failure(activation_id, StatusCode.WHISK_ERROR, messages.STOPPED_BEFORE_START)
 
     def drop_spares(self) -> int:
         """Destroy the idle spare containers (replicas no activation has used), whoever asked
