@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import threading
@@ -313,14 +314,24 @@ def bench_store(
 
 
 @contextlib.contextmanager
-def _store() -> Iterator[StateStore]:
-    """The configured state store, open; its errors end the command with one line."""
-    from faasdl.store import make_store
+def _store(*, existing: bool = False) -> Iterator[StateStore]:
+    """The configured state store, open; its errors end the command with one line. Which store
+    it is goes to stderr (a key made in one the controller does not read is refused there), and
+    with ``existing`` a SQLite file that is not there is refused rather than made empty."""
+    from faasdl.store import make_store, shown_url, sqlite_path
 
+    settings = load_settings().store
+    path = sqlite_path(settings.url)
+    if existing and path is not None and not path.exists():
+        fail(
+            f"store url: no store at {path} (FAASDL_STORE__URL is {settings.url}; sqlite:/// is "
+            "relative to the working directory, sqlite://// absolute)"
+        )
     try:
-        store = make_store(load_settings().store)
+        store = make_store(settings)
     except FaasdlError as exc:
         fail(str(exc))
+    console.print(f"store: {shown_url(settings.url)}", highlight=False, markup=False)
     try:
         store.open()
         yield store
@@ -350,7 +361,7 @@ def keys_list() -> None:
     """Every key (never a secret); JSON last."""
     from faasdl.controller.auth import list_keys
 
-    with _store() as store:
+    with _store(existing=True) as store:
         found = list_keys(store)
     lines = [k.model_dump(exclude={"secret_sha256"}) for k in found]
     table = Table(title="API keys")
@@ -367,7 +378,7 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (keys l
     """Revoke a key: every request with it is refused from now on."""
     from faasdl.controller.auth import revoke_key
 
-    with _store() as store:
+    with _store(existing=True) as store:
         record = revoke_key(store, key_id)
     typer.echo(json.dumps({"key_id": record.key_id, "revoked_ms": record.revoked_ms}))
 
@@ -543,7 +554,7 @@ def bench_steadiness(
     ] = 40,
 ) -> None:
     """How steady this machine's CPU speed is: the noise between two adjacent invocations, and
-    the finest overhead a timing comparison of ``pairs`` pairs can resolve here."""
+    the finest overhead a timing comparison of N pairs of invocations (--pairs) can resolve here."""
     from faasdl.bench.steadiness import run_steadiness_bench
 
     typer.echo(json.dumps(run_steadiness_bench(duration, pairs=pairs, progress=console)))
@@ -660,9 +671,11 @@ def serve(
     import uvicorn
 
     from faasdl.controller.app import build_controller, create_app
-    from faasdl.serving import HurriedServer
+    from faasdl.serving import HurriedServer, log_to_stderr
+    from faasdl.store import shown_url
 
     settings = load_settings()
+    log_to_stderr(settings.controller.log_level)
     try:
         controller = build_controller(settings)
         app_ = create_app(controller)
@@ -672,12 +685,24 @@ def serve(
         controller.lease.acquire()
     except FaasdlError as exc:
         fail(str(exc))
+    platform = (
+        f"OpenWhisk at {settings.openwhisk.api_host}"
+        if settings.platform == "openwhisk"
+        else "the embedded platform"
+    )
+    logging.getLogger("faasdl.serve").info(
+        "faasdl %s: store %s, actions on %s, API auth %s",
+        __version__,
+        shown_url(settings.store.url),
+        platform,
+        settings.api.auth,
+    )
     server = HurriedServer(
         uvicorn.Config(
             app_,
             host=host or settings.controller.host,
             port=settings.controller.port if port is None else port,
-            log_level="info",
+            log_level=settings.controller.log_level,
         ),
         hurry=controller.stop_draining,
     )

@@ -282,6 +282,11 @@ class ControllerSettings(Section):
 
     host: str = Field("127.0.0.1", description="Interface the REST API listens on.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the REST API (0: a free one).")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info",
+        description="The least severe of `faasdl serve`'s log lines written to stderr (its own "
+        "and uvicorn's).",
+    )
     max_fan_in: int = Field(
         8, ge=2, le=1024, description="Most models one aggregation action merges."
     )

@@ -3,6 +3,7 @@ in the foreground with a second Ctrl-C heard (``faasdl serve``)."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -10,6 +11,17 @@ from types import FrameType
 
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.logging import DefaultFormatter
+
+
+def log_to_stderr(level: str) -> None:
+    """faasdl's log lines of ``level`` and above on stderr, as uvicorn writes its own (with no
+    handler they went to Python's last resort: warnings only, without a level or a source)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(DefaultFormatter("%(levelprefix)s %(name)s: %(message)s"))
+    logger = logging.getLogger("faasdl")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
 
 
 class AppThread:

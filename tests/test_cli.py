@@ -202,6 +202,47 @@ def test_a_store_url_of_an_unknown_scheme_is_one_line(monkeypatch: pytest.Monkey
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+def test_keys_say_which_store_and_read_none_that_is_not_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sqlite:///tmp/x.db is relative (SQLAlchemy's convention): a user's keys went to
+    # ./tmp/x.db, and a list of a store not there made it and showed none.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAASDL_STORE__URL", "sqlite:///tmp/state.db")
+
+    listed = runner.invoke(app, ["keys", "list"])
+    revoked = runner.invoke(app, ["keys", "revoke", "0123456789abcdef"])
+    made_before = list(tmp_path.iterdir())
+    created = runner.invoke(app, ["keys", "create", "--tenant", "team-a"])
+    listed_after = runner.invoke(app, ["keys", "list"])
+
+    for refused in (listed, revoked):
+        assert refused.exit_code == 2, refused.output
+        said = " ".join(refused.output.split())
+        assert f"no store at {tmp_path / 'tmp/state.db'}" in said
+        assert "sqlite:/// is relative to the working directory, sqlite://// absolute" in said
+    assert made_before == []
+    assert created.exit_code == 0, created.output
+    assert f"store: sqlite:///{tmp_path / 'tmp/state.db'}" in created.output
+    assert listed_after.exit_code == 0, listed_after.output
+    assert json.loads(listed_after.stdout)[0]["tenant"] == "team-a"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret-pw@cache:6379/0", "redis://cache:6379/0"),
+        ("rediss://app:s3cret-pw@cache:6380/1", "rediss://app@cache:6380/1"),
+        ("ignite://a:10800,b:10800?prefix=x", "ignite://a:10800,b:10800?prefix=x"),
+        ("sqlite:////srv/state.db", "sqlite:////srv/state.db"),
+    ],
+)
+def test_a_store_is_shown_without_its_password(url: str, shown: str) -> None:
+    from faasdl.store import shown_url
+
+    assert shown_url(url) == shown
+
+
 def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text("model: mlp\nepochs: 2\nsync_every: 3\n")

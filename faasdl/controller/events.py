@@ -1053,6 +1053,8 @@ class JobRunner:
             return new.model_copy(update={"updated_ms": now_ms()})
 
         job = update(self.rt.store, job_key(self.job_id), JobInfo, apply)
+        if event is not None:
+            log_written(job, event)
         if job.state is not JobState.RUNNING:
             self.cancelled.set()
         return job
@@ -1158,6 +1160,13 @@ def _finish_round(result: RoundResult, job: JobInfo, *, stop: bool, rounds: int)
             "stopped_early": stop and result.round + 1 < rounds,
         }
     )
+
+
+def log_written(job: JobInfo, event: JobEvent) -> None:
+    """Write ``event`` to the controller's log too, where the change of ``job`` (as written) that
+    added it to the job's log was written: an operator reads every job's lines in one place."""
+    if job.events and job.events[-1] == event:
+        log.info("job %s %s: %s", job.job_id, event.kind, event.message)
 
 
 def _line(kind: str, message: str, round_: int | None = None, unit: int | None = None) -> JobEvent:

@@ -29,6 +29,7 @@ from faasdl.controller.events import (
     Runtime,
     delete_job,
     delete_job_data,
+    log_written,
     now_ms,
 )
 from faasdl.controller.lease import ControllerLease
@@ -317,7 +318,7 @@ class Controller:
         running = sum(runner.running for runner, _ in runners)
         if not running:
             return
-        log.warning(
+        log.info(
             "stopping: waiting up to %g s (FAASDL_CONTROLLER__DRAIN_S) for %d running "
             "activation(s) to end; a second Ctrl-C stops waiting",
             drain_s,
@@ -338,7 +339,7 @@ class Controller:
                 left,
             )
         else:
-            log.warning("stopping: every activation started has ended and is booked")
+            log.info("stopping: every activation started has ended and is booked")
 
     def __enter__(self) -> Controller:
         self.start()
@@ -418,6 +419,7 @@ class Controller:
         )
         if not create(self.store, job):
             return Submitted(job=self.job(job_id), created=False)
+        log_written(job, job.events[0])
         self.metrics.jobs_submitted.labels(tenant=spec.tenant).inc()
         self._wake.set()
         return Submitted(job=job, created=True)
@@ -484,6 +486,8 @@ class Controller:
     def cancel(self, job_id: str) -> JobInfo:
         """Cancel a queued or running job: its activations are killed, its record kept."""
 
+        line = JobEvent(t_ms=now_ms(), kind="cancelled", message="cancelled by request")
+
         def change(job: JobInfo | None) -> JobInfo:
             if job is None:
                 raise JobNotFound(job_id)
@@ -491,18 +495,17 @@ class Controller:
                 raise JobError(f"job {job_id} has already ended ({job.state}): nothing to cancel")
             if job.state is JobState.CANCELLED:
                 return job
-            t = now_ms()
-            line = JobEvent(t_ms=t, kind="cancelled", message="cancelled by request")
             return job.with_event(
                 line,
                 kept=self.settings.controller.events_kept,
                 state=JobState.CANCELLED,
-                finished_ms=t,
-                updated_ms=t,
+                finished_ms=line.t_ms,
+                updated_ms=line.t_ms,
             )
 
         was = self.job(job_id).state
         job = update(self.store, job_key(job_id), JobInfo, change)
+        log_written(job, line)
         with self._lock:
             running = self._runners.get(job_id)
         if running is not None:
@@ -593,6 +596,8 @@ class Controller:
         )
 
     def _mark_running(self, job_id: str) -> bool:
+        lines: list[JobEvent] = []  # the last try's line (a compare-and-set may try again)
+
         def change(job: JobInfo | None) -> JobInfo:
             if job is None:
                 raise JobNotFound(job_id)
@@ -600,15 +605,20 @@ class Controller:
                 return job
             t = now_ms()
             waited = (t - job.created_ms) / 1000
-            line = JobEvent(t_ms=t, kind="admitted", message=f"admitted after {waited:.1f} s")
+            lines.append(
+                JobEvent(t_ms=t, kind="admitted", message=f"admitted after {waited:.1f} s")
+            )
             return job.with_event(
-                line,
+                lines[-1],
                 kept=self.settings.controller.events_kept,
                 state=JobState.RUNNING,
                 updated_ms=t,
             )
 
-        return update(self.store, job_key(job_id), JobInfo, change).state is JobState.RUNNING
+        job = update(self.store, job_key(job_id), JobInfo, change)
+        if lines:
+            log_written(job, lines[-1])
+        return job.state is JobState.RUNNING
 
     def _start_runner(self, job_id: str) -> None:
         runner = JobRunner(job_id=job_id, runtime=self.runtime)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from faasdl.config import StoreSettings
 from faasdl.errors import ValidationError
@@ -114,4 +114,30 @@ def absolute_url(url: str) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 
 
-__all__ = ["STORES", "StateStore", "Versioned", "absolute_url", "make_store"]
+def shown_url(url: str) -> str:
+    """``url`` as a person is told which store a command opened: a SQLite path absolute (a
+    relative one is the working directory's), a password in it left out."""
+    url = absolute_url(url)
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=user + parts.netloc.rpartition("@")[2]))
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file a ``sqlite:///`` URL names, absolute; None for another scheme."""
+    url = absolute_url(url)
+    path = url.removeprefix("sqlite:///")
+    return None if path == url else Path(path)
+
+
+__all__ = [
+    "STORES",
+    "StateStore",
+    "Versioned",
+    "absolute_url",
+    "make_store",
+    "shown_url",
+    "sqlite_path",
+]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import signal
@@ -190,7 +191,15 @@ def test_the_tree_gives_the_flat_weighted_mean_of_the_trainers(
             np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-def test_a_job_with_a_target_loss_stops_early(client: httpx.Client) -> None:
+def logged(caplog: pytest.LogCaptureFixture, job_id: str) -> list[str]:
+    """The controller's log lines of the job (its log, written there too)."""
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job_id} ")]
+
+
+def test_a_job_with_a_target_loss_stops_early(
+    client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="faasdl")
     spec = {**DIGITS_JOB, "epochs": 12, "target_loss": 0.6}
 
     job_id = submit(client, spec)["job_id"]
@@ -204,6 +213,9 @@ def test_a_job_with_a_target_loss_stops_early(client: httpx.Client) -> None:
     assert losses[-1] <= 0.6
     assert all(loss > 0.6 for loss in losses[:-1])
     assert record["model"] == f"jobs/{job_id}/global/{len(losses):05d}"
+    said = logged(caplog, job_id)
+    assert said == [f"job {job_id} {e['kind']}: {e['message']}" for e in record["events"]]
+    assert said[-1] == f"job {job_id} done: stopped early: the mean loss reached target_loss"
 
 
 def test_a_job_that_diverges_fails_at_once_saying_so(client: httpx.Client) -> None:
@@ -255,8 +267,12 @@ def test_two_jobs_that_do_not_fit_together_both_complete_the_second_queued_first
 
 
 def test_cancel_stops_a_running_jobs_activations(
-    client: httpx.Client, controller: Controller, tf_platform: LocalPlatform
+    client: httpx.Client,
+    controller: Controller,
+    tf_platform: LocalPlatform,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="faasdl")
     # one round of many epochs: its activations run far longer than the cancel takes
     job_id = submit(client, {**DIGITS_JOB, "epochs": 1000, "sync_every": 0})["job_id"]
 
@@ -285,6 +301,11 @@ def test_cancel_stops_a_running_jobs_activations(
     assert record["state"] == "cancelled"
     assert record["rounds"] == []
     assert client.delete(f"/v1/jobs/{job_id}").json()["job"]["state"] == "cancelled"
+    said = logged(caplog, job_id)
+    assert said[:2] == [
+        f"job {job_id} {e['kind']}: {e['message']}" for e in record["events"][:2]
+    ]  # submitted, admitted
+    assert said.count(f"job {job_id} cancelled: cancelled by request") == 1  # not the second
 
 
 def test_cancel_stops_an_attempt_whose_lease_lapsed_too(

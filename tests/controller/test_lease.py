@@ -13,13 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from faasdl import __version__
 from faasdl.config import Settings, StoreSettings
 from faasdl.controller.app import create_app
 from faasdl.controller.jobs import Controller
 from faasdl.controller.lease import LEASE_KEY, AnotherController, ControllerLease
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore, make_store
+from faasdl.store import StateStore, make_store, shown_url
 from tests.conftest import eventually
 
 #: Short, so that waiting one out is quick; long enough that a renewal (a third of it) is never
@@ -161,6 +162,11 @@ def test_faasdl_serve_whose_lease_was_taken_exits_naming_the_taker(
         serving.kill()
 
     assert serving.returncode == 1, stderr
+    # Its own log lines, from INFO (FAASDL_CONTROLLER__LOG_LEVEL's default), name what it runs on.
+    assert (
+        f"INFO:     faasdl.serve: faasdl {__version__}: store {shown_url(store[1])}, actions on "
+        "the embedded platform, API auth keys"
+    ) in stderr
     assert stderr.strip().splitlines()[-1] == (
         "error: this controller lost the store's lease (the controller on elsewhere (pid 1) "
         "took it) and stopped: another controller runs the store's jobs"
