@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faasdl import __version__
-from faasdl.config import Settings, http_url_problem
+from faasdl.config import Settings, http_url_problem, image_problem
 from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
 
 if TYPE_CHECKING:
@@ -185,13 +185,20 @@ def platform_deploy(memory_mb: MemoryClasses = None, timeout_s: TimeClasses = No
     typer.echo(json.dumps({"actions": deployed, "image": image}))
 
 
+def _checked_image(value: str | None) -> str | None:
+    if value is not None and (problem := image_problem(value)):
+        raise typer.BadParameter(problem)
+    return value
+
+
 @platform_app.command("manifest")
 def platform_manifest(
     image: Annotated[
         str | None,
         typer.Option(
             help="The action image (deploy/docker/action.Dockerfile); default: "
-            "FAASDL_OPENWHISK__ACTION_IMAGE. None at all: python:3.11 actions."
+            "FAASDL_OPENWHISK__ACTION_IMAGE. None at all: python:3.11 actions.",
+            callback=_checked_image,
         ),
     ] = None,
     memory_mb: MemoryClasses = None,

@@ -8,6 +8,7 @@ The defaults run everything on one machine with no configuration at all.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -42,6 +43,27 @@ def http_url_problem(value: str) -> str | None:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"{value!r} is not an http:// or https:// URL of a server"
+    return None
+
+
+# A container image's reference as Docker's grammar (distribution/reference) has it, IPv6
+# registries aside: [registry[:port]/]name[/name...][:tag][@digest].
+_HOST_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_NAME_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?/)?{_NAME_PART}(?:/{_NAME_PART})*"
+    r"(?::\w[\w.-]{0,127})?"  # tag
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"  # digest
+)
+
+
+def image_problem(value: str) -> str | None:
+    """Why ``value`` is not a container image's reference; ``None`` if it is one."""
+    if len(value) > 255 or not IMAGE_REFERENCE.fullmatch(value):
+        return (
+            f"{value!r} is not an image reference: [registry[:port]/]name[:tag][@digest], the "
+            "name in lower case"
+        )
     return None
 
 
@@ -171,7 +193,12 @@ class OpenWhiskSettings(Section):
     )
 
     @model_validator(mode="after")
-    def _auth_shape(self) -> OpenWhiskSettings:
+    def _checked(self) -> OpenWhiskSettings:
+        for field, url in (("api_host", self.api_host), ("admin_url", self.admin_url)):
+            if url is not None and (problem := http_url_problem(url)):
+                raise ValueError(f"{field}: {problem}")
+        if self.action_image is not None and (problem := image_problem(self.action_image)):
+            raise ValueError(f"action_image: {problem}")
         if self.auth_file is not None:
             self.auth = read_secret_file(self.auth_file, "auth_file")
         uuid, sep, key = self.auth.get_secret_value().partition(":")

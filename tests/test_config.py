@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from faasdl.config import GUEST_API_KEY, OpenWhiskSettings, Settings
+from faasdl.config import GUEST_API_KEY, OpenWhiskSettings, Settings, image_problem
 from faasdl.platform import PLATFORMS, make_platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.platform.openwhisk import OpenWhiskPlatform
@@ -31,6 +31,23 @@ def test_environment_with_nested_sections(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.openwhisk.api_host == "https://ow.example:31001"
 
 
+@pytest.mark.parametrize(
+    ("image", "valid"),
+    [
+        ("faasdl-action", True),
+        ("registry.example.com:5000/team/faasdl-action:0.1.0", True),
+        (f"ghcr.io/o/faasdl@sha256:{'a' * 64}", True),
+        ("localhost/x:tag_1.2", True),
+        ("Faasdl", False),  # a name in upper case
+        ("x:", False),
+        ("-x", False),
+        ("a" * 256, False),
+    ],
+)
+def test_an_image_reference_is_checked_as_docker_reads_one(image: str, valid: bool) -> None:
+    assert (image_problem(image) is None) is valid
+
+
 def test_factory_builds_the_named_platform_without_io() -> None:
     assert isinstance(make_platform(Settings()), LocalPlatform)
     assert isinstance(make_platform(Settings(platform="openwhisk")), OpenWhiskPlatform)
@@ -50,6 +67,10 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_PRICE_PER_GB_S", "inf", "finite number"),
         # A misspelt setting of a group left its default in force.
         ("FAASDL_LOCAL__POOL_MEMORY", "2048", "unknown setting.*FAASDL_LOCAL__POOL_MEMORY:"),
+        # Each failed at its first use, as "No connection adapters" or wskdeploy's error.
+        ("FAASDL_OPENWHISK__API_HOST", "ow.example:31001", "api_host: 'ow.example:31001' is not"),
+        ("FAASDL_OPENWHISK__ADMIN_URL", "ftp://x", "admin_url: 'ftp://x' is not an http"),
+        ("FAASDL_OPENWHISK__ACTION_IMAGE", "My Image", "action_image: 'My Image' is not an image"),
     ],
 )
 def test_nonsense_is_refused_naming_the_setting(
