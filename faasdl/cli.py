@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -436,11 +437,19 @@ def estimate(
         str | None,
         typer.Option(
             help="Ask this controller (POST /v1/estimate: its platform, its history, your "
-            "uploads, your tenant's limits) instead of planning here with this machine's "
-            "settings. The API key is FAASDL_CLIENT__API_KEY or the file "
-            "FAASDL_CLIENT__API_KEY_FILE names."
+            "uploads, your tenant's limits); default: FAASDL_CLIENT__URL's, where it is set. "
+            "The API key is FAASDL_CLIENT__API_KEY or the file FAASDL_CLIENT__API_KEY_FILE "
+            "names."
         ),
     ] = None,
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local",
+            help="Plan here, with this machine's settings and store (its history; none if "
+            "FAASDL_STORE__URL's SQLite file is not there, and none is made), not a controller's.",
+        ),
+    ] = False,
 ) -> None:
     """Print a job's plan (its training actions' memory and timeout, rounds, aggregation tree)
     without running it, as the controller would plan it; JSON last."""
@@ -449,7 +458,11 @@ def estimate(
     from faasdl.estimator.planner import check_workers
     from faasdl.estimator.sizer import Sizer, checked_facts
     from faasdl.platform import make_platform
-    from faasdl.store import make_store
+    from faasdl.store import make_store, sqlite_path
+    from faasdl.training.datasets import NpzSpec
+
+    if url is not None and local:
+        fail("--url and --local: give one (--url asks a controller, --local plans here)")
 
     fields: dict[str, Any] = {}
     if spec is not None:
@@ -478,15 +491,27 @@ def estimate(
         job = JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
         fail(str(ValidationError.from_pydantic(exc)))
-    if url is not None:
+    settings = load_settings()
+    if not local and (url is not None or settings.client.url is not None):
         with _controller(url) as client:
             plan = JobPlan.model_validate(client.estimate(fields))
     else:
-        settings = load_settings()
+        if isinstance(job.dataset, NpzSpec) and not Path(job.dataset.path).is_file():
+            fail(
+                f"dataset.path: no such file here: {job.dataset.path} (an upload lives on the "
+                "controller, which plans it: --url or FAASDL_CLIENT__URL)"
+            )
+        db = sqlite_path(settings.store.url)
         try:
             facts = checked_facts(job)
             check_workers(job, facts)  # before the store is opened: a refused job writes nothing
-            with make_platform(settings) as platform, make_store(settings.store) as store:
+            with contextlib.ExitStack() as stack:
+                store_url = None
+                if db is not None and not db.exists():  # no history: none is made here either
+                    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="faasdl-"))
+                    store_url = f"sqlite:///{folder}/state.db"
+                platform = stack.enter_context(make_platform(settings))
+                store = stack.enter_context(make_store(settings.store, store_url))
                 sizer = Sizer(platform=platform, store=store, settings=settings)
                 plan = plan_job(sizer, job, facts, max_fan_in=settings.controller.max_fan_in)
         except FaasdlError as exc:

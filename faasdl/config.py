@@ -458,7 +458,8 @@ class ClientSettings(Section):
     url: str | None = Field(
         None,
         description="The controller's URL that the CLI's commands call (their `--url` overrides "
-        "it); unset: http://FAASDL_CONTROLLER__HOST:FAASDL_CONTROLLER__PORT.",
+        "it; `faasdl estimate` asks it for plans unless `--local`); unset: "
+        "http://FAASDL_CONTROLLER__HOST:FAASDL_CONTROLLER__PORT (and estimate plans here).",
     )
     api_key: SecretStr | None = Field(
         None, description="The API key sent as a bearer token (from `faasdl keys create`)."

@@ -126,6 +126,8 @@ def test_estimate_plans_the_job_file_submit_takes(
     assert plan["tree"] == [[[0, 1, 2, 3]]]
     assert plan["examples"] + plan["test_examples"] == 1797  # the digits, split
     assert "train.memory_mb" in result.stderr  # the table, for a reader
+    # The store named is not there: planned without history, and none made (it was).
+    assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]
 
 
 @pytest.mark.parametrize(

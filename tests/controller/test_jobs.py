@@ -415,8 +415,12 @@ def test_the_cli_asks_the_controller_for_a_plan_with_url(
     missing.write_text(yaml.safe_dump({**job, "dataset": {"name": "npz", "path": "none.npz"}}))
     env = {"FAASDL_CLIENT__API_KEY": admin_key}
 
+    set_once = env | {"FAASDL_CLIENT__URL": api_url}
+
     asked = runner.invoke(app, ["estimate", "--spec", str(spec), "--url", api_url], env=env)
     refused = runner.invoke(app, ["estimate", "--spec", str(missing), "--url", api_url], env=env)
+    by_setting = runner.invoke(app, ["estimate", "--spec", str(spec)], env=set_once)
+    here = runner.invoke(app, ["estimate", "--spec", str(missing), "--local"], env=set_once)
 
     assert asked.exit_code == 0, asked.output
     assert json.loads(asked.stdout.splitlines()[-1]) == client.post("/v1/estimate", json=job).json()
@@ -424,6 +428,13 @@ def test_the_cli_asks_the_controller_for_a_plan_with_url(
     assert "dataset.path: no upload of yours is named 'none.npz'" in " ".join(
         refused.output.split()
     )
+    assert by_setting.exit_code == 0, by_setting.output
+    assert by_setting.stdout == asked.stdout
+    assert here.exit_code == 2
+    assert (
+        "dataset.path: no such file here: none.npz (an upload lives on the controller, which "
+        "plans it: --url or FAASDL_CLIENT__URL)"
+    ) in " ".join(here.output.split())
 
 
 def test_a_watch_stopped_with_ctrl_c_leaves_the_job_running_and_says_how_to_follow_it(
