@@ -234,7 +234,6 @@ class JobRunner:
             return
         except FaasdlError as exc:
             self._kill_in_flight()
-            log.warning("job %s failed: %s", self.job_id, exc)
             if not self._ended(str(exc)):
                 return
         except Exception as exc:  # a bug must still end the job visibly, not leave it running
@@ -253,7 +252,12 @@ class JobRunner:
             if error is not None:
                 self._finish(JobState.FAILED, error=error)
         except StoreError as exc:
-            log.warning("job %s: its end was not recorded, the store refused: %s", self.job_id, exc)
+            log.warning(
+                "job %s: its end (%s) was not recorded, the store refused: %s",
+                self.job_id,
+                "failed: " + error if error is not None else "stopped",
+                exc,
+            )
             return False
         return True
 
@@ -1166,7 +1170,8 @@ def log_written(job: JobInfo, event: JobEvent) -> None:
     """Write ``event`` to the controller's log too, where the change of ``job`` (as written) that
     added it to the job's log was written: an operator reads every job's lines in one place."""
     if job.events and job.events[-1] == event:
-        log.info("job %s %s: %s", job.job_id, event.kind, event.message)
+        level = logging.WARNING if event.kind == JobState.FAILED else logging.INFO
+        log.log(level, "job %s %s: %s", job.job_id, event.kind, event.message)
 
 
 def _line(kind: str, message: str, round_: int | None = None, unit: int | None = None) -> JobEvent:

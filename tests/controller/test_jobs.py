@@ -218,7 +218,10 @@ def test_a_job_with_a_target_loss_stops_early(
     assert said[-1] == f"job {job_id} done: stopped early: the mean loss reached target_loss"
 
 
-def test_a_job_that_diverges_fails_at_once_saying_so(client: httpx.Client) -> None:
+def test_a_job_that_diverges_fails_at_once_saying_so(
+    client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="faasdl")
     # Momentum SGD at 10 × √4 on batches of one takes a shard's loss to NaN within its first
     # epoch. Training is deterministic: a retry would diverge again.
     spec = {**DIGITS_JOB, "optimizer": "sgd", "learning_rate": 10, "batch_size": 1}
@@ -236,6 +239,11 @@ def test_a_job_that_diverges_fails_at_once_saying_so(client: httpx.Client) -> No
     )
     assert [f["classification"] for f in record["failures"]] == ["application_error"]
     assert record["failures"][0]["recovery"] == "fail"
+    # The controller's log says so once, as a warning (it said it twice).
+    failed = [r for r in caplog.records if r.getMessage().startswith(f"job {job_id} failed")]
+    assert [(r.levelno, r.getMessage()) for r in failed] == [
+        (logging.WARNING, f"job {job_id} failed: {error}")
+    ]
 
 
 def test_two_jobs_that_do_not_fit_together_both_complete_the_second_queued_first(
