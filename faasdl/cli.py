@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
 import typer
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import ErrorDetails
 from rich.console import Console
 from rich.table import Table
 
@@ -92,11 +93,27 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except PydanticValidationError as exc:
-        problems = "; ".join(
-            f"FAASDL_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
-            for e in exc.errors()
-        )
-        fail(f"invalid settings: {problems}")
+        fail(f"invalid settings: {'; '.join(map(_settings_problem, exc.errors()))}")
+
+
+def _settings_problem(error: ErrorDetails) -> str:
+    """One setting's problem as its variable and what is wrong: a section's own check names a
+    field of it first (``api_host: …``), the unknown-variables check none."""
+    message = error["msg"].removeprefix("Value error, ")
+    loc = [str(part) for part in error["loc"]]
+    if len(loc) == 1 and (named := re.match(r"([a-z_]+): (.*)", message, re.S)):
+        loc.append(named[1])
+        message = named[2]
+    return f"FAASDL_{'__'.join(loc).upper()}: {message}" if loc else message
+
+
+@app.callback()
+def _settings_first(ctx: typer.Context) -> None:
+    # Every command but version checks the FAASDL_ variables before it starts: the commands
+    # that make settings of their own (the demo, experiments, benchmarks) failed with a
+    # traceback on a misspelt one, or ran without it.
+    if ctx.invoked_subcommand != "version":
+        load_settings()
 
 
 @app.command()

@@ -204,6 +204,48 @@ def test_a_store_url_of_an_unknown_scheme_is_one_line(monkeypatch: pytest.Monkey
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["demo"],
+        ["experiment", "recovery", "--quick"],
+        ["bench", "recovery", "--quick"],
+        ["bench", "training", "--quick"],
+        ["bench", "estimator", "--quick"],
+        ["bench", "api", "--quick"],
+        ["bench", "steadiness", "--duration", "5"],
+        ["jobs"],
+    ],
+    ids=" ".join,
+)
+def test_every_command_refuses_a_misspelt_setting_before_it_starts(
+    command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo, experiments and benchmarks make settings of their own: they failed with a
+    # traceback, or (api, steadiness) ran without the setting meant.
+    monkeypatch.setenv("FAASDL_LOCAL__POOL_MEMORY", "2048")
+
+    result = runner.invoke(app, command)
+
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: invalid settings: unknown setting(s) FAASDL_LOCAL__POOL_MEMORY: Extra inputs "
+        "are not permitted"
+    ]
+
+
+def test_a_section_check_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", "ow.example:31001")
+
+    result = runner.invoke(app, ["jobs"])
+
+    assert result.exit_code == 2
+    assert " ".join(result.output.split()) == (
+        "error: invalid settings: FAASDL_OPENWHISK__API_HOST: 'ow.example:31001' is not an "
+        "http:// or https:// URL of a server"
+    )
+
+
 def test_keys_say_which_store_and_read_none_that_is_not_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
