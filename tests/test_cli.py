@@ -320,7 +320,10 @@ def test_the_controllers_url_is_the_option_else_the_setting_and_must_be_http(
     assert bad_option.exit_code == 2
     assert "--url: 'localhost:8080' is not an http:// or https:// URL" in bad_option.output
     assert bad_setting.exit_code == 2
-    assert "url: '127.0.0.1:8080' is not an http:// or https:// URL" in bad_setting.output
+    assert (
+        "FAASDL_CLIENT__URL: '127.0.0.1:8080' is not an http:// or https:// URL"
+        in bad_setting.output
+    )
     assert "unreachable" not in bad_option.output + bad_setting.output
 
 
