@@ -288,6 +288,14 @@ class JobRunner:
         self._train_failures = sum(a.outcome != "success" for a in train)
         if job.started_ms is None:
             self._change(lambda j: j.model_copy(update={"started_ms": now_ms()}))
+        else:  # a controller that started (or a store that came back) carries on
+            self._event(
+                _line(
+                    "resumed",
+                    f"carried on from the store at round {job.round + 1}/{self.plan.rounds} "
+                    f"({self._train_attempts} training activations booked before)",
+                )
+            )
         self._stage()
         weights = job.global_weights
         for round_ in range(job.round, self.plan.rounds):
@@ -353,18 +361,24 @@ class JobRunner:
         started = now_ms()
         plan = self.plan
         epochs = self.spec.round_epochs(round_)
+        units = [self._unit(round_, shard) for shard in range(plan.workers)]
+        begun = {
+            "committed": sum(u.state is UnitState.COMMITTED for u in units),
+            "running": sum(u.state is UnitState.RUNNING for u in units),
+        }
+        before = ", ".join(f"{n} {state}" for state, n in begun.items() if n)
         self._event(
             _line(
                 "round_started",
-                f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)",
+                f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)"
+                + (f" ({before} already)" if before else ""),
                 round_,
             )
         )
         done: dict[tuple[int, int], tuple[str, int]] = {}  # (level, index) → (weights, examples)
         losses: dict[int, tuple[float, int]] = {}
         queue: deque[_Task] = deque()
-        for shard in range(plan.workers):
-            unit = self._unit(round_, shard)
+        for shard, unit in enumerate(units):
             task = self._train_task(round_, shard, epochs, unit.attempts + 1, weights_in)
             if unit.state is UnitState.COMMITTED and unit.committed_result and unit.examples:
                 done[(0, shard)] = (unit.committed_result, unit.examples)

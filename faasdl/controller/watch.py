@@ -34,6 +34,7 @@ _STYLE = {
     "recovery": "yellow",
     "limits_raised": "yellow",
     "staging_waits": "yellow",
+    "resumed": "yellow",
     "failed": "bold red",
     "cancelled": "yellow",
     "done": "bold green",

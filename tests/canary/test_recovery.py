@@ -581,6 +581,13 @@ def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_th
     again = [a for a in used if a["kind"] == "train" and a["round"] == round_]
     assert all(a["start_ms"] < restarted_ms for a in again), again
     assert job.failures == []
+    # The job's log says the new controller carried on, and what of the round it found done
+    # (it said the round started again, as if from nothing).
+    after = [e for e in job.events if e.t_ms >= restarted_ms]
+    assert after[0].kind == "resumed", after
+    assert after[0].message.startswith(f"carried on from the store at round {round_ + 1}/")
+    assert after[1].kind == "round_started", after
+    assert after[1].message.endswith(f"({JOB['workers']} committed already)")
 
 
 def test_a_controller_stopped_lets_what_it_started_end_and_books_it_before_it_exits(
