@@ -61,11 +61,14 @@ QUICK = [Workload("digits", "mlp", DigitsSpec(), epochs=2)]
 
 
 def bare_metal(
-    model: str, dataset: dict[str, Any], epochs: int, batch: int, seed: int
+    model: str, dataset: dict[str, Any], epochs: int, batch: int, seed: int, tmp: str
 ) -> dict[str, float]:
     """Single-worker training in this process (run it in a fresh one): accuracy, seconds from the
-    call (TensorFlow's import included) and the process's peak memory."""
+    call (TensorFlow's import included) and the process's peak memory. Its temporary files go
+    to ``tmp``: a pool's worker ends without its exit hooks, and AutoGraph's three generated
+    modules were left in /tmp by every run."""
     started = time.perf_counter()
+    tempfile.tempdir = tmp
     from pydantic import TypeAdapter
 
     from faasdl.training.datasets import load_dataset
@@ -99,7 +102,7 @@ def run_training_bench(*, quick: bool, seeds: int, progress: Console) -> dict[st
             controller={"scheduler_tick_s": 0.1},
         )
         with embedded_controller(settings) as (controller, _):
-            rows = [_workload(w, seeds, controller, progress) for w in workloads]
+            rows = [_workload(w, seeds, controller, progress, tmp) for w in workloads]
     _print(rows, progress)
     return {
         "workers": WORKERS,
@@ -111,7 +114,9 @@ def run_training_bench(*, quick: bool, seeds: int, progress: Console) -> dict[st
     }
 
 
-def _workload(w: Workload, seeds: int, controller: Controller, progress: Console) -> dict[str, Any]:
+def _workload(
+    w: Workload, seeds: int, controller: Controller, progress: Console, tmp: str
+) -> dict[str, Any]:
     single: list[dict[str, float]] = []
     periodic: list[JobInfo] = []
     one_shot: list[JobInfo] = []
@@ -126,7 +131,9 @@ def _workload(w: Workload, seeds: int, controller: Controller, progress: Console
         progress.print(f"{w.label}: seed {seed}: bare metal, faasdl periodic, faasdl one-shot")
         with ctx.Pool(1) as pool:
             single.append(
-                pool.apply(bare_metal, (w.model, spec["dataset"], w.epochs, w.batch_size, seed))
+                pool.apply(
+                    bare_metal, (w.model, spec["dataset"], w.epochs, w.batch_size, seed, tmp)
+                )
             )
         job = {**spec, "seed": seed, "workers": WORKERS}
         if seed == 0:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from faasdl.bench.training import bare_metal
 
 pytestmark = pytest.mark.tensorflow
 
@@ -24,3 +28,23 @@ def test_the_quick_variant_measures_accuracy_environments_and_overhead(
     assert all(e["makespan_s"] > 0 and e["peak_mb_per_action"] > 100 for e in envs.values())
     assert envs["faasdl"]["activations"] == 2 * (4 + 1 + 1)  # 2 rounds: trainers, root, evaluation
     assert 0 <= result["controller_overhead_ratio"] < 0.5
+
+
+def test_bare_metal_training_leaves_no_file_in_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pool's worker ends without its exit hooks: AutoGraph's generated modules of every run
+    # were left in /tmp (three a run). The worker's system temporary directory is one of the
+    # test's own, where no other process writes.
+    system, private = tmp_path / "system", tmp_path / "private"
+    system.mkdir()
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system))  # the spawned worker's tempfile.gettempdir()
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        score = pool.apply(bare_metal, ("mlp", {"name": "digits"}, 1, 32, 0, str(private)))
+
+    generated = "__autograph_generated_file*"
+    assert score["accuracy"] > 0.5
+    assert list(system.iterdir()) == []
+    assert list(private.glob(generated))  # where they went, to go with the directory
