@@ -213,6 +213,12 @@ def test_a_job_with_a_target_loss_stops_early(
     assert losses[-1] <= 0.6
     assert all(loss > 0.6 for loss in losses[:-1])
     assert record["model"] == f"jobs/{job_id}/global/{len(losses):05d}"
+    # Written by the runner just after the record (which ended the stream) was.
+    eventually(
+        lambda: len(logged(caplog, job_id)) == len(record["events"]),
+        timeout_s=10,
+        what="the job's last line logged",
+    )
     said = logged(caplog, job_id)
     assert said == [f"job {job_id} {e['kind']}: {e['message']}" for e in record["events"]]
     assert said[-1] == f"job {job_id} done: stopped early: the mean loss reached target_loss"
@@ -239,8 +245,14 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
     )
     assert [f["classification"] for f in record["failures"]] == ["application_error"]
     assert record["failures"][0]["recovery"] == "fail"
+
     # The controller's log says so once, as a warning (it said it twice).
-    failed = [r for r in caplog.records if r.getMessage().startswith(f"job {job_id} failed")]
+    def failed_lines() -> list[logging.LogRecord]:
+        said = caplog.records
+        return [r for r in said if r.getMessage().startswith(f"job {job_id} failed")]
+
+    eventually(lambda: bool(failed_lines()), timeout_s=10, what="the job's failure logged")
+    failed = failed_lines()
     assert [(r.levelno, r.getMessage()) for r in failed] == [
         (logging.WARNING, f"job {job_id} failed: {error}")
     ]

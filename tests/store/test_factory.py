@@ -76,7 +76,8 @@ def test_an_unreachable_ignite_is_one_line_from_the_cli() -> None:
 
     assert ran.returncode == 2
     assert ran.stderr.strip().splitlines() == [
-        f"error: cannot reach Ignite at [('127.0.0.1', {port})]: Can not connect."
+        f"store: ignite://127.0.0.1:{port}",  # which store the keys command opens
+        f"error: cannot reach Ignite at [('127.0.0.1', {port})]: Can not connect.",
     ]
 
 
