@@ -51,6 +51,18 @@ if TYPE_CHECKING:
 RETRYABLE = "retryable"
 
 
+def reason(exc: BaseException) -> str:
+    """What went wrong beneath a library's wrappers: the message of the innermost exception in
+    ``exc``'s chain. (requests' ``ConnectionError`` says "HTTPConnectionPool(host=…, port=…): Max
+    retries exceeded with url: … (Caused by NewConnectionError(…))" around the socket's
+    "[Errno 111] Connection refused", which is what a user needs.)"""
+    inner, seen = exc, {id(exc)}
+    while (below := inner.__cause__ or inner.__context__) is not None and id(below) not in seen:
+        inner = below
+        seen.add(id(inner))
+    return str(inner) or type(inner).__name__
+
+
 class FaasdlError(Exception):
     """Root of every faasdl error."""
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import inspect
 import io
 import json
+import socket
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from typer.testing import CliRunner
 
 from faasdl import __version__
 from faasdl.cli import LOG_WIDTH, app, stderr_console
+from faasdl.controller.client import ControllerClient
+from faasdl.errors import PlatformUnavailable
 from tests.conftest import Served
 
 runner = CliRunner()
@@ -302,7 +306,22 @@ def test_an_unreachable_controller_is_one_clear_line() -> None:
     result = runner.invoke(app, ["status", "0123456789abcdef", "--url", "http://127.0.0.1:9"])
 
     assert result.exit_code == 2
-    assert "the controller at http://127.0.0.1:9 is unreachable" in result.output
+    said = " ".join(result.output.split())
+    assert "the controller at http://127.0.0.1:9 is unreachable: [Errno 111] Connection" in said
+    assert "Max retries" not in result.output  # requests' wrapping, no use to a user
+
+
+def test_a_controller_that_does_not_answer_is_named_with_the_time_waited() -> None:
+    with socket.socket() as silent:  # listens, so a connection is made, and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+
+        client = ControllerClient(url=url, timeout_s=0.2)
+        with closing(client), pytest.raises(PlatformUnavailable) as raised:
+            client.datasets()
+
+    assert str(raised.value) == f"the controller at {url} did not answer in 0.2 s"
 
 
 def test_the_controllers_url_is_the_option_else_the_setting_and_must_be_http(

@@ -17,6 +17,7 @@ from faasdl.errors import (
     PlatformUnavailable,
     Unauthenticated,
     ValidationError,
+    reason,
 )
 
 #: How much of a model a download writes at a time.
@@ -82,7 +83,7 @@ class ControllerClient:
                     written += len(chunk)
             except requests.RequestException as exc:
                 raise PlatformUnavailable(
-                    f"the controller at {self.url} stopped sending the model: {exc}"
+                    f"the controller at {self.url} stopped sending the model: {reason(exc)}"
                 ) from exc
         return written
 
@@ -108,9 +109,13 @@ class ControllerClient:
         kwargs["timeout"] = kwargs.get("timeout") or self.timeout_s
         try:
             response = self._session.request(method, self.url + path, **kwargs)
+        except requests.Timeout as exc:
+            raise PlatformUnavailable(
+                f"the controller at {self.url} did not answer in {kwargs['timeout']:g} s"
+            ) from exc
         except requests.RequestException as exc:
             raise PlatformUnavailable(
-                f"the controller at {self.url} is unreachable: {exc}"
+                f"the controller at {self.url} is unreachable: {reason(exc)}"
             ) from exc
         if response.ok:
             return response

@@ -37,6 +37,7 @@ from faasdl.errors import (
     PlatformUnavailable,
     Throttled,
     Unsupported,
+    reason,
 )
 from faasdl.platform.base import (
     Action,
@@ -127,7 +128,7 @@ class OpenWhiskPlatform(Platform):
             )
         except requests.RequestException as exc:
             raise PlatformUnavailable(
-                f"cannot reach OpenWhisk at {self.settings.api_host}: {exc}"
+                f"cannot reach OpenWhisk at {self.settings.api_host}: {self._failure(exc)}"
             ) from exc
         if response.status_code in ok:
             return response
@@ -152,6 +153,13 @@ class OpenWhiskPlatform(Platform):
             error = PlatformError(f"OpenWhisk answered {status}: {text}")
         raise error
 
+    def _failure(self, exc: Exception) -> str:
+        """What failed, in a line: requests' own messages wrap it in the connection pool's."""
+        if isinstance(exc, requests.Timeout):
+            timeout_s = self.settings.request_timeout_s
+            return f"no answer in {timeout_s:g} s (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)"
+        return reason(exc)
+
     def _call(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         return self._request_retrying(method, url, **kwargs)
 
@@ -166,7 +174,8 @@ class OpenWhiskPlatform(Platform):
             info = response.json()
         except (requests.RequestException, ValueError) as exc:
             raise PlatformUnavailable(
-                f"cannot read OpenWhisk's limits from {self.settings.api_host}/: {exc}"
+                f"cannot read OpenWhisk's limits from {self.settings.api_host}/: "
+                f"{self._failure(exc)}"
             ) from exc
         limits = info.get("limits") or {}
         runtimes = info.get("runtimes") or {}

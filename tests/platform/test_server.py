@@ -430,8 +430,25 @@ def test_client_reports_an_unreachable_platform() -> None:
         port = sock.getsockname()[1]
     client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=f"http://127.0.0.1:{port}"))
 
-    with pytest.raises(PlatformUnavailable, match=f"127.0.0.1:{port}"):
+    with pytest.raises(PlatformUnavailable, match=f"127.0.0.1:{port}") as raised:
         client.open()
+    assert str(raised.value).endswith(": [Errno 111] Connection refused")
+
+
+def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
+    with socket.socket() as silent:  # listens, so a connection is made, and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=url, request_timeout_s=0.2))
+
+        with pytest.raises(PlatformUnavailable) as raised:
+            client.open()
+
+    assert str(raised.value) == (
+        f"cannot read OpenWhisk's limits from {url}/: "
+        "no answer in 0.2 s (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)"
+    )
 
 
 def test_client_cannot_kill_without_an_admin_endpoint(served: Served) -> None:
