@@ -1010,7 +1010,10 @@ def datasets_upload(
         Progress(console=console, transient=True) as progress,
         progress.open(file, "rb", description=f"uploading {file.name}") as data,
     ):
-        uploaded = client.upload_dataset(name or file.stem, data)
+        try:
+            uploaded = client.upload_dataset(name or file.stem, data)
+        except ValidationError as exc:  # the API names its field, the body: here, the file
+            fail(f"{file.name}: {str(exc).removeprefix('body: ')}")
     console.print(f"jobs name it as dataset: {{name: npz, path: {uploaded['path']}}}")
     typer.echo(json.dumps(uploaded))
 

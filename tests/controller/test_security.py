@@ -368,7 +368,7 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
     assert "my set.npz: 'my set' is not a data set's name" in unnamed.output
     assert "give it one with --name" in unnamed.output
     assert refused.exit_code == 2
-    assert "body: the upload is not a valid .npz" in refused.output
+    assert "error: junk.npz: the upload is not a valid .npz" in refused.output
     assert too_big.exit_code == 2
     assert "HTTP 413: Content Too Large: over the controller's FAASDL_API__MAX_UPLOAD_BYTES" in (
         too_big.output
