@@ -15,7 +15,8 @@ that all of it happens in the container's ``/init``: a warm or prewarmed contain
   unit through Canary's fenced API, and report losses, peak memory, phase durations and
   checkpoint stalls;
 * ``{"mode": "evaluate", ...}`` (:class:`EvaluateArgs`): the loss and accuracy of stored weights
-  on a stored data set (the controller's per-round test accuracy).
+  on a stored data set (the controller's per-round test accuracy), and the peak memory (the
+  ledger's, as a trainer's).
 
 Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's application error.
 """
@@ -153,7 +154,8 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
     model = build_model(args.model, tuple(data.x.shape[1:]), args.classes, seed=0)
     trainer = Trainer(model, TrainConfig(batch_size=256, epochs=1))
     trainer.load(TrainState(weights=unpack(store.get_blob(args.weights), what="weights")["w"]))
-    return {**trainer.evaluate(data.x, data.y), "examples": data.count}
+    scores = trainer.evaluate(data.x, data.y)
+    return {**scores, "examples": data.count, "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
 class TrainerKey(NamedTuple):

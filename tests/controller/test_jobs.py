@@ -152,6 +152,7 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert record["activation_count"] == len(ledger) == 12 + 9 + 3
     assert [a["start_ms"] for a in ledger] == sorted(a["start_ms"] for a in ledger)
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
+    assert all(0 < a["peak_memory_mb"] <= a["memory_mb"] for a in ledger)
     replicas = record["replica_gb_s"] * Settings().price_per_gb_s  # warm replicas held
     assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger) + replicas)
     assert record["failures"] == []
