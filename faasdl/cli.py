@@ -901,20 +901,25 @@ def status(
 
 @app.command()
 def ledger(job_id: JobIdArgument, url: UrlOption = None) -> None:
-    """What each of a job's activations used and cost; JSON last."""
+    """What each of a job's activations used and cost (its memory limit and peak, its time and
+    the cold start's part of it); JSON last."""
     with _controller(url) as client:
         found = client.ledger(job_id)
     table = Table(title=f"ledger of job {job_id}")
-    for column in ("kind", "round", "unit", "attempt", "MB", "seconds", "outcome", "USD"):
+    columns = ("kind", "round", "unit", "attempt", "MB", "peak MB", "seconds", "init s")
+    for column in (*columns, "outcome", "USD"):
         table.add_column(column)
     for a in found:
+        peak = a.get("peak_memory_mb")  # none where the activation did not say (killed)
         table.add_row(
             a["kind"],
             str(a["round"] + 1),
             str(a["unit"]),
             str(a["attempt"]),
             str(a["memory_mb"]),
+            "–" if peak is None else f"{peak:.0f}",
             f"{a['duration_ms'] / 1000:.2f}",
+            f"{a['init_ms'] / 1000:.2f}",
             a["outcome"],
             f"{a['cost_usd']:.6f}",
         )

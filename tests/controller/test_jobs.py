@@ -416,6 +416,13 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert "activations (0 failed and recovered)" in submitted.output
     used = json.loads(ledger.stdout.splitlines()[-1])
     assert [a["kind"] for a in used].count("train") == DIGITS_JOB["workers"]
+    first = used[0]
+    row = (
+        first["memory_mb"],
+        f"{first['peak_memory_mb']:.0f}",
+        f"{first['duration_ms'] / 1e3:.2f}",
+    )
+    assert re.search(r"\s*│\s*".join(map(str, row)), ledger.output)  # limit, peak, seconds
     assert f"{len(used)} activations" in status.output
     assert downloaded.exit_code == 0, downloaded.output
     assert len(unpack(out.read_bytes())["w"]) > 0
