@@ -7,6 +7,7 @@ The defaults run everything on one machine with no configuration at all.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -535,10 +536,28 @@ class Settings(BaseSettings):
             and not _is_setting(type(self), var[len(ENV_PREFIX) :].split("__"))
         )
         if unknown:
+            known = _setting_names(type(self))
+            named = [f"{var}{_did_you_mean(var, known)}" for var in unknown]
             raise ValueError(
-                f"unknown setting(s) {', '.join(unknown)}: Extra inputs are not permitted"
+                f"unknown setting(s) {', '.join(named)}: Extra inputs are not permitted"
             )
         return self
+
+
+def _setting_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> list[str]:
+    """The variable of every setting of ``model``, its sections' included."""
+    names = []
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, Section):
+            names += _setting_names(field.annotation, f"{prefix}{name.upper()}__")
+        else:
+            names.append(f"{prefix}{name.upper()}")
+    return names
+
+
+def _did_you_mean(var: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(var, known, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _is_setting(model: type[BaseModel], names: list[str]) -> bool:

@@ -233,8 +233,8 @@ def test_every_command_refuses_a_misspelt_setting_before_it_starts(
 
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [
-        "error: invalid settings: unknown setting(s) FAASDL_LOCAL__POOL_MEMORY: Extra inputs "
-        "are not permitted"
+        "error: invalid settings: unknown setting(s) FAASDL_LOCAL__POOL_MEMORY (did you mean "
+        "FAASDL_LOCAL__POOL_MEMORY_MB?): Extra inputs are not permitted"
     ]
 
 

@@ -66,7 +66,10 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_OPENWHISK__REQUEST_TIMEOUT_S", "inf", "openwhisk.request_timeout_s\n.*finite"),
         ("FAASDL_PRICE_PER_GB_S", "inf", "finite number"),
         # A misspelt setting of a group left its default in force.
-        ("FAASDL_LOCAL__POOL_MEMORY", "2048", "unknown setting.*FAASDL_LOCAL__POOL_MEMORY:"),
+        ("FAASDL_LOCAL__POOL_MEMORY", "2048", "unknown setting.*FAASDL_LOCAL__POOL_MEMORY "),
+        # … with the setting it is closest to, where one is close.
+        ("FAASDL_STORE__URI", "x", r"FAASDL_STORE__URI \(did you mean FAASDL_STORE__URL\?\):"),
+        ("FAASDL_API__AUTHENTICATION", "none", "FAASDL_API__AUTHENTICATION: Extra inputs"),
         # Each failed at its first use, as "No connection adapters" or wskdeploy's error.
         ("FAASDL_OPENWHISK__API_HOST", "ow.example:31001", "api_host: 'ow.example:31001' is not"),
         ("FAASDL_OPENWHISK__ADMIN_URL", "ftp://x", "admin_url: 'ftp://x' is not an http"),
