@@ -507,7 +507,7 @@ def estimate(
     try:
         job = JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
-        fail(str(ValidationError.from_pydantic(exc)))
+        fail(str(ValidationError.from_pydantic(exc, model=JobSpec)))
     settings = load_settings()
     if not local and (url is not None or settings.client.url is not None):
         with _controller(url) as client:
@@ -790,7 +790,7 @@ def submit(
     try:
         JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
-        fail(str(ValidationError.from_pydantic(exc)))
+        fail(str(ValidationError.from_pydantic(exc, model=JobSpec)))
     with _controller(url) as client:
         job = client.submit(fields, idempotency_key=idempotency_key)["job"]
         typer.echo(job["job_id"])

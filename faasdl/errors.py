@@ -40,10 +40,13 @@ Each class carries the HTTP status the controller's single exception handler ans
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import difflib
+import typing
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from pydantic import ValidationError as PydanticValidationError
 
 #: Key of an action's error result that says a later attempt may succeed (faasdl's convention;
@@ -85,11 +88,56 @@ class ValidationError(FaasdlError):
         self.field = field
 
     @classmethod
-    def from_pydantic(cls, exc: PydanticValidationError) -> ValidationError:
-        """One error for all of pydantic's, named by the first field: ``a.b: msg; c: msg``."""
-        problems = [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+    def from_pydantic(
+        cls, exc: PydanticValidationError, *, model: type[BaseModel] | None = None
+    ) -> ValidationError:
+        """One error for all of pydantic's, named by the first field: ``a.b: msg; c: msg``. With
+        the ``model`` validated, a field it does not take is told the one it may have meant."""
+        problems = []
+        for e in exc.errors():
+            unknown = model is not None and e["type"] == "extra_forbidden"
+            hint = unknown_field_hint(model, e["loc"]) if model is not None and unknown else ""
+            problems.append((".".join(str(p) for p in e["loc"]), e["msg"] + hint))
         rest = "".join(f"; {field}: {msg}" for field, msg in problems[1:])
         return cls(problems[0][1] + rest, field=problems[0][0] or None)
+
+
+#: Fields listed in a hint at most (a job spec's top level has more: no list, only a match).
+HINT_FIELDS = 12
+
+
+def unknown_field_hint(model: type[BaseModel], loc: Sequence[str | int]) -> str:
+    """For an input ``model`` does not take at ``loc`` (pydantic's ``extra_forbidden``): the field
+    there it is closest to, else the fields there if they are few; "" where there is neither.
+    A discriminated union's tag in ``loc`` (``dataset.npz.pathh``) leads to its member."""
+    here = [model]
+    for part in loc[:-1]:
+        if not isinstance(part, int):  # an int: an item of a list, of the same model
+            here = [found for m in here for found in _step(m, part)]
+    names = sorted({name for m in here for name in m.model_fields})
+    if close := difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6):
+        return f" (did you mean {close[0]!r}?)"
+    if names and len(names) <= HINT_FIELDS:
+        return f" (expected one of: {', '.join(names)})"
+    return ""
+
+
+def _step(model: type[BaseModel], part: str) -> list[type[BaseModel]]:
+    """The models ``part`` of a location leads to from ``model``: its field's (a union's
+    members), or ``model`` itself where ``part`` is its tag in a discriminated union."""
+    field = model.model_fields.get(part)
+    if field is not None:
+        return _models_in(field.annotation)
+    fields = model.model_fields.values()
+    return [model] if any(part in typing.get_args(f.annotation) for f in fields) else []
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 class DatasetNotFound(ValidationError):

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from faasdl import __version__
 from faasdl.config import Settings
@@ -26,7 +27,13 @@ from faasdl.controller.auth import RateLimiter, StreamSlots
 from faasdl.controller.deps import ApiLimits
 from faasdl.controller.jobs import Controller
 from faasdl.controller.routes import datasets, jobs, ops, ui
-from faasdl.errors import FaasdlError, LimitExceeded, Unauthenticated, ValidationError
+from faasdl.errors import (
+    FaasdlError,
+    LimitExceeded,
+    Unauthenticated,
+    ValidationError,
+    unknown_field_hint,
+)
 from faasdl.platform import make_platform
 from faasdl.redact import Redactor, redact_logs
 from faasdl.store import make_store
@@ -35,6 +42,13 @@ from faasdl.training.datasets import preload
 
 def _json_float(value: float) -> float | str:
     return value if math.isfinite(value) else repr(value)
+
+
+def _body_model(request: Request) -> type[BaseModel] | None:
+    """The model of the body the request's route takes, where it takes one (a job's spec)."""
+    params = getattr(getattr(request.scope.get("route"), "dependant", None), "body_params", [])
+    model = params[0].field_info.annotation if len(params) == 1 else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def build_controller(settings: Settings) -> Controller:
@@ -112,11 +126,15 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's own handler, save that an input echoed back that JSON cannot hold (the
         # Infinity or NaN Python's json reads in a body) is written as its repr: the response's
         # encoder refused it, and the client got a 500 for its bad input.
         errors = jsonable_encoder(exc.errors(), custom_encoder={float: _json_float})
+        model = _body_model(request)
+        for error in errors:  # a field the body does not take: the one it may have meant
+            if model and error["type"] == "extra_forbidden" and error["loc"][0] == "body":
+                error["msg"] += unknown_field_hint(model, error["loc"][1:])
         return JSONResponse({"detail": errors}, status_code=422)
 
     app.include_router(jobs.router)

@@ -86,6 +86,12 @@ def stored(controller: Controller) -> list[str]:
         ({**MLP, "target_loss": math.nan}, "target_loss", "finite number"),  # was a 500
         ({**MLP, "dataset": {"name": "synthetic", "noise": math.nan}}, "noise", "finite number"),
         ({**MLP, "colour": "blue"}, "colour", ""),
+        ({**MLP, "worker": 2}, "worker", "not permitted (did you mean 'workers'?)"),
+        (
+            {**MLP, "dataset": {"name": "digits", "size": 2}},
+            "size",
+            "not permitted (expected one of: name, test_fraction)",
+        ),
         ({"dataset": {"name": "digits"}}, "model", ""),
     ],
 )
