@@ -307,10 +307,15 @@ def bench_platform(
 
 @bench_app.command("store")
 def bench_store(
-    backend: Annotated[str, typer.Option(help="sqlite or redis.")] = "sqlite",
+    backend: Annotated[
+        str | None, typer.Option(help="sqlite or redis (default: --url's, else sqlite).")
+    ] = None,
     url: Annotated[
         str | None,
-        typer.Option(help="An existing store; default: a temporary one (a private redis-server)."),
+        typer.Option(
+            help="An existing store (sqlite:// or redis://); default: a temporary one (a "
+            "private redis-server)."
+        ),
     ] = None,
     repeats: Annotated[int, typer.Option(help="Runs per blob size (median kept).", min=1)] = 5,
     cas_ops: Annotated[int, typer.Option(help="CAS increments timed.", min=10)] = 2000,
@@ -322,11 +327,19 @@ def bench_store(
     checkpoint's blob; JSON last."""
     from faasdl.bench.store import run_store_bench
 
-    if backend not in ("sqlite", "redis"):
+    if backend not in (None, "sqlite", "redis"):
         fail(f"--backend: unknown backend '{backend}'; use sqlite or redis")
+    if url is not None:  # the raw client compared with must be the store's own kind
+        scheme = url.partition("://")[0]
+        of_url = {"sqlite": "sqlite", "redis": "redis", "rediss": "redis"}.get(scheme)
+        if of_url is None:
+            fail(f"--url: '{url}' is not a sqlite:// or redis:// URL (the two this bench measures)")
+        if backend not in (None, of_url):
+            fail(f"--backend: {backend}, but --url names a {of_url} store")
+        backend = of_url
     try:
         result = run_store_bench(
-            backend=backend,
+            backend=backend or "sqlite",
             url=url,
             repeats=repeats,
             cas_ops=cas_ops,

@@ -40,3 +40,20 @@ def test_the_store_bench_refuses_fewer_than_ten_checkpoints() -> None:
 
     assert result.exit_code == 2
     assert "--checkpoints" in result.output
+
+
+def test_the_store_bench_takes_its_backend_from_the_url_and_refuses_another(
+    tmp_path: Path,
+) -> None:
+    # A Redis client was given a SQLite URL (a traceback), and a SQLite backend a Redis URL
+    # measured Redis against raw files.
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+
+    mismatched = CliRunner().invoke(app, ["bench", "store", "--backend", "redis", "--url", db])
+    ignite = CliRunner().invoke(app, ["bench", "store", "--url", "ignite://127.0.0.1:10800"])
+
+    assert mismatched.exit_code == 2
+    assert "--backend: redis, but --url names a sqlite store" in mismatched.output
+    assert ignite.exit_code == 2
+    assert "--url: 'ignite://127.0.0.1:10800' is not a sqlite:// or redis:// URL" in ignite.output
+    assert list(tmp_path.iterdir()) == []
