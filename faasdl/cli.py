@@ -7,6 +7,7 @@ options given on the command line win. Errors print one line naming the problem 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -759,10 +760,13 @@ def serve(
         platform,
         settings.api.auth,
     )
+    host = host or settings.controller.host
+    if warning := _open_to_all(settings, host):
+        logging.getLogger("faasdl.serve").warning(warning)
     server = HurriedServer(
         uvicorn.Config(
             app_,
-            host=host or settings.controller.host,
+            host=host,
             port=settings.controller.port if port is None else port,
             log_level=settings.controller.log_level,
         ),
@@ -784,6 +788,21 @@ def serve(
         )
     if not server.started:  # as uvicorn.run: it logged why (a port in use, say)
         raise typer.Exit(3)
+
+
+def _open_to_all(settings: Settings, host: str) -> str | None:
+    """A warning for a controller without authentication listening beyond this machine."""
+    if settings.api.auth != "none":
+        return None
+    try:
+        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve to anything
+        pass
+    return (
+        f"API auth none on {host}: whoever reaches it is an administrator (every tenant's jobs, "
+        "data sets and models); FAASDL_API__AUTH=keys requires an API key"
+    )
 
 
 @app.command()

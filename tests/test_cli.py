@@ -466,3 +466,31 @@ def test_a_model_download_fails_before_asking_where_it_cannot_be_written(tmp_pat
     assert unreachable.exit_code == 2
     assert "is unreachable" in unreachable.output
     assert not any(tmp_path.iterdir())  # no .partial left behind
+
+
+@pytest.mark.parametrize(
+    ("auth", "host", "warned"),
+    [
+        ("none", "0.0.0.0", True),
+        ("none", "controller.example", True),
+        ("none", "127.0.0.1", False),
+        ("none", "::1", False),
+        ("none", "localhost", False),
+        ("keys", "0.0.0.0", False),
+    ],
+)
+def test_serve_warns_of_a_controller_without_authentication_beyond_this_machine(
+    auth: str, host: str, warned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faasdl.cli import _open_to_all
+    from faasdl.config import Settings
+
+    monkeypatch.setenv("FAASDL_API__AUTH", auth)
+
+    warning = _open_to_all(Settings(), host)
+
+    assert (warning is not None) == warned
+    if warning:
+        assert warning.startswith(
+            f"API auth none on {host}: whoever reaches it is an administrator"
+        )
