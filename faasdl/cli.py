@@ -916,7 +916,7 @@ def status(
     ] = False,
 ) -> None:
     """A job's state, rounds and cost; its record as JSON last (its ledger: ``faasdl ledger``)."""
-    from faasdl.controller.watch import summary
+    from faasdl.controller.watch import progress, summary
 
     with _controller(url) as client:
         if watch:
@@ -924,6 +924,8 @@ def status(
         else:
             view, ledger = client.job(job_id), client.ledger(job_id)
     console.print(summary(view, ledger), width=140)
+    if line := progress(view):
+        console.print(line, highlight=False)
     if view["queue_position"]:
         console.print(f"queue position {view['queue_position']}")
     typer.echo(json.dumps(view))

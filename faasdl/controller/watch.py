@@ -144,6 +144,19 @@ def _read_through_outages(
     return view
 
 
+def progress(view: dict[str, Any]) -> str | None:
+    """Where a running job is, in a line: its round, its units' states and its last log line."""
+    job = view["job"]
+    if job["state"] != "running":
+        return None
+    states = [u["state"] for u in view["units"]]
+    units = ", ".join(f"{states.count(s)} {s}" for s in _UNIT_DONE if s in states)
+    line = f"round {job['round'] + 1}/{job['plan']['rounds']}: {units or 'no units yet'}"
+    if job["events"]:
+        line += f"; last: {job['events'][-1]['kind']} {job['events'][-1]['message']}"
+    return line
+
+
 def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
     """The finished job: its rounds, and what its activations (its ``ledger``) used."""
     job = view["job"]

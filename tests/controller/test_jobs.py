@@ -465,7 +465,7 @@ def test_the_cli_asks_the_controller_for_a_plan_with_url(
     ) in " ".join(here.output.split())
 
 
-def test_a_watch_stopped_with_ctrl_c_leaves_the_job_running_and_says_how_to_follow_it(
+def test_a_running_jobs_status_and_a_watch_stopped_with_ctrl_c_that_leaves_it_running(
     api_url: str, admin_key: str, client: httpx.Client, controller: Controller
 ) -> None:
     # Arrange: a job of one long round, and `faasdl status ID --watch` following it, with Ctrl-C
@@ -485,8 +485,16 @@ def test_a_watch_stopped_with_ctrl_c_leaves_the_job_running_and_says_how_to_foll
     )
     assert watcher.stderr is not None
     first = watcher.stderr.readline()  # the job's first log line: the watch follows it
+    workers = DIGITS_JOB["workers"]
+    eventually(
+        lambda: [u["state"] for u in job(client, job_id)["units"]] == ["running"] * workers,
+        timeout_s=120,
+        what="the job's trainers running",
+    )
 
-    # Execute: Ctrl-C.
+    # Execute: `faasdl status` of the running job, then Ctrl-C for the watch.
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
     watcher.send_signal(signal.SIGINT)
     watched, said = watcher.communicate(timeout=60)
     state = job(client, job_id)["job"]["state"]
@@ -503,6 +511,8 @@ def test_a_watch_stopped_with_ctrl_c_leaves_the_job_running_and_says_how_to_foll
     ) in " ".join(said.split())
     assert "Traceback" not in said
     assert state in ("queued", "running")
+    # The status of a running job says where it is, not only its (still empty) rounds.
+    assert f"round 1/1: {workers} running; last: round_started round 1/1" in status.output
 
 
 def test_a_model_is_sent_a_checked_chunk_at_a_time_and_a_damaged_chunk_ends_its_download(
