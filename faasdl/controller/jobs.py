@@ -606,7 +606,7 @@ class Controller:
             t = now_ms()
             waited = (t - job.created_ms) / 1000
             lines.append(
-                JobEvent(t_ms=t, kind="admitted", message=f"admitted after {waited:.1f} s")
+                JobEvent(t_ms=t, kind="admitted", message=f"after {waited:.1f} s in the queue")
             )
             return job.with_event(
                 lines[-1],
