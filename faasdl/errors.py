@@ -95,7 +95,7 @@ class ValidationError(FaasdlError):
         the ``model`` validated, a field it does not take is told the one it may have meant."""
         problems = []
         for e in exc.errors():
-            unknown = model is not None and e["type"] == "extra_forbidden"
+            unknown = e["type"] == "extra_forbidden"
             hint = unknown_field_hint(model, e["loc"]) if model is not None and unknown else ""
             problems.append((".".join(str(p) for p in e["loc"]), e["msg"] + hint))
         rest = "".join(f"; {field}: {msg}" for field, msg in problems[1:])
