@@ -25,7 +25,13 @@ from rich.console import Console
 from rich.table import Table
 
 from faasdl import __version__
-from faasdl.config import Settings, http_url_problem, image_problem
+from faasdl.config import (
+    GUEST_API_KEY,
+    ServerSettings,
+    Settings,
+    http_url_problem,
+    image_problem,
+)
 from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
 
 if TYPE_CHECKING:
@@ -154,6 +160,8 @@ def platform_serve(
         f"embedded OpenWhisk on http://{server.host}:{server.port}/api/v1 "
         f"(namespace '{local.namespace}', pool {local.pool_memory_mb} MB)"
     )
+    if warning := _published_key(server):
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
     uvicorn.run(create_app(platform, server), host=server.host, port=server.port, log_level="info")
 
 
@@ -792,17 +800,31 @@ def serve(
 
 def _open_to_all(settings: Settings, host: str) -> str | None:
     """A warning for a controller without authentication listening beyond this machine."""
-    if settings.api.auth != "none":
+    if settings.api.auth != "none" or _loopback(host):
         return None
-    try:
-        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
-            return None
-    except ValueError:  # a host name: it may resolve to anything
-        pass
     return (
         f"API auth none on {host}: whoever reaches it is an administrator (every tenant's jobs, "
         "data sets and models); FAASDL_API__AUTH=keys requires an API key"
     )
+
+
+def _published_key(server: ServerSettings) -> str | None:
+    """A warning for the embedded platform's server taking OpenWhisk's published guest key
+    beyond this machine: it runs any code it is sent."""
+    if server.auth.get_secret_value() != GUEST_API_KEY or _loopback(server.host):
+        return None
+    return (
+        f"the API key is OpenWhisk's published guest key: whoever reaches {server.host} runs "
+        "code here; set FAASDL_SERVER__AUTH or __AUTH_FILE"
+    )
+
+
+def _loopback(host: str) -> bool:
+    """Whether a server listening on ``host`` is reached from this machine only."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 @app.command()

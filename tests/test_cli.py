@@ -494,3 +494,26 @@ def test_serve_warns_of_a_controller_without_authentication_beyond_this_machine(
         assert warning.startswith(
             f"API auth none on {host}: whoever reaches it is an administrator"
         )
+
+
+@pytest.mark.parametrize(
+    ("host", "auth", "warned"),
+    [
+        ("0.0.0.0", None, True),
+        ("127.0.0.1", None, False),
+        ("0.0.0.0", "someone:a-key-of-our-own", False),
+    ],
+)
+def test_platform_serve_warns_of_the_published_guest_key_beyond_this_machine(
+    host: str, auth: str | None, warned: bool
+) -> None:
+    from faasdl.cli import _published_key
+    from faasdl.config import ServerSettings
+
+    server = ServerSettings(host=host, **({"auth": auth} if auth else {}))
+
+    warning = _published_key(server)
+
+    assert (warning is not None) == warned
+    if warning:
+        assert f"published guest key: whoever reaches {host} runs code here" in warning
