@@ -669,7 +669,15 @@ def bench_api(
 def demo(
     workers: Annotated[int, typer.Option(help="Concurrent training actions.", min=1, max=16)] = 4,
     epochs: Annotated[int, typer.Option(help="Epochs, one per round.", min=1, max=50)] = 4,
-    kills: Annotated[int, typer.Option(help="Training activations to kill mid-run.", min=0)] = 2,
+    kills: Annotated[
+        int,
+        typer.Option(
+            help="Training activations to kill mid-run (at most 19: the job's attempts, at most "
+            "20, allow all of them to land on one unit).",
+            min=0,
+            max=19,
+        ),
+    ] = 2,
 ) -> None:
     """Run a real training job on the embedded platform, kill some of its containers, watch it
     recover, and show the result."""

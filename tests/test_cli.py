@@ -517,3 +517,20 @@ def test_platform_serve_warns_of_the_published_guest_key_beyond_this_machine(
     assert (warning is not None) == warned
     if warning:
         assert f"published guest key: whoever reaches {host} runs code here" in warning
+
+
+@pytest.mark.parametrize(
+    ("state", "said"), [("done", "2 failed and recovered"), ("failed", "2 failed")]
+)
+def test_a_jobs_summary_calls_its_failures_recovered_only_if_it_is_done(
+    state: str, said: str
+) -> None:
+    from faasdl.controller.watch import summary
+
+    view = {"job": {"job_id": "0" * 16, "state": state, "rounds": [], "cost_usd": 0.0}}
+    view["job"]["error"] = "shard 0 failed 4 time(s) in a row" if state == "failed" else None
+    ledger = [{"outcome": "crash", "gb_s": 1.0}] * 2 + [{"outcome": "success", "gb_s": 1.0}]
+
+    caption = str(summary(view, ledger).caption)
+
+    assert caption.startswith(f"3 activations ({said}), 3.0 GB·s")

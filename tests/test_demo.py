@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from faasdl.demo import run_demo
+from faasdl.controller.validator import FaultTolerance, JobSpec
+from faasdl.demo import demo_spec, run_demo
 from faasdl.training.models import ARCHITECTURE
 from faasdl.training.tensors import decode
 
@@ -33,3 +34,13 @@ def test_the_demo_trains_through_its_kills_and_accounts_for_each(
     assert "the trained model: .faasdl/demo/model.safetensors" in said
     model = (tmp_path / ".faasdl" / "demo" / "model.safetensors").read_bytes()
     assert ARCHITECTURE in decode(model)[1]  # what load_model builds it from
+
+
+@pytest.mark.parametrize("kills", [0, 2, 3, 7, 19])
+def test_the_demo_job_survives_all_its_kills_landing_on_one_unit(kills: int) -> None:
+    # The kills land at random, before a unit's first checkpoint too: four could take all four
+    # of one unit's attempts, failing the demo's job (`--kills 20` did).
+    spec = JobSpec.model_validate(demo_spec(workers=1, epochs=1, kills=kills))
+
+    assert spec.fault_tolerance.max_attempts > kills
+    assert spec.fault_tolerance.max_attempts >= FaultTolerance().max_attempts

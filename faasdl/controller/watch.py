@@ -173,8 +173,9 @@ def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
             f"{(r['finished_ms'] - r['started_ms']) / 1000:.1f}",
         )
     failed = sum(a["outcome"] != "success" for a in ledger)
+    recovered = " and recovered" if job["state"] == "done" else ""  # a failed job's last was not
     table.caption = (
-        f"{len(ledger)} activations ({failed} failed and recovered), "
+        f"{len(ledger)} activations ({failed} failed{recovered}), "
         f"{sum(a['gb_s'] for a in ledger):.1f} GB·s, ${job['cost_usd']:.6f}"
         + (f"; error: {job['error']}" if job["error"] else "")
     )
