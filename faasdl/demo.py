@@ -35,7 +35,8 @@ KILL_DELAY_S = (0.05, 0.3)
 
 
 def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool:
-    """Run the demo job; whether it ended done with every injected failure recovered."""
+    """Run the demo job; whether it ended done with every injected failure recovered (a job that
+    ends before all ``kills`` have landed is said to have, not failed for it)."""
     shutil.rmtree(ROOT, ignore_errors=True)
     ROOT.mkdir(parents=True)
     settings = Settings(
@@ -75,8 +76,13 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
         if kept
         else ""
     )
+    short = (
+        f" ({kills} asked: the job ended before the rest could land)"
+        if len(chaos.done) < kills
+        else ""
+    )
     console.print(
-        f"injected {len(chaos.done)} failure(s); the controller reported {reported} and "
+        f"injected {len(chaos.done)} failure(s){short}; the controller reported {reported} and "
         f"resumed the unit from its checkpoints after {resumed} of them{landed}"
     )
     if done:
@@ -84,7 +90,7 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
             f"the trained model: {MODEL} (in Python: "
             f"faasdl.training.models.load_model({str(MODEL)!r}))"
         )
-    return done and len(chaos.done) == kills and resumed == reported == kills - kept
+    return done and resumed == reported == len(chaos.done) - kept
 
 
 def demo_spec(*, workers: int, epochs: int, kills: int) -> dict[str, Any]:

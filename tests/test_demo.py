@@ -44,3 +44,21 @@ def test_the_demo_job_survives_all_its_kills_landing_on_one_unit(kills: int) -> 
 
     assert spec.fault_tolerance.max_attempts > kills
     assert spec.fault_tolerance.max_attempts >= FaultTolerance().max_attempts
+
+
+def test_the_demo_of_one_unit_killed_nineteen_times_ends_done_saying_how_many_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every kill lands on the one unit; the job may commit before all nineteen have landed. Both
+    # failed the demo: the first its job (four attempts), the second its exit status, unsaid.
+    monkeypatch.chdir(tmp_path)
+    shown = io.StringIO()
+
+    ok = run_demo(workers=1, epochs=1, kills=19, console=Console(file=shown, width=300))
+
+    said = " ".join(shown.getvalue().split())
+    assert ok, said
+    assert re.search(r"job [0-9a-f]{16}: done", said), said
+    landed = int(re.findall(r"injected (\d+) failure\(s\)", said)[0])
+    short = "(19 asked: the job ended before the rest could land)"
+    assert (short in said) == (landed < 19), said
