@@ -82,6 +82,10 @@ TICK_S = 0.5
 #: Longest wait for the record of an attempt that committed while the controller was down.
 UNSEEN_WAIT_S = 10.0
 
+#: Longest wait for the records of the activations a cancelled or failed job's runner stopped
+#: (a platform that stops one records it at once: ~50 ms for a TensorFlow container here).
+STOPPED_WAIT_S = 10.0
+
 #: Attempts of a unit in a row that ran out of time (or memory) at the platform's largest limit
 #: without progress before the job fails for want of a larger one: one such attempt may have lost
 #: its time to a cold start or a slow node; two show that the unit does not fit (checkpointing
@@ -884,15 +888,19 @@ class JobRunner:
         found = load(self.rt.store, ledger_key(self.job_id, activation_id), ActivationUse)
         return found[0] if found else None
 
-    def _book(self, task: _Task, record: Activation, failure: Failure | None) -> None:
+    def _book(
+        self, task: _Task, record: Activation, failure: Failure | None, *, stopped: bool = False
+    ) -> None:
         """Add the activation to the job's ledger, its cost to the job's, and to the metrics:
-        once, whoever books it again (a controller restarted after booking it)."""
+        once, whoever books it again (a controller restarted after booking it). One the runner
+        ``stopped`` (its job cancelled or failed) is booked as such, with no line in the job's
+        log, and its cost is added to an ended job's too."""
         memory = record.memory_mb or 0
         duration = record.duration or 0
         gb_s = memory / 1024 * duration / 1000
         cost = gb_s * self.rt.settings.price_per_gb_s
         result = record.response.result if isinstance(record.response.result, dict) else {}
-        outcome = "success" if failure is None else str(failure.kind)
+        outcome = "success" if failure is None else "stopped" if stopped else str(failure.kind)
         use = ActivationUse(
             job_id=self.job_id,
             activation_id=record.activationId,
@@ -918,7 +926,7 @@ class JobRunner:
         m.gb_seconds.inc(gb_s)
         m.cost.inc(cost)
         event = None
-        if task.kind == "train" and not task.done:
+        if task.kind == "train" and not task.done and not stopped:
             event = _line(
                 "unit_committed" if failure is None else "unit_failed",
                 f"shard {task.index} of round {task.round + 1}: "
@@ -937,6 +945,7 @@ class JobRunner:
                 update={"activation_count": j.activation_count + 1, "cost_usd": j.cost_usd + cost}
             ),
             event=event,
+            ended_too=stopped,
         )
 
     def _settle_totals(self) -> list[ActivationUse]:
@@ -996,7 +1005,8 @@ class JobRunner:
             self._change(
                 lambda j: j.model_copy(
                     update={"replica_gb_s": j.replica_gb_s + gb_s, "cost_usd": j.cost_usd + cost}
-                )
+                ),
+                ended_too=True,  # a cancelled job's replicas were held for it too
             )
 
     # ---- units (fn/ records) ----------------------------------------------------------------
@@ -1055,16 +1065,21 @@ class JobRunner:
         return found[0]
 
     def _change(
-        self, change: Callable[[JobInfo], JobInfo], *, event: JobEvent | None = None
+        self,
+        change: Callable[[JobInfo], JobInfo],
+        *,
+        event: JobEvent | None = None,
+        ended_too: bool = False,
     ) -> JobInfo:
-        """One compare-and-set of the job record; a cancelled job is left as it is and stops."""
+        """One compare-and-set of the job record; a cancelled job is left as it is and stops,
+        but for a change of its totals (``ended_too``: what it used after it was cancelled)."""
         kept = self.rt.settings.controller.events_kept
 
         def apply(j: JobInfo | None) -> JobInfo:
             if j is None:
                 raise Stopped(f"job {self.job_id} is gone")
             if j.state is not JobState.RUNNING:
-                return j
+                return change(j) if ended_too else j
             new = change(j)
             if event is not None:
                 return new.with_event(event, kept=kept, updated_ms=now_ms())
@@ -1123,10 +1138,36 @@ class JobRunner:
         stopping = self.rt.shutdown.is_set() or self.rt.draining.is_set()
         if stopping and not self.cancelled.is_set():
             return  # a controller restart resumes them; only a cancel kills
-        for activation_id in [*self._in_flight, *self._abandoned]:
+        stopped: dict[str, _Task] = {}
+        for activation_id, task in [*self._in_flight.items(), *self._abandoned.items()]:
             with contextlib.suppress(ActivationNotFound, Unsupported):
                 self.rt.platform.stop(activation_id)
+                stopped[activation_id] = task
         self._in_flight.clear()
+        self._abandoned.clear()
+        try:
+            self._book_stopped(stopped)
+        except (StoreError, Stopped) as exc:  # the store refused, or the job was deleted
+            log.warning("job %s: its stopped activations were not all booked: %s", self.job_id, exc)
+
+    def _book_stopped(self, stopped: dict[str, _Task]) -> None:
+        """Book what the activations the runner stopped used: a cancelled or failed job's cost
+        counts them, as the platform's bill would. An activation the platform could not stop
+        (OpenWhisk without its admin endpoint) runs on, unbooked."""
+        deadline = time.monotonic() + STOPPED_WAIT_S
+        while stopped and (left := deadline - time.monotonic()) > 0:
+            self.rt.platform.wait_any(list(stopped), timeout_s=left)
+            for activation_id in list(stopped):
+                record = self.rt.platform.get_activation(activation_id)
+                if record is not None:
+                    self._book(stopped.pop(activation_id), record, classify(record), stopped=True)
+        if stopped:
+            log.warning(
+                "job %s: %d stopped activation(s) left no record in %.0f s: not booked",
+                self.job_id,
+                len(stopped),
+                STOPPED_WAIT_S,
+            )
 
 
 def _running_as(activation_id: str) -> Callable[[FunctionInfo], FunctionInfo]:

@@ -172,10 +172,13 @@ def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
             f"{r['accuracy']:.4f}",
             f"{(r['finished_ms'] - r['started_ms']) / 1000:.1f}",
         )
-    failed = sum(a["outcome"] != "success" for a in ledger)
+    failed = sum(a["outcome"] not in ("success", "stopped") for a in ledger)
     recovered = " and recovered" if job["state"] == "done" else ""  # a failed job's last was not
+    stopped = sum(a["outcome"] == "stopped" for a in ledger)  # by a cancel, or the job's failure
     table.caption = (
-        f"{len(ledger)} activations ({failed} failed{recovered}), "
+        f"{len(ledger)} activations ({failed} failed{recovered}"
+        + (f", {stopped} stopped" if stopped else "")
+        + "), "
         f"{sum(a['gb_s'] for a in ledger):.1f} GB·s, ${job['cost_usd']:.6f}"
         + (f"; error: {job['error']}" if job["error"] else "")
     )

@@ -321,6 +321,15 @@ def test_cancel_stops_a_running_jobs_activations(
     record = job(client, job_id)["job"]
     assert record["state"] == "cancelled"
     assert record["rounds"] == []
+    # What the stopped activations used is booked, and counted in the job's cost (it read $0).
+    ledger = client.get(f"/v1/jobs/{job_id}/ledger").json()
+    booked = {a["activation_id"]: a for a in ledger}
+    assert set(killed) <= set(booked)
+    assert all(booked[a]["outcome"] == "stopped" and booked[a]["cost_usd"] > 0 for a in killed)
+    replicas = record["replica_gb_s"] * Settings().price_per_gb_s
+    assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger) + replicas)
+    assert record["activation_count"] == len(ledger)
+    assert "unit_failed" not in [e["kind"] for e in record["events"]]  # stopped, not failed
     assert client.delete(f"/v1/jobs/{job_id}").json()["job"]["state"] == "cancelled"
     said = logged(caplog, job_id)
     assert said[:2] == [
