@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import redis
 from redis.commands.core import Script
@@ -104,6 +105,16 @@ class RedisStore(StateStore):
         client = redis.Redis.from_url(self.url, **options)
         try:
             client.ping()
+        except redis.AuthenticationError as exc:
+            client.close()
+            given = self._password is not None or urlsplit(self.url).password is not None
+            raise StoreUnavailable(
+                f"Redis at {self._safe_url()} refused the password (FAASDL_STORE__PASSWORD, or "
+                f"the URL's): {exc}"
+                if given
+                else f"Redis at {self._safe_url()} needs a password: set FAASDL_STORE__PASSWORD "
+                "(or __PASSWORD_FILE)"
+            ) from exc
         except redis.RedisError as exc:
             client.close()
             raise StoreUnavailable(f"cannot reach Redis at {self._safe_url()}: {exc}") from exc
