@@ -618,7 +618,11 @@ def bench_training(
 def bench_steadiness(
     duration: Annotated[
         float,
-        typer.Option(help="Seconds of timing (the 2 s windows want a minute or more).", min=5),
+        typer.Option(
+            help="Seconds of timing (the 2 s windows want a minute or more).",
+            min=5,
+            max=3600,
+        ),
     ] = 120.0,
     pairs: Annotated[
         int, typer.Option(help="Pairs of 1 s invocations the resolution is given for.", min=1)

@@ -534,3 +534,12 @@ def test_a_jobs_summary_calls_its_failures_recovered_only_if_it_is_done(
     caption = str(summary(view, ledger).caption)
 
     assert caption.startswith(f"3 activations ({said}), 3.0 GB·s")
+
+
+@pytest.mark.parametrize("duration", ["inf", "nan", "4", "3601"])
+def test_the_steadiness_bench_refuses_a_duration_it_could_not_finish_or_use(duration: str) -> None:
+    # `--duration inf` ran for good: the option had a floor and no ceiling.
+    result = runner.invoke(app, ["bench", "steadiness", "--duration", duration])
+
+    assert result.exit_code == 2
+    assert "Invalid value for '--duration'" in " ".join(result.output.split())
