@@ -1011,6 +1011,10 @@ def model(
 ) -> None:
     """Download a finished job's model (safetensors: weights w/…, optimizer state opt/…, the
     architecture in its metadata; in Python, faasdl.training.models.load_model builds it)."""
+    if str(output) == "-":  # not stdout: the command's own output there is its JSON record
+        fail("--output: give a file name ('-' would be a file of that name)")
+    if output.is_dir():
+        fail(f"--output: {output} is a directory: name the file ({output / 'model.safetensors'})")
     # Written as it arrives into a file opened first (a place that cannot be written fails
     # before the download), renamed when whole: never half a file under the name asked for.
     partial = output.with_name(output.name + ".partial")

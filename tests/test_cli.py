@@ -543,3 +543,21 @@ def test_the_steadiness_bench_refuses_a_duration_it_could_not_finish_or_use(dura
 
     assert result.exit_code == 2
     assert "Invalid value for '--duration'" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("output", ["-", "DIR"])
+def test_a_model_download_to_stdout_or_a_directory_is_refused_before_it_is_asked_for(
+    output: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `-o -` wrote a file named "-"; `-o DIR` downloaded the model, then failed to rename it.
+    monkeypatch.chdir(tmp_path)
+    given = str(tmp_path) if output == "DIR" else output
+    args = ["model", "0123456789abcdef", "-o", given, "--url", "http://127.0.0.1:9"]
+
+    result = runner.invoke(app, args)
+
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "error: --output: " in said
+    assert "unreachable" not in said  # refused before the controller was asked
+    assert list(tmp_path.iterdir()) == []
