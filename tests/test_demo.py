@@ -17,19 +17,26 @@ from faasdl.training.tensors import decode
 pytestmark = pytest.mark.tensorflow
 
 
-def test_the_demo_trains_through_its_kills_and_accounts_for_each(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def demo_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **sizes: int) -> str:
+    """Run the demo in ``tmp_path``; what it said, once it is checked to have ended done."""
     monkeypatch.chdir(tmp_path)
     shown = io.StringIO()
 
-    ok = run_demo(workers=4, epochs=4, kills=2, console=Console(file=shown, width=300))
+    ok = run_demo(**sizes, console=Console(file=shown, width=300))
 
-    # Assert: done, and each kill either a failure the controller reported and resumed or one
-    # that landed after its attempt had committed (what run_demo's answer checks); said so.
     said = " ".join(shown.getvalue().split())
     assert ok, said
     assert re.search(r"job [0-9a-f]{16}: done", said), said
+    return said
+
+
+def test_the_demo_trains_through_its_kills_and_accounts_for_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Done, and each kill either a failure the controller reported and resumed or one that
+    # landed after its attempt had committed (what run_demo's answer checks); said so.
+    said = demo_done(tmp_path, monkeypatch, workers=4, epochs=4, kills=2)
+
     assert "injected 2 failure(s); the controller reported" in said
     assert "the trained model: .faasdl/demo/model.safetensors" in said
     model = (tmp_path / ".faasdl" / "demo" / "model.safetensors").read_bytes()
@@ -51,14 +58,8 @@ def test_the_demo_of_one_unit_killed_nineteen_times_ends_done_saying_how_many_la
 ) -> None:
     # Every kill lands on the one unit; the job may commit before all nineteen have landed. Both
     # failed the demo: the first its job (four attempts), the second its exit status, unsaid.
-    monkeypatch.chdir(tmp_path)
-    shown = io.StringIO()
+    said = demo_done(tmp_path, monkeypatch, workers=1, epochs=1, kills=19)
 
-    ok = run_demo(workers=1, epochs=1, kills=19, console=Console(file=shown, width=300))
-
-    said = " ".join(shown.getvalue().split())
-    assert ok, said
-    assert re.search(r"job [0-9a-f]{16}: done", said), said
     landed = int(re.findall(r"injected (\d+) failure\(s\)", said)[0])
     short = "(19 asked: the job ended before the rest could land)"
     assert (short in said) == (landed < 19), said
