@@ -22,7 +22,14 @@ from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore
-from faasdl.store.records import JobInfo, JobState, create
+from faasdl.store.records import (
+    FunctionInfo,
+    JobEvent,
+    JobInfo,
+    JobState,
+    UnitState,
+    create,
+)
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.tensorflow
@@ -250,3 +257,57 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
     # Assert: a page of the newest, the oldest of the 101 not among it.
     assert len(shown) == 100
     assert ended[0].job_id not in shown
+
+
+def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
+    served: tuple[Controller, str, str], browser: Any
+) -> None:
+    # Arrange: a job cancelled in its first round, as the store holds one: its units' records
+    # still say running (a cancel stops the attempts, not the records).
+    controller, base, key = served
+    spec = JobSpec.model_validate({**JOB, "epochs": 1})
+    plan = controller.estimate(spec)
+    t = 1_795_000_000_000
+    cancelled = JobInfo(
+        job_id="c" * 16,
+        state=JobState.CANCELLED,
+        spec=spec.model_dump(mode="json"),
+        plan=plan.model_dump(mode="json"),
+        created_ms=t,
+        started_ms=t + 5,
+        finished_ms=t + 9_000,
+        events=[
+            JobEvent(t_ms=t, kind="submitted", message="3 worker(s)"),
+            JobEvent(t_ms=t + 1, kind="admitted", message="after 0.0 s in the queue"),
+            JobEvent(t_ms=t + 9_000, kind="cancelled", message="cancelled by request"),
+        ],
+    )
+    assert create(controller.store, cancelled)
+    for shard in range(plan.train.containers):
+        unit = FunctionInfo(
+            job_id=cancelled.job_id, round=0, shard=shard, state=UnitState.RUNNING, attempts=1
+        )
+        assert create(controller.store, unit)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+    # Execute
+    page.goto(f"{base}/ui")
+    page.get_by_label("API key").fill(key)
+    page.get_by_label("API key").press("Enter")
+    page.goto(f"{base}/ui#job={cancelled.job_id}")
+    page.locator('[data-kind="lane"]').nth(plan.train.containers).wait_for(timeout=10_000)
+    page.locator("#events li").nth(2).wait_for(timeout=10_000)
+    running = page.locator('[data-kind="running"]').count()
+    kinds = page.locator("#events li .kind").all_inner_texts()
+    lines = page.locator("#events li").all_inner_texts()
+    evaluate_limit = page.locator('tr[data-action="evaluate"] td').nth(1).inner_text()
+    page.close()
+
+    # Assert: no attempt drawn as running on (to the page's clock); each log line names its kind
+    # ("after 0.0 s in the queue" alone said nothing); evaluation's limit is the trainer's.
+    assert running == 0
+    assert kinds == ["submitted", "admitted", "cancelled"]
+    said = [" ".join(line.split()) for line in lines]
+    for line, event in zip(said, cancelled.events, strict=True):
+        assert line.endswith(f"{event.kind} {event.message}"), line  # after the time of day
+    assert evaluate_limit == str(plan.train.memory_mb)

@@ -200,7 +200,8 @@ function render(job) {
     ? `${replicas.ready} ready of ${replicas.wanted} wanted (${replicas.runtime})`
     : "none";
   const events = view.job.events.map((event) => el("li", { class: event.kind },
-    el("time", {}, clock(event.t_ms)), event.message));
+    el("time", {}, clock(event.t_ms)), " ", el("span", { class: "kind" }, event.kind), " ",
+    event.message));
   $("#events").replaceChildren(...events);
 }
 
@@ -287,7 +288,9 @@ function renderLanes(view, ledger) {
     const started = job.events.filter((e) => e.kind === "round_started" && e.round === round);
     return started.length ? started[started.length - 1].t_ms : start;
   };
-  for (const unit of view.units.filter((u) => u.state === "running")) {
+  // An ended job's unit records may still say running (a cancel stops the attempts, not them).
+  const live = job.state === "running" ? view.units : [];
+  for (const unit of live.filter((u) => u.state === "running")) {
     const failed = job.failures.filter((f) => f.kind === "train" && f.round === unit.round
       && f.unit === unit.shard);
     const from = Math.max(roundStart(unit.round), ...failed.map((f) => f.t_ms));
@@ -363,7 +366,7 @@ function renderMemory(plan, ledger) {
   const rows = [
     ["train", plan.train.memory_estimate_mb, plan.train.memory_mb],
     ["aggregate", null, plan.aggregate_memory_mb],
-    ["evaluate", null, plan.aggregate_memory_mb],
+    ["evaluate", null, plan.train.memory_mb],  // the training action evaluates
   ].map(([kind, estimate, limit]) => {
     const lines = ledger.filter((l) => l.kind === kind);
     const peaks = lines.map((l) => l.peak_memory_mb).filter((p) => p !== null);
