@@ -561,3 +561,15 @@ def test_a_model_download_to_stdout_or_a_directory_is_refused_before_it_is_asked
     assert "error: --output: " in said
     assert "unreachable" not in said  # refused before the controller was asked
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_failures() -> None:
+    from faasdl.controller.watch import summary
+
+    view = {"job": {"job_id": "0" * 16, "state": "cancelled", "rounds": [], "cost_usd": 0.0}}
+    view["job"]["error"] = None
+    ledger = [{"outcome": "stopped", "gb_s": 9.0}] * 3 + [{"outcome": "crash", "gb_s": 1.0}]
+
+    caption = str(summary(view, ledger).caption)
+
+    assert caption.startswith("4 activations (1 failed, 3 stopped), 28.0 GB·s")
