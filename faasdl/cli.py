@@ -336,19 +336,9 @@ def bench_store(
     checkpoint's blob; JSON last."""
     from faasdl.bench.store import run_store_bench
 
-    if backend not in (None, "sqlite", "redis"):
-        fail(f"--backend: unknown backend '{backend}'; use sqlite or redis")
-    if url is not None:  # the raw client compared with must be the store's own kind
-        scheme = url.partition("://")[0]
-        of_url = {"sqlite": "sqlite", "redis": "redis", "rediss": "redis"}.get(scheme)
-        if of_url is None:
-            fail(f"--url: '{url}' is not a sqlite:// or redis:// URL (the two this bench measures)")
-        if backend not in (None, of_url):
-            fail(f"--backend: {backend}, but --url names a {of_url} store")
-        backend = of_url
     try:
         result = run_store_bench(
-            backend=backend or "sqlite",
+            backend=backend,
             url=url,
             repeats=repeats,
             cas_ops=cas_ops,

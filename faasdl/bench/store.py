@@ -159,9 +159,33 @@ def _checkpoints(store: StateStore, count: int) -> tuple[float, float]:
     return round(1000 * statistics.median(walls), 3), round(1000 * cpu_s / count, 3)
 
 
+#: The backend each store scheme the bench measures is (its raw client is that backend's).
+BACKENDS = {"sqlite": "sqlite", "redis": "redis", "rediss": "redis"}
+
+
+def bench_backend(backend: str | None, url: str | None) -> str:
+    """The backend to measure: ``url``'s where one is given (another is refused), else
+    ``backend``, else sqlite."""
+    if backend not in (None, *BACKENDS.values()):
+        raise ValidationError(
+            f"unknown backend '{backend}'; use sqlite or redis", field="--backend"
+        )
+    if url is None:
+        return backend or "sqlite"
+    of_url = BACKENDS.get(url.partition("://")[0])
+    if of_url is None:
+        raise ValidationError(
+            f"'{url}' is not a sqlite:// or redis:// URL (the two this bench measures)",
+            field="--url",
+        )
+    if backend not in (None, of_url):
+        raise ValidationError(f"{backend}, but --url names a {of_url} store", field="--backend")
+    return of_url
+
+
 def run_store_bench(
     *,
-    backend: str,
+    backend: str | None = None,
     url: str | None = None,
     sizes_mib: tuple[int, ...] = (1, 16, 100),
     repeats: int = 5,
@@ -169,6 +193,7 @@ def run_store_bench(
     checkpoints: int = 200,
     progress: Console | None = None,
 ) -> dict[str, Any]:
+    backend = bench_backend(backend, url)  # the raw client compared with is the store's kind
     say: Callable[[str], None] = progress.print if progress else (lambda _: None)
     measure = functools.partial(
         _measure,
@@ -195,7 +220,7 @@ def run_store_bench(
                 raw = _raw_redis(url, settings.chunk_bytes)
                 store = make_store(settings, url)
                 return _run(store, raw, backend, settings, measure)
-    raise ValidationError(f"unknown backend '{backend}'; use sqlite or redis", field="backend")
+    raise AssertionError(f"backend {backend!r} passed bench_backend")
 
 
 def _run(
