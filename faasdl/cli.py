@@ -1067,8 +1067,11 @@ def datasets_upload(
     url: UrlOption = None,
 ) -> None:
     """Upload a data set: sent as it is read (with progress), checked by the controller, kept
-    whole or not at all; its record as JSON last."""
+    whole or not at all; what it holds, then its record as JSON last."""
+    from rich.markup import escape
     from rich.progress import Progress
+
+    from faasdl.training.datasets import dims
 
     if name is None and (problem := _not_a_dataset_name(file.stem)):
         fail(f"{file.name}: {problem}: give it one with --name")
@@ -1081,6 +1084,13 @@ def datasets_upload(
             uploaded = client.upload_dataset(name or file.stem, data)
         except ValidationError as exc:  # the API names its field, the body: here, the file
             fail(f"{file.name}: {str(exc).removeprefix('body: ')}")
+    if contents := uploaded.get("contents"):
+        console.print(
+            f"{contents['examples']:,} training and {contents['test_examples']:,} test examples "
+            f"of shape {dims(contents['input_shape'])}, {contents['classes']:,} classes"
+        )
+        for note in contents["notes"]:
+            console.print(f"[yellow]note:[/] {escape(note)}")
     console.print(f"jobs name it as dataset: {{name: npz, path: {uploaded['path']}}}")
     typer.echo(json.dumps(uploaded))
 
@@ -1089,14 +1099,26 @@ def datasets_upload(
 def datasets_list(url: UrlOption = None) -> None:
     """Your uploaded data sets, with their SHA-256 (the table shows its first 12 digits); JSON
     last."""
+    from faasdl.training.datasets import dims
+
     with _controller(url) as client:
         found = client.datasets()
     table = Table(title="data sets")
-    for column in ("name", "path", "bytes", "sha256"):
+    for column in ("name", "path", "bytes", "examples", "shape", "classes", "sha256"):
         table.add_column(column)
     for d in found:
         digest = d["sha256"][:12] + "…" if d["sha256"] else "-"
-        table.add_row(d["name"], d["path"], f"{d['bytes']:,}", digest)
+        contents = d.get("contents")
+        held = (
+            (
+                f"{contents['examples']:,} + {contents['test_examples']:,} test",
+                dims(contents["input_shape"]),
+                f"{contents['classes']:,}",
+            )
+            if contents
+            else ("-", "-", "-")
+        )
+        table.add_row(d["name"], d["path"], f"{d['bytes']:,}", *held, digest)
     console.print(table)
     typer.echo(json.dumps(found))
 

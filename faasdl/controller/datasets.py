@@ -27,7 +27,7 @@ from faasdl.controller.validator import JobSpec
 from faasdl.errors import AccessError, StoreFull, ValidationError
 from faasdl.estimator.sizer import remember_facts
 from faasdl.store.base import FULL_ERRNOS
-from faasdl.training.datasets import NpzSpec, load_dataset
+from faasdl.training.datasets import NpzSpec, load_dataset, untrained_classes
 
 #: An upload's name: a file name of its own, never a path.
 DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
@@ -35,6 +35,22 @@ SUFFIX = ".npz"
 PARTIAL = ".partial"
 
 log = logging.getLogger(__name__)
+
+
+class UploadContents(BaseModel):
+    """What an upload holds, as its check found it."""
+
+    examples: int = Field(description="Training examples (x_train's first axis).")
+    test_examples: int
+    input_shape: tuple[int, ...] = Field(
+        description="One example's shape as the model takes it (grey images with a channel)."
+    )
+    classes: int = Field(description="The highest label + 1: the model's outputs.")
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the check found worth a look without refusing the file: classes no "
+        "training example has (labels counted from 1?).",
+    )
 
 
 class UploadedDataset(BaseModel):
@@ -49,6 +65,11 @@ class UploadedDataset(BaseModel):
         "uploaded; none in the list where the file was changed since other than by an upload "
         "(until the controller's next housekeeping pass hashes it).",
     )
+    contents: UploadContents | None = Field(
+        None,
+        description="What it holds, as its upload's check found it; none in the list where the "
+        "file was changed since other than by an upload, or uploaded before faasdl kept this.",
+    )
 
 
 class _Digest(BaseModel):
@@ -59,12 +80,17 @@ class _Digest(BaseModel):
     bytes: int
     mtime_ns: int
     inode: int
+    contents: UploadContents | None = None  # housekeeping hashes a file, it does not load it
 
     @classmethod
-    def of(cls, path: Path, sha256: str) -> _Digest:
+    def of(cls, path: Path, sha256: str, contents: UploadContents | None = None) -> _Digest:
         facts = path.stat()
         return cls(
-            sha256=sha256, bytes=facts.st_size, mtime_ns=facts.st_mtime_ns, inode=facts.st_ino
+            sha256=sha256,
+            bytes=facts.st_size,
+            mtime_ns=facts.st_mtime_ns,
+            inode=facts.st_ino,
+            contents=contents,
         )
 
     def matches(self, facts: os.stat_result) -> bool:
@@ -132,8 +158,15 @@ def _listed(path: Path) -> UploadedDataset:
         digest: _Digest | None = _Digest.model_validate_json(_digest_path(path).read_bytes())
     except (OSError, pydantic.ValidationError):  # none kept (an upload's last step cut short)
         digest = None
-    sha256 = digest.sha256 if digest is not None and digest.matches(facts) else None
-    return UploadedDataset(name=path.stem, path=path.name, bytes=facts.st_size, sha256=sha256)
+    if digest is None or not digest.matches(facts):
+        return UploadedDataset(name=path.stem, path=path.name, bytes=facts.st_size)
+    return UploadedDataset(
+        name=path.stem,
+        path=path.name,
+        bytes=facts.st_size,
+        sha256=digest.sha256,
+        contents=digest.contents,
+    )
 
 
 def _digest_path(path: Path) -> Path:
@@ -181,24 +214,38 @@ async def store_upload(
             raise ValidationError("is empty: send the .npz file as the body", field="body")
         _check_quota(api, tenant, name, size)
         try:
-            # Checked by loading it (which hashes it), and its facts kept for the jobs that will
-            # name it.
-            facts = await asyncio.to_thread(
-                lambda: remember_facts(load_dataset(NpzSpec(path=partial)))
-            )
+            sha256, contents = await asyncio.to_thread(_check_upload, partial)
         except ValidationError as exc:
             # The temporary name means nothing to the caller.
             message = str(exc).removeprefix("dataset.path: ").replace(partial, "the upload")
             raise ValidationError(message, field="body") from exc
         # Of this file, before it is moved: another upload of the name may replace it at once.
-        digest = _Digest.of(Path(partial), facts.sha256) if facts.sha256 else None
+        digest = _Digest.of(Path(partial), sha256, contents)
         os.replace(partial, kept)
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
-    if digest is not None:  # an .npz's facts always have it
-        _keep_digest(kept, digest)
-    return UploadedDataset(name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=facts.sha256)
+    _keep_digest(kept, digest)
+    return UploadedDataset(
+        name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=sha256, contents=contents
+    )
+
+
+def _check_upload(path: str) -> tuple[str, UploadContents]:
+    """An upload checked by loading it (which hashes it), its facts kept for the jobs that will
+    name it: its SHA-256 and what it holds."""
+    dataset = load_dataset(NpzSpec(path=path))
+    facts = remember_facts(dataset)
+    assert facts.sha256 is not None  # an .npz's facts always have it
+    note = untrained_classes(dataset)
+    contents = UploadContents(
+        examples=facts.examples,
+        test_examples=facts.test_examples,
+        input_shape=facts.input_shape,
+        classes=facts.classes,
+        notes=[note] if note else [],
+    )
+    return facts.sha256, contents
 
 
 def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:

@@ -359,11 +359,7 @@ def _check_headers(spec: NpzSpec, headers: dict[str, tuple[tuple[int, ...], np.d
         if 0 in x_shape:
             empty = "is empty" if x_shape[0] == 0 else "'s examples hold no values"
             raise ValidationError(f"x_{part}{empty} (shape {list(x_shape)})", field="dataset.path")
-        if y_shape != x_shape[:1] or not np.issubdtype(y_dtype, np.integer):
-            raise ValidationError(
-                f"y_{part} must be {x_shape[0]} integer labels, got {y_dtype} {list(y_shape)}",
-                field="dataset.path",
-            )
+        _check_labels(part, x_shape[0], y_shape, y_dtype)
         values += math.prod(x_shape)
     if values > MAX_DATASET_VALUES:
         raise ValidationError(
@@ -371,6 +367,34 @@ def _check_headers(spec: NpzSpec, headers: dict[str, tuple[tuple[int, ...], np.d
             "(1 GiB of float32) a data set may hold",
             field="dataset.path",
         )
+
+
+def _check_labels(part: str, examples: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """``y_{part}`` must hold one class index per example: integers (or booleans), as a vector or
+    a column. What else it holds is named with what to save instead."""
+    labels = (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.bool_)) and shape in (
+        (examples,),
+        (examples, 1),
+    )
+    if labels:
+        return
+    if shape[:1] == (examples,) and len(shape) == 2 and shape[1] > 1:
+        hint = ": one-hot? save each example's class index, y.argmax(axis=1)"
+    elif shape[:1] != (examples,) or len(shape) > 2:
+        hint = f": one per x_{part} example"
+    elif np.issubdtype(dtype, np.floating):
+        hint = (
+            ": class indices saved as floats? save them as integers, y.astype(np.int64) "
+            "(faasdl trains classifiers: a real-valued target is regression)"
+        )
+    elif dtype.kind in "US":
+        hint = ": class names? save their indices, np.unique(y, return_inverse=True)[1]"
+    else:
+        hint = ""
+    raise ValidationError(
+        f"y_{part} must be {examples} integer labels, got {dtype} {list(shape)}{hint}",
+        field="dataset.path",
+    )
 
 
 def dims(shape: Iterable[int]) -> str:
@@ -404,7 +428,7 @@ def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.nda
         )
     if x.ndim == 3:  # grey images without a channel axis
         scaled = scaled[..., np.newaxis]
-    return scaled, y.astype(np.int32)
+    return scaled, y.reshape(len(y)).astype(np.int32)  # a column of labels as a vector
 
 
 def _classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
@@ -422,3 +446,25 @@ def _classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
             "every label is 0: a classifier needs at least two classes", field="dataset.path"
         )
     return high + 1
+
+
+def untrained_classes(dataset: Dataset) -> str | None:
+    """A note where a class below the highest label has no training example (labels counted from
+    1, a class only the test set has): the model has an output for it, which training teaches it
+    never to give."""
+    seen = np.unique(dataset.y_train)
+    missing = dataset.classes - len(seen)
+    if missing == 0:
+        return None
+    # Among the first len(seen) + k indices at least k are missing: the first few, found without
+    # a range as long as the classes (up to 2³¹).
+    first = np.setdiff1d(np.arange(min(dataset.classes, len(seen) + 3)), seen)[:3]
+    named = ", ".join(map(str, first)) + (", …" if missing > len(first) else "")
+    if missing == 1:
+        which = f"class {named} has no example in y_train ("
+    else:
+        which = f"{missing:,} of {dataset.classes:,} classes have no example in y_train ({named}; "
+    return (
+        f"{which}labels are class indices from 0): a class without training examples is never "
+        "predicted"
+    )

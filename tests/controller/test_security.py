@@ -287,6 +287,13 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
 
     assert created.status_code == 201, created.text
     assert created.json()["bytes"] == len(data)
+    assert created.json()["contents"] == {
+        "examples": 400,
+        "test_examples": 10,
+        "input_shape": [8],
+        "classes": 3,
+        "notes": [],
+    }
     assert not_npz.status_code == 422
     assert not_npz.json()["field"] == "body"
     assert too_big.status_code == 413
@@ -297,7 +304,7 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert "x_train is compressed with bzip2" in refused_bomb.text
     assert listed == [created.json()]
     assert created.json()["sha256"] == hashlib.sha256(data).hexdigest()
-    assert changed == [{**created.json(), "bytes": len(data) + 1, "sha256": None}]
+    assert changed == [{**created.json(), "bytes": len(data) + 1, "sha256": None, "contents": None}]
     assert estimate.status_code == 200, estimate.text
     # The job reads the file by its resolved path, and shows it by the name it was given.
     assert submitted.status_code == 201, submitted.text
@@ -330,6 +337,9 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
     bob = {"FAASDL_CLIENT__API_KEY": keys["b"]}
     data = save_npz(tmp_path / "cli-set.npz")
     spaced = save_npz(tmp_path / "my set.npz")
+    counted_from_1 = tmp_path / "from-1.npz"
+    x = np.zeros((6, 4, 4), np.uint8)  # grey images: a channel added
+    np.savez(counted_from_1, x_train=x, y_train=[1, 2, 3] * 2, x_test=x[:2], y_test=[1, 3])
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"PK\x03\x04 not really a zip")
     big = tmp_path / "big.npz"
@@ -340,6 +350,7 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
 
     # Execute
     uploaded = datasets("upload", str(data))
+    noted = datasets("upload", str(counted_from_1))
     bad_name = datasets("upload", str(data), "--name", "../up")
     unnamed = datasets("upload", str(spaced))
     refused = datasets("upload", str(junk))
@@ -360,8 +371,21 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
         "path": "cli-set.npz",
         "bytes": data.stat().st_size,
         "sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
+        "contents": {
+            "examples": 400,
+            "test_examples": 10,
+            "input_shape": [8],
+            "classes": 3,
+            "notes": [],
+        },
     }
+    assert "400 training and 10 test examples of shape 8, 3 classes" in uploaded.output
     assert "jobs name it as dataset: {name: npz, path: cli-set.npz}" in uploaded.output
+    assert noted.exit_code == 0, noted.output
+    assert "6 training and 2 test examples of shape 4×4×1, 4 classes" in noted.output
+    assert "note: class 0 has no example in y_train (labels are class indices from 0)" in (
+        " ".join(noted.output.split())
+    )
     assert bad_name.exit_code == 2
     assert "'../up' is not a data set's name" in bad_name.output
     assert unnamed.exit_code == 2
@@ -373,8 +397,10 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
     assert "HTTP 413: Content Too Large: over the controller's FAASDL_API__MAX_UPLOAD_BYTES" in (
         too_big.output
     )
-    assert json.loads(listed.stdout.splitlines()[-1]) == [record]
+    assert [d["name"] for d in json.loads(listed.stdout.splitlines()[-1])] == ["cli-set", "from-1"]
+    assert json.loads(listed.stdout.splitlines()[-1])[0] == record
     assert record["sha256"][:12] in listed.output
+    assert "400 + 10 test" in listed.output
     assert json.loads(bobs.stdout.splitlines()[-1]) == []
     assert bobs_delete.exit_code == 2
     assert "no uploaded data set 'cli-set'" in bobs_delete.output

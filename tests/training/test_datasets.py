@@ -12,12 +12,14 @@ from faasdl.errors import ValidationError
 from faasdl.training import datasets
 from faasdl.training.datasets import (
     DIGITS_IMAGES,
+    MAX_LABEL,
     DigitsSpec,
     NpzSpec,
     Shard,
     SyntheticSpec,
     load_dataset,
     split_shards,
+    untrained_classes,
 )
 
 
@@ -122,6 +124,74 @@ def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path)
     assert data.x_train.max() <= 1.0
 
 
+def test_labels_as_a_column_or_booleans_load_as_class_indices(tmp_path: Path) -> None:
+    x = np.zeros((4, 3))
+    column = _npz(
+        tmp_path / "column.npz",
+        x_train=x,
+        y_train=np.array([[0], [1], [2], [1]]),
+        x_test=x[:2],
+        y_test=np.array([[2], [0]]),
+    )
+    booleans = _npz(
+        tmp_path / "bool.npz",
+        x_train=x,
+        y_train=np.array([True, False, True, True]),
+        x_test=x[:2],
+        y_test=np.array([False, True]),
+    )
+
+    by_column, by_bool = load_dataset(column), load_dataset(booleans)
+
+    assert by_column.y_train.tolist() == [0, 1, 2, 1]
+    assert by_column.y_test.tolist() == [2, 0]
+    assert by_column.classes == 3
+    assert by_bool.y_train.tolist() == [1, 0, 1, 1]
+    assert by_bool.y_train.dtype == np.int32
+    assert by_bool.classes == 2
+
+
+@pytest.mark.parametrize(
+    ("y_train", "note"),
+    [
+        ([0, 1, 2, 1], None),
+        (
+            [1, 2, 2, 1],
+            "class 0 has no example in y_train (labels are class indices from 0): a class "
+            "without training examples is never predicted",
+        ),
+        ([0, 4, 9, 4], "7 of 10 classes have no example in y_train (1, 2, 3, …; labels are"),
+        # The first few found without a range as long as the classes.
+        (
+            [0, MAX_LABEL, 0, 1],
+            "2,147,483,644 of 2,147,483,647 classes have no example in y_train (2, 3, 4, …;",
+        ),
+    ],
+    ids=["every-class", "counted-from-1", "gaps", "vast"],
+)
+def test_classes_without_a_training_example_are_noted(
+    tmp_path: Path, y_train: list[int], note: str | None
+) -> None:
+    x = np.zeros((4, 3))
+    data = load_dataset(
+        _npz(
+            tmp_path / "d.npz",
+            x_train=x,
+            y_train=np.array(y_train),
+            x_test=x[:1],
+            y_test=np.array([1]),
+        )
+    )
+
+    found = untrained_classes(data)
+
+    if note is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.startswith(note)
+
+
 @pytest.mark.parametrize(
     ("arrays", "message"),
     [
@@ -133,7 +203,36 @@ def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path)
                 "x_test": np.zeros((2, 2)),
                 "y_test": np.zeros(2, int),
             },
-            "y_train must be 4 integer labels",
+            r"y_train must be 4 integer labels, got int64 \[3\]: one per x_train example",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.array([0.0, 1.0, 1.0, 0.0]),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.arange(2),
+            },
+            r"got float64 \[4\]: class indices saved as floats\? save them as integers, "
+            r"y.astype\(np.int64\) \(faasdl trains classifiers",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.arange(4),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.eye(2),
+            },
+            r"y_test must be 2 integer labels, got float64 \[2, 2\]: one-hot\? save each "
+            r"example's class index, y.argmax\(axis=1\)",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.array(["cat", "dog", "dog", "cat"]),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.arange(2),
+            },
+            r"got <U3 \[4\]: class names\? save their indices, np.unique\(y, return_inverse=True\)",
         ),
         (
             {
@@ -202,6 +301,9 @@ def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path)
     ids=[
         "missing-keys",
         "label-count",
+        "float-labels",
+        "one-hot-labels",
+        "named-labels",
         "needs-pickle",
         "beyond-float32",
         "complex",
