@@ -1040,6 +1040,7 @@ class JobRunner:
                     "timeout_ms": limits.timeout_ms,
                     "heartbeat_ms": None,  # the lease starts with the attempt's first beat
                     "host": None,  # and its container is known from that beat on
+                    "claimed_ms": now_ms(),
                 }
             )
 

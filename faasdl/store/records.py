@@ -233,6 +233,7 @@ class FunctionInfo(Record):
     )
     heartbeat_ms: int | None = None  # the owning attempt's last heartbeat; None before its first
     host: str | None = None  # the owning attempt's container host name (a pod's name)
+    claimed_ms: int | None = None  # when the owning attempt was claimed, before it was invoked
     committed_result: str | None = None
     attempts: int = 0
     memory_mb: int | None = None

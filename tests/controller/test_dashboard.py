@@ -14,14 +14,14 @@ import pytest
 import requests
 
 from faasdl.canary.inject import Chaos
-from faasdl.config import Settings
+from faasdl.config import Settings, StoreSettings
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import create_key
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore
+from faasdl.store import StateStore, make_store
 from faasdl.store.records import (
     FunctionInfo,
     JobEvent,
@@ -311,3 +311,74 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     for line, event in zip(said, cancelled.events, strict=True):
         assert line.endswith(f"{event.kind} {event.message}"), line  # after the time of day
     assert evaluate_limit == str(plan.train.memory_mb)
+
+
+@pytest.fixture
+def own_store(tmp_path: Path) -> Iterator[tuple[StateStore, str]]:
+    """A store no running controller reads."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        yield store, url
+
+
+def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumption(
+    served: tuple[Controller, str, str], browser: Any, own_store: tuple[StateStore, str]
+) -> None:
+    # Arrange: a running job a new controller carried on a minute in, as a store of its own
+    # holds one: shard 0's attempt claimed before the restart and still running, shard 1's
+    # claimed after; shown by a controller that has not started (a running one would carry the
+    # job on again).
+    controller = served[0]
+    spec = JobSpec.model_validate({**JOB, "epochs": 1})
+    plan = controller.estimate(spec)
+    store, url = own_store
+    key = create_key(store, tenant="default")[1]
+    t = int(time.time() * 1000) - 120_000
+    resumed = JobInfo(
+        job_id="d" * 16,
+        state=JobState.RUNNING,
+        spec=spec.model_dump(mode="json"),
+        plan=plan.model_dump(mode="json"),
+        created_ms=t,
+        started_ms=t,
+        events=[
+            JobEvent(t_ms=t, kind="round_started", message="round 1/1", round=0),
+            JobEvent(t_ms=t + 60_000, kind="resumed", message="by a new controller"),
+            JobEvent(t_ms=t + 60_000, kind="round_started", message="round 1/1", round=0),
+        ],
+    )
+    assert create(store, resumed)
+    for shard, claimed in ((0, t + 1_000), (1, t + 61_000)):
+        unit = FunctionInfo(
+            job_id=resumed.job_id,
+            round=0,
+            shard=shard,
+            state=UnitState.RUNNING,
+            attempts=1,
+            claimed_ms=claimed,
+        )
+        assert create(store, unit)
+    viewer = Controller(
+        settings=controller.settings, platform=controller.platform, store=store, store_url=url
+    )
+    server = AppThread(create_app(viewer, owns=False), host="127.0.0.1", port=0, name="ui-view")
+    base = server.start()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+    # Execute
+    try:
+        page.goto(f"{base}/ui")
+        page.get_by_label("API key").fill(key)
+        page.get_by_label("API key").press("Enter")
+        page.goto(f"{base}/ui#job={resumed.job_id}")
+        bars = page.locator('[data-kind="running"] rect.running')
+        bars.nth(1).wait_for(timeout=10_000)
+        widths = bars.evaluate_all("rs => rs.map(r => Number(r.getAttribute('width')))")
+    finally:
+        page.close()
+        server.stop()
+
+    # Assert: shard 0's bar spans the two minutes since its claim, shard 1's the one since its
+    # own (both were drawn from the last round_started line: one minute each).
+    assert len(widths) == 2
+    assert 1.7 < widths[0] / widths[1] < 2.3, widths

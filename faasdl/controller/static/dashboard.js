@@ -293,7 +293,10 @@ function renderLanes(view, ledger) {
   for (const unit of live.filter((u) => u.state === "running")) {
     const failed = job.failures.filter((f) => f.kind === "train" && f.round === unit.round
       && f.unit === unit.shard);
-    const from = Math.max(roundStart(unit.round), ...failed.map((f) => f.t_ms));
+    // From its attempt's claim (a record from before it had one: its round's start, its last
+    // failure).
+    const from = unit.claimed_ms
+      ?? Math.max(roundStart(unit.round), ...failed.map((f) => f.t_ms));
     const top = y(unit.shard) + 4;
     const group = titled(svg("g", {
       "data-kind": "running", "data-unit": unit.shard, "data-round": unit.round,
