@@ -23,6 +23,7 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.records import (
+    ActivationUse,
     FunctionInfo,
     JobEvent,
     JobInfo,
@@ -288,6 +289,20 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
             job_id=cancelled.job_id, round=0, shard=shard, state=UnitState.RUNNING, attempts=1
         )
         assert create(controller.store, unit)
+        stopped = ActivationUse(
+            job_id=cancelled.job_id,
+            activation_id=f"stopped{shard}",
+            kind="train",
+            round=0,
+            unit=shard,
+            memory_mb=plan.train.memory_mb,
+            start_ms=t + 10,
+            duration_ms=8_990,
+            outcome="stopped",
+            gb_s=1.0,
+            cost_usd=0.0,
+        )
+        assert create(controller.store, stopped)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
@@ -297,15 +312,20 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     page.goto(f"{base}/ui#job={cancelled.job_id}")
     page.locator('[data-kind="lane"]').nth(plan.train.containers).wait_for(timeout=10_000)
     page.locator("#events li").nth(2).wait_for(timeout=10_000)
+    page.locator('[data-kind="activation"]').nth(plan.train.containers - 1).wait_for(timeout=10_000)
     running = page.locator('[data-kind="running"]').count()
+    marks = page.locator('[data-kind="activation"] rect:is(.stopped, .failure)')
+    outcomes = marks.evaluate_all("rs => rs.map(r => r.getAttribute('class'))")
     kinds = page.locator("#events li .kind").all_inner_texts()
     lines = page.locator("#events li").all_inner_texts()
     evaluate_limit = page.locator('tr[data-action="evaluate"] td').nth(1).inner_text()
     page.close()
 
-    # Assert: no attempt drawn as running on (to the page's clock); each log line names its kind
+    # Assert: no attempt drawn as running on (to the page's clock), the stopped ones ended with
+    # a stop's mark, not a failure's; each log line names its kind
     # ("after 0.0 s in the queue" alone said nothing); evaluation's limit is the trainer's.
     assert running == 0
+    assert outcomes == ["stopped"] * plan.train.containers  # not drawn as failures
     assert kinds == ["submitted", "admitted", "cancelled"]
     said = [" ".join(line.split()) for line in lines]
     for line, event in zip(said, cancelled.events, strict=True):

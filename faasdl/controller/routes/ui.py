@@ -75,6 +75,7 @@ PAGE = Template("""<!doctype html>
       <span class="key wait"></span> queue wait <span class="key init"></span> cold start
       <span class="key run"></span> training <span class="key running"></span> running
       <span class="mark checkpoint">◆</span> checkpoint <span class="mark failure">✕</span> failure
+      <span class="mark stopped">▮</span> stopped (its job cancelled or failed)
       <span class="mark commit">✓</span> commit
       <span class="mark replica">R</span> on a warm replica
     </p>

@@ -276,7 +276,9 @@ function renderLanes(view, ledger) {
         group.append(svg("text", { class: "commit", x: stop + 2, y: top + 12 }, "✓"));
       }
     } else {
-      group.append(svg("rect", { class: "failure", x: stop - 3, y: top - 2, width: 3, height: 18 }));
+      // Stopped by a cancel or its job's failure: not a failure of its own.
+      const cls = line.outcome === "stopped" ? "stopped" : "failure";
+      group.append(svg("rect", { class: cls, x: stop - 3, y: top - 2, width: 3, height: 18 }));
     }
     if (line.kind === "train" && line.attempt > 1 && line.init_ms === 0) {
       group.append(svg("text", { class: "replica", x: x(t) - 10, y: top + 12 }, "R"));
