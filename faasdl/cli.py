@@ -693,13 +693,7 @@ def _controller(url: str | None) -> Iterator[ControllerClient]:
     settings = load_settings()
     if url is not None and (problem := http_url_problem(url)):
         fail(f"--url: {problem}")
-    url = (
-        url
-        or settings.client.url
-        or f"http://{settings.controller.host}:{settings.controller.port}"
-    )
-    key = settings.client.api_key
-    client = ControllerClient(url=url, api_key=key.get_secret_value() if key else None)
+    client = ControllerClient.from_settings(settings, url=url)
     try:
         yield client
     except FaasdlError as exc:
@@ -1005,17 +999,11 @@ def model(
         fail("--output: give a file name ('-' would be a file of that name)")
     if output.is_dir():
         fail(f"--output: {output} is a directory: name the file ({output / 'model.safetensors'})")
-    # Written as it arrives into a file opened first (a place that cannot be written fails
-    # before the download), renamed when whole: never half a file under the name asked for.
-    partial = output.with_name(output.name + ".partial")
     try:
-        with _controller(url) as client, partial.open("wb") as out:
-            size = client.download_model(job_id, out)
-        partial.replace(output)
+        with _controller(url) as client:
+            size = client.save_model(job_id, output)
     except OSError as exc:
         fail(f"--output: cannot write {output}: {exc.strerror}")
-    finally:
-        partial.unlink(missing_ok=True)
     typer.echo(json.dumps({"job_id": job_id, "path": str(output), "bytes": size}))
 
 

@@ -471,8 +471,9 @@ class ClientSettings(Section):
     reconnect_s: float = Field(
         120.0,
         ge=0,
-        description="How long `--watch` asks again a controller that stopped answering (a "
-        "restart) before it gives up; the job goes on without the watch.",
+        description="How long `--watch` (and the Python client's `wait`) asks again a "
+        "controller that stopped answering (a restart) before it gives up; the job goes on "
+        "without the watch.",
     )
     watch_timeout_s: float = Field(
         30.0,

@@ -7,6 +7,7 @@ import io
 import json
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -311,6 +312,19 @@ def test_a_store_is_shown_without_its_password(url: str, shown: str) -> None:
     from faasdl.store import shown_url
 
     assert shown_url(url) == shown
+
+
+def test_the_python_clients_wait_asks_an_unreachable_controller_again_then_gives_up() -> None:
+    from faasdl.controller.client import ControllerClient
+    from faasdl.errors import PlatformUnavailable
+
+    with ControllerClient(url="http://127.0.0.1:9", reconnect_s=0.5) as client:
+        started = time.monotonic()
+        with pytest.raises(PlatformUnavailable, match=r"http://127\.0\.0\.1:9 is unreachable"):
+            client.wait("0123456789abcdef")
+        waited = time.monotonic() - started
+
+    assert waited >= 0.5  # asked again for reconnect_s before it gave up
 
 
 def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Path) -> None:

@@ -1,11 +1,24 @@
-"""A client of the controller's REST API (the CLI's), with the API's errors as faasdl errors."""
+"""A client of the controller's REST API (the CLI's, and yours from Python), with the API's
+errors as faasdl errors.
+
+    with ControllerClient.from_settings() as client:  # FAASDL_CLIENT__URL, __API_KEY
+        job_id = client.submit({"model": "mlp", "dataset": {"name": "digits"}})["job"]["job_id"]
+        view = client.wait(job_id)  # its state done, failed or cancelled
+        client.save_model(job_id, "model.safetensors")
+"""
 
 from __future__ import annotations
 
 import io
-from typing import Any, BinaryIO
+import math
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import requests
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from faasdl.errors import (
     AccessError,
@@ -20,17 +33,54 @@ from faasdl.errors import (
     reason,
 )
 
+if TYPE_CHECKING:
+    from faasdl.config import Settings
+
 #: How much of a model a download writes at a time.
 DOWNLOAD_CHUNK_BYTES = 1 << 20
+#: A job's states once it has ended.
+ENDED = ("done", "failed", "cancelled")
 
 
 class ControllerClient:
-    def __init__(self, *, url: str, api_key: str | None = None, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        *,
+        url: str,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        reconnect_s: float = 120.0,
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.reconnect_s = reconnect_s
         self._session = requests.Session()
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings | None = None, *, url: str | None = None
+    ) -> ControllerClient:
+        """A client of the controller ``url`` names, else ``FAASDL_CLIENT__URL``, else
+        ``FAASDL_CONTROLLER__HOST`` and ``__PORT``, with the key ``FAASDL_CLIENT__API_KEY`` (or
+        ``__API_KEY_FILE``) holds."""
+        if settings is None:
+            from faasdl.config import Settings
+
+            settings = Settings()
+        client = settings.client
+        url = url or client.url or f"http://{settings.controller.host}:{settings.controller.port}"
+        key = client.api_key.get_secret_value() if client.api_key else None
+        return cls(url=url, api_key=key, reconnect_s=client.reconnect_s)
+
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
     def close(self) -> None:
         self._session.close()
@@ -60,6 +110,33 @@ class ControllerClient:
         found: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}", timeout=timeout_s).json()
         return found
 
+    def wait(
+        self, job_id: str, *, timeout_s: float | None = None, poll_s: float = 1.0
+    ) -> dict[str, Any]:
+        """The job's view once it has ended (done, failed or cancelled: its ``job.state``), read
+        every ``poll_s``; a controller that stops answering (a restart) is asked again for the
+        client's ``reconnect_s``. ``TimeoutError`` if it runs on past ``timeout_s`` (the job
+        goes on)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            view = self._read_through_outages(job_id)
+            state = view["job"]["state"]
+            if state in ENDED:
+                return view
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {state} after {timeout_s:g} s")
+            left = math.inf if deadline is None else deadline - time.monotonic()
+            time.sleep(max(0.0, min(poll_s, left)))
+
+    def _read_through_outages(self, job_id: str) -> dict[str, Any]:
+        retrying = Retrying(
+            retry=retry_if_exception_type(PlatformUnavailable),
+            stop=stop_after_delay(self.reconnect_s),
+            wait=wait_exponential(multiplier=0.5, max=5),
+            reraise=True,
+        )
+        return retrying(self.job, job_id)
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         found: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}").json()
         return found
@@ -86,6 +163,19 @@ class ControllerClient:
                     f"the controller at {self.url} stopped sending the model: {reason(exc)}"
                 ) from exc
         return written
+
+    def save_model(self, job_id: str, path: str | os.PathLike[str]) -> int:
+        """Download the job's model to ``path``, written as it arrives beside it and renamed when
+        whole: never half a file under that name. Returns its size."""
+        path = Path(path)
+        partial = path.with_name(path.name + ".partial")
+        try:
+            with partial.open("wb") as out:  # a place that cannot be written fails first
+                size = self.download_model(job_id, out)
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
+        return size
 
     def upload_dataset(self, name: str, data: BinaryIO) -> dict[str, Any]:
         """Send an ``.npz`` file as the data set ``name`` (replacing one of that name), read as

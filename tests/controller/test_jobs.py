@@ -32,7 +32,7 @@ from faasdl.controller.datasets import partial_file
 from faasdl.controller.datasets import uploads as uploads_of
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
-from faasdl.errors import PlatformUnavailable
+from faasdl.errors import JobNotFound, PlatformUnavailable
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
@@ -440,6 +440,29 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert not list(tmp_path.glob("none*"))  # its partial file is gone with it
     assert "no job '0123456789abcdef'" in missing.output
     assert not (tmp_path / "none").exists()
+
+
+def test_the_python_client_submits_waits_and_saves_the_model(
+    api_url: str, admin_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAASDL_CLIENT__URL", api_url)
+    monkeypatch.setenv("FAASDL_CLIENT__API_KEY", admin_key)
+    out = tmp_path / "model.safetensors"
+
+    with ControllerClient.from_settings() as client:
+        job_id = client.submit({**DIGITS_JOB, "epochs": 1, "seed": 5})["job"]["job_id"]
+        with pytest.raises(TimeoutError, match=rf"job {job_id} is still \w+ after 0.01 s"):
+            client.wait(job_id, timeout_s=0.01)  # its trainers' cold start alone takes seconds
+        view = client.wait(job_id, poll_s=0.2)
+        size = client.save_model(job_id, out)
+        with pytest.raises(JobNotFound, match="no job '0123456789abcdef'"):
+            client.save_model("0123456789abcdef", tmp_path / "none.safetensors")
+
+    assert view["job"]["state"] == "done", view["job"]["error"]
+    assert len(view["job"]["rounds"]) == 1
+    assert size == out.stat().st_size
+    assert len(unpack(out.read_bytes())["w"]) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]  # no partial
 
 
 def test_the_cli_asks_the_controller_for_a_plan_with_url(
