@@ -897,13 +897,18 @@ def jobs(
     """List jobs, newest first, a page at a time; JSON last."""
     with _controller(url) as client:
         found, more = client.jobs(tenant=tenant, state=state, limit=limit, before=before)
+    from datetime import datetime
+
     table = Table(title="jobs")
-    for column in ("job", "tenant", "state", "model", "round", "accuracy", "cost (USD)"):
+    columns = ("job", "submitted", "tenant", "state", "model", "round", "accuracy", "cost (USD)")
+    for column in columns:
         table.add_column(column)
     for j in found:
         accuracy = "" if j["accuracy"] is None else f"{j['accuracy']:.4f}"
+        submitted = datetime.fromtimestamp(j["created_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
             j["job_id"],
+            submitted,  # this machine's time
             j["tenant"],
             j["state"],
             str(j["model"]),

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -420,7 +421,9 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert "an API key is required" in keyless.output
     assert submitted.exit_code == 0, submitted.output
     assert "round_finished" in submitted.output
-    assert job_id in [j["job_id"] for j in json.loads(listed.stdout.splitlines()[-1])]
+    [row] = [j for j in json.loads(listed.stdout.splitlines()[-1]) if j["job_id"] == job_id]
+    when = datetime.fromtimestamp(row["created_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
+    assert re.search(rf"{job_id}\s*│\s*{when}", listed.output)  # submitted, in local time
     assert json.loads(status.stdout.splitlines()[-1])["job"]["state"] == "done"
     assert "activations (0 failed and recovered)" in submitted.output
     used = json.loads(ledger.stdout.splitlines()[-1])
