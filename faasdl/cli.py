@@ -850,6 +850,11 @@ def submit(
     stderr_console().print(summary(view, ledger))
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
+    stderr_console().print(_model_hint(job["job_id"]), highlight=False)
+
+
+def _model_hint(job_id: str) -> str:
+    return f"its model: faasdl model {job_id} -o model.safetensors"
 
 
 def _watched(client: ControllerClient, job_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -949,6 +954,8 @@ def status(
     console.print(summary(view, ledger), width=140)
     if line := progress(view):
         console.print(line, highlight=False)
+    if view["job"]["state"] == "done":
+        console.print(_model_hint(job_id), highlight=False)
     if view["queue_position"]:
         console.print(f"queue position {view['queue_position']}")
     typer.echo(json.dumps(view))

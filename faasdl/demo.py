@@ -62,8 +62,7 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
             kept = sum(_after_its_commit(controller.store, i) for i in chaos.done)
             done: bool = view["job"]["state"] == "done"
             if done:
-                with MODEL.open("wb") as out:
-                    client.download_model(job_id, out)
+                client.save_model(job_id, MODEL)
         finally:
             client.close()
             server.stop()

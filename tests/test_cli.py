@@ -533,6 +533,22 @@ def test_platform_serve_warns_of_the_published_guest_key_beyond_this_machine(
         assert f"published guest key: whoever reaches {host} runs code here" in warning
 
 
+def ended_view(state: str, error: str | None = None) -> dict[str, Any]:
+    """A job's view as the API gives it, as much of it as its summary reads."""
+    job = {
+        "job_id": "0" * 16,
+        "state": state,
+        "spec": {"model": "mlp", "dataset": {"name": "npz", "path": "cancer.npz"}},
+        "plan": {"train": {"containers": 2, "memory_mb": 704}},
+        "started_ms": 1_000,
+        "finished_ms": 6_400,
+        "rounds": [],
+        "cost_usd": 0.0,
+        "error": error,
+    }
+    return {"job": job}
+
+
 @pytest.mark.parametrize(
     ("state", "said"), [("done", "2 failed and recovered"), ("failed", "2 failed")]
 )
@@ -541,13 +557,13 @@ def test_a_jobs_summary_calls_its_failures_recovered_only_if_it_is_done(
 ) -> None:
     from faasdl.controller.watch import summary
 
-    view = {"job": {"job_id": "0" * 16, "state": state, "rounds": [], "cost_usd": 0.0}}
-    view["job"]["error"] = "shard 0 failed 4 time(s) in a row" if state == "failed" else None
+    error = "shard 0 failed 4 time(s) in a row" if state == "failed" else None
     ledger = [{"outcome": "crash", "gb_s": 1.0}] * 2 + [{"outcome": "success", "gb_s": 1.0}]
 
-    caption = str(summary(view, ledger).caption)
+    caption = str(summary(ended_view(state, error), ledger).caption).splitlines()
 
-    assert caption.startswith(f"3 activations ({said}), 3.0 GB·s")
+    assert caption[0] == "mlp on cancer.npz: 2 worker(s) of 704 MB, 5.4 s"  # what ran, how long
+    assert caption[1].startswith(f"3 activations ({said}), 3.0 GB·s")
 
 
 @pytest.mark.parametrize("duration", ["inf", "nan", "4", "3601"])
@@ -580,10 +596,8 @@ def test_a_model_download_to_stdout_or_a_directory_is_refused_before_it_is_asked
 def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_failures() -> None:
     from faasdl.controller.watch import summary
 
-    view = {"job": {"job_id": "0" * 16, "state": "cancelled", "rounds": [], "cost_usd": 0.0}}
-    view["job"]["error"] = None
     ledger = [{"outcome": "stopped", "gb_s": 9.0}] * 3 + [{"outcome": "crash", "gb_s": 1.0}]
 
-    caption = str(summary(view, ledger).caption)
+    caption = str(summary(ended_view("cancelled"), ledger).caption).splitlines()
 
-    assert caption.startswith("4 activations (1 failed, 3 stopped), 28.0 GB·s")
+    assert caption[1].startswith("4 activations (1 failed, 3 stopped), 28.0 GB·s")

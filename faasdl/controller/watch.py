@@ -176,6 +176,7 @@ def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
     recovered = " and recovered" if job["state"] == "done" else ""  # a failed job's last was not
     stopped = sum(a["outcome"] == "stopped" for a in ledger)  # by a cancel, or the job's failure
     table.caption = (
+        f"{_what(job)}\n"
         f"{len(ledger)} activations ({failed} failed{recovered}"
         + (f", {stopped} stopped" if stopped else "")
         + "), "
@@ -183,3 +184,16 @@ def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
         + (f"; error: {job['error']}" if job["error"] else "")
     )
     return table
+
+
+def _what(job: dict[str, Any]) -> str:
+    """What the job trained on how many workers, and how long it took once started."""
+    spec, plan = job["spec"], job["plan"]
+    data = spec["dataset"]
+    named = data["path"] if data["name"] == "npz" else data["name"]
+    line = f"{spec['model']} on {named}"
+    if plan:  # a record has one from its submission on
+        line += f": {plan['train']['containers']} worker(s) of {plan['train']['memory_mb']} MB"
+    if job["started_ms"] and job["finished_ms"]:
+        line += f", {(job['finished_ms'] - job['started_ms']) / 1000:.1f} s"
+    return line

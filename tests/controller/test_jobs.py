@@ -426,6 +426,8 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert re.search(rf"{job_id}\s*│\s*{when}", listed.output)  # submitted, in local time
     assert json.loads(status.stdout.splitlines()[-1])["job"]["state"] == "done"
     assert "activations (0 failed and recovered)" in submitted.output
+    assert f"mlp on digits: {DIGITS_JOB['workers']} worker(s) of" in submitted.output
+    assert f"its model: faasdl model {job_id} -o model.safetensors" in status.output
     used = json.loads(ledger.stdout.splitlines()[-1])
     assert [a["kind"] for a in used].count("train") == DIGITS_JOB["workers"]
     first = used[0]
