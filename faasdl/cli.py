@@ -36,6 +36,7 @@ from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
 
 if TYPE_CHECKING:
     from faasdl.controller.client import ControllerClient
+    from faasdl.controller.plan import JobPlan
     from faasdl.store import StateStore
 
 #: The commands' help is Markdown: their docstrings quote commands in backticks, and a summary
@@ -545,12 +546,46 @@ def estimate(
                 plan = plan_job(sizer, job, facts, max_fan_in=settings.controller.max_fan_in)
         except FaasdlError as exc:
             fail(str(exc))
-    table = Table(title=f"plan: {job.model} on {job.dataset.name}", show_header=False)
-    for key, value in plan.model_dump().items():
-        for name, part in value.items() if key == "train" else [(None, value)]:
-            table.add_row(key if name is None else f"{key}.{name}", str(part))
-    console.print(table)
+    console.print(_plan_table(plan, title=f"plan: {job.model} on {job.dataset.name}"))
     typer.echo(plan.model_dump_json())
+
+
+#: Where a plan's training memory and time limit came from, in words.
+MEMORY_SOURCES = {"model": "from the model's measured sizes", "history": "from past runs"}
+TIMEOUT_SOURCES = {
+    "history": "from past runs",
+    "expected_cost": "from expected_cost",
+    "platform_max": "the platform's longest: no past run, no expected_cost",
+}
+
+
+def _plan_table(plan: JobPlan, *, title: str) -> Table:
+    """A job's plan as a reader takes it in: each part in words, its figures (the JSON has them
+    all)."""
+    from faasdl.training.datasets import dims
+
+    train = plan.train
+    parts = " + ".join(f"{name} {mb:g}" for name, mb in train.memory_parts.items())
+    rows = {
+        "training actions": f"{train.containers} × {train.memory_mb} MB, time limit "
+        f"{train.timeout_ms / 1000:g} s ({TIMEOUT_SOURCES[train.timeout_source]})",
+        "memory estimate": f"{train.memory_estimate_mb:g} MB = {parts} "
+        f"({MEMORY_SOURCES[train.memory_source]}), rounded up to a class",
+        "shards": f"{train.shard_examples:,} examples each ({plan.examples:,} in all; "
+        f"{plan.test_examples:,} test)",
+        "rounds": f"{plan.rounds} of {plan.epochs_per_round} epoch(s)",
+        "data": f"examples of shape {dims(plan.input_shape)}, {plan.classes} classes"
+        + (f", SHA-256 {plan.data_sha256[:12]}…" if plan.data_sha256 else ""),
+        "model": f"{plan.model_mb:g} MB with its optimizer state",
+        "aggregation": f"{plan.aggregate_memory_mb} MB, time limit "
+        f"{plan.aggregate_timeout_ms / 1000:g} s, fan-in {plan.fan_in}, "
+        f"{len(plan.tree)} level(s): {plan.tree}",
+        "signature": f"{train.signature} (the history's key)",
+    }
+    table = Table(title=title, show_header=False)
+    for name, value in rows.items():
+        table.add_row(name, value)
+    return table
 
 
 def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:

@@ -130,7 +130,12 @@ def test_estimate_plans_the_job_file_submit_takes(
     assert plan["train"]["containers"] == 4  # the option over the file's field
     assert plan["tree"] == [[[0, 1, 2, 3]]]
     assert plan["examples"] + plan["test_examples"] == 1797  # the digits, split
-    assert "train.memory_mb" in result.stderr  # the table, for a reader
+    # The table, for a reader: each part in words.
+    said = " ".join(result.stderr.split())
+    memory, timeout = plan["train"]["memory_mb"], plan["train"]["timeout_ms"] / 1000
+    assert f"training actions │ 4 × {memory} MB, time limit {timeout:g} s (the platform's" in said
+    assert "rounds │ 3 of 2 epoch(s)" in said
+    assert "from the model's measured sizes" in said
     # The store named is not there: planned without history, and none made (it was).
     assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]
 
