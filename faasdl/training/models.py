@@ -66,7 +66,8 @@ def check_model(name: str, input_shape: tuple[int, ...], classes: int) -> ModelI
     if info.images:
         if len(input_shape) != 3:
             raise ValidationError(
-                f"{name} needs images (H, W, C); the dataset's examples are {list(input_shape)}",
+                f"{name} needs images (H, W, C); the dataset's examples are {list(input_shape)}"
+                f" ({', '.join(n for n, m in MODELS.items() if not m.images)} takes any shape)",
                 field="dataset",
             )
         if min(input_shape[:2]) < info.min_side:

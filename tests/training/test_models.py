@@ -16,7 +16,13 @@ def test_the_zoo_has_the_small_models_and_four_keras_applications() -> None:
     ("model", "shape", "classes", "field", "message"),
     [
         ("transformer", (8, 8, 1), 10, "model", "unknown model 'transformer'"),
-        ("small_cnn", (64,), 10, "dataset", "needs images"),
+        (
+            "small_cnn",
+            (64,),
+            10,
+            "dataset",
+            r"needs images \(H, W, C\); the dataset's examples are \[64\] \(mlp takes any shape\)",
+        ),
         ("mobilenet_v2", (8, 8, 1), 10, "dataset", "at least 32×32"),
         ("inception_v3", (64, 64, 3), 10, "dataset", "at least 75×75"),
         ("mlp", (8, 8, 1), 1, "dataset", "at least 2 classes"),
