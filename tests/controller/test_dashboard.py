@@ -18,6 +18,7 @@ from faasdl.config import Settings, StoreSettings
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import create_key
 from faasdl.controller.jobs import Controller
+from faasdl.controller.plan import JobPlan
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
@@ -260,20 +261,25 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
     assert ended[0].job_id not in shown
 
 
+def one_round_job(controller: Controller, **fields: Any) -> tuple[JobInfo, JobPlan]:
+    """A one-round job of the page's spec as a store holds one, its record's ``fields`` given."""
+    spec = JobSpec.model_validate({**JOB, "epochs": 1})
+    plan = controller.estimate(spec)
+    job = JobInfo(spec=spec.model_dump(mode="json"), plan=plan.model_dump(mode="json"), **fields)
+    return job, plan
+
+
 def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     served: tuple[Controller, str, str], browser: Any
 ) -> None:
     # Arrange: a job cancelled in its first round, as the store holds one: its units' records
     # still say running (a cancel stops the attempts, not the records).
     controller, base, key = served
-    spec = JobSpec.model_validate({**JOB, "epochs": 1})
-    plan = controller.estimate(spec)
     t = 1_795_000_000_000
-    cancelled = JobInfo(
+    cancelled, plan = one_round_job(
+        controller,
         job_id="c" * 16,
         state=JobState.CANCELLED,
-        spec=spec.model_dump(mode="json"),
-        plan=plan.model_dump(mode="json"),
         created_ms=t,
         started_ms=t + 5,
         finished_ms=t + 9_000,
@@ -349,16 +355,13 @@ def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumpti
     # claimed after; shown by a controller that has not started (a running one would carry the
     # job on again).
     controller = served[0]
-    spec = JobSpec.model_validate({**JOB, "epochs": 1})
-    plan = controller.estimate(spec)
     store, url = own_store
     key = create_key(store, tenant="default")[1]
     t = int(time.time() * 1000) - 120_000
-    resumed = JobInfo(
+    resumed, _ = one_round_job(
+        controller,
         job_id="d" * 16,
         state=JobState.RUNNING,
-        spec=spec.model_dump(mode="json"),
-        plan=plan.model_dump(mode="json"),
         created_ms=t,
         started_ms=t,
         events=[
