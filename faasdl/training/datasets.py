@@ -372,11 +372,8 @@ def _check_headers(spec: NpzSpec, headers: dict[str, tuple[tuple[int, ...], np.d
 def _check_labels(part: str, examples: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
     """``y_{part}`` must hold one class index per example: integers (or booleans), as a vector or
     a column. What else it holds is named with what to save instead."""
-    labels = (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.bool_)) and shape in (
-        (examples,),
-        (examples, 1),
-    )
-    if labels:
+    integers = np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.bool_)
+    if integers and shape in ((examples,), (examples, 1)):
         return
     if shape[:1] == (examples,) and len(shape) == 2 and shape[1] > 1:
         hint = ": one-hot? save each example's class index, y.argmax(axis=1)"
