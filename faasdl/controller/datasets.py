@@ -27,7 +27,7 @@ from faasdl.controller.validator import JobSpec
 from faasdl.errors import AccessError, StoreFull, ValidationError
 from faasdl.estimator.sizer import remember_facts
 from faasdl.store.base import FULL_ERRNOS
-from faasdl.training.datasets import NpzSpec, load_dataset, untrained_classes
+from faasdl.training.datasets import NpzSpec, data_notes, load_dataset
 
 #: An upload's name: a file name of its own, never a path.
 DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
@@ -49,7 +49,8 @@ class UploadContents(BaseModel):
     notes: list[str] = Field(
         default_factory=list,
         description="What the check found worth a look without refusing the file: classes no "
-        "training example has (labels counted from 1?).",
+        "training example has (labels counted from 1?), inputs beyond ±100 (unscaled pixels or "
+        "features).",
     )
 
 
@@ -237,13 +238,12 @@ def _check_upload(path: str) -> tuple[str, UploadContents]:
     dataset = load_dataset(NpzSpec(path=path))
     facts = remember_facts(dataset)
     assert facts.sha256 is not None  # an .npz's facts always have it
-    note = untrained_classes(dataset)
     contents = UploadContents(
         examples=facts.examples,
         test_examples=facts.test_examples,
         input_shape=facts.input_shape,
         classes=facts.classes,
-        notes=[note] if note else [],
+        notes=data_notes(dataset),
     )
     return facts.sha256, contents
 

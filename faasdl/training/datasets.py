@@ -33,6 +33,8 @@ ZIP_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "LZMA"}
 NONFINITE_CHECK_VALUES = 1 << 22
 #: The largest label: shards hold labels as int32, and ``classes`` (the largest + 1) is one too.
 MAX_LABEL = 2**31 - 2
+#: Inputs beyond ± this are noted as unscaled (see :func:`large_inputs`).
+LARGE_INPUT = 100.0
 
 
 class _Spec(BaseModel):
@@ -443,6 +445,27 @@ def _classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
             "every label is 0: a classifier needs at least two classes", field="dataset.path"
         )
     return high + 1
+
+
+def data_notes(dataset: Dataset) -> list[str]:
+    """What a user's data set holds that trains badly without being wrong: notes, not refusals."""
+    return [note for note in (untrained_classes(dataset), large_inputs(dataset)) if note]
+
+
+def large_inputs(dataset: Dataset) -> str | None:
+    """A note where the training inputs reach beyond ±:data:`LARGE_INPUT`: they are taken as
+    given (only ``uint8`` is scaled), and inputs of that size train slowly or not at all (pixels
+    saved as floats of 0-255, raw tabular features)."""
+    # Two passes, no copy: the inputs may be a GiB.
+    reach = max(float(dataset.x_train.max()), -float(dataset.x_train.min()))
+    if reach <= LARGE_INPUT:
+        return None
+    return (
+        f"x_train's values reach ±{reach:,.4g}: inputs are taken as given (only uint8 images are "
+        "scaled to [0, 1]), and a model trains on values this large slowly if at all; scale "
+        "them, pixels x / 255, features (x - x.mean(0)) / x.std(0) (the test set's with the "
+        "training set's mean and deviation)"
+    )
 
 
 def untrained_classes(dataset: Dataset) -> str | None:

@@ -17,6 +17,7 @@ from faasdl.training.datasets import (
     NpzSpec,
     Shard,
     SyntheticSpec,
+    data_notes,
     load_dataset,
     split_shards,
     untrained_classes,
@@ -190,6 +191,36 @@ def test_classes_without_a_training_example_are_noted(
     else:
         assert found is not None
         assert found.startswith(note)
+
+
+@pytest.mark.parametrize(
+    ("x_train", "note"),
+    [
+        (np.full((4, 3), 100.0), None),  # at the bound
+        (np.full((4, 3, 3), 255, np.uint8), None),  # scaled to [0, 1] as it loads
+        (np.full((4, 3, 3), 255.0), "x_train's values reach ±255: inputs are taken as given"),
+        (np.array([[0.0, -4254.0]] * 4), "x_train's values reach ±4,254: inputs are taken"),
+    ],
+    ids=["at-the-bound", "uint8-pixels", "float-pixels", "raw-features"],
+)
+def test_unscaled_inputs_are_noted(tmp_path: Path, x_train: np.ndarray, note: str | None) -> None:
+    data = load_dataset(
+        _npz(
+            tmp_path / "d.npz",
+            x_train=x_train,
+            y_train=np.arange(4) % 2,
+            x_test=x_train[:1],
+            y_test=np.array([1]),
+        )
+    )
+
+    found = data_notes(data)
+
+    if note is None:
+        assert found == []
+    else:
+        assert len(found) == 1
+        assert found[0].startswith(note)
 
 
 @pytest.mark.parametrize(
