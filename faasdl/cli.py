@@ -992,7 +992,8 @@ def status(
     if view["job"]["state"] == "done":
         console.print(_model_hint(job_id), highlight=False)
     if view["queue_position"]:
-        console.print(f"queue position {view['queue_position']}")
+        waiting = f": waits for {view['waiting_for']}" if view.get("waiting_for") else ""
+        console.print(f"queue position {view['queue_position']}{waiting}", highlight=False)
     typer.echo(json.dumps(view))
     if watch and view["job"]["state"] != "done":
         raise typer.Exit(1)

@@ -544,7 +544,7 @@ def ended_view(state: str, error: str | None = None) -> dict[str, Any]:
         "job_id": "0" * 16,
         "state": state,
         "spec": {"model": "mlp", "dataset": {"name": "npz", "path": "cancer.npz"}},
-        "plan": {"train": {"containers": 2, "memory_mb": 704}},
+        "plan": {"train": {"containers": 2, "memory_mb": 704}, "rounds": 1},
         "started_ms": 1_000,
         "finished_ms": 6_400,
         "rounds": [],
@@ -596,6 +596,35 @@ def test_a_model_download_to_stdout_or_a_directory_is_refused_before_it_is_asked
     assert "error: --output: " in said
     assert "unreachable" not in said  # refused before the controller was asked
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_watch_says_what_a_queued_job_waits_for_once_each_time_it_changes() -> None:
+    from rich.console import Console
+
+    from faasdl.controller.watch import watch
+
+    pool = "the platform's pool memory: it needs 2,816 MB, 1,408 of 4,096 MB free"
+    views = iter([pool, pool, "job 1234, first in line, to start", None])
+
+    def read() -> dict[str, Any]:
+        waiting = next(views)
+        view = ended_view("queued" if waiting else "done")
+        view["job"].update(round=0, events=[], events_dropped=0)
+        return {
+            **view,
+            "queue_position": 1 if waiting else None,
+            "waiting_for": waiting,
+            "units": [],
+        }
+
+    out = io.StringIO()
+    watch(read, Console(file=out, width=200))
+
+    said = [" ".join(line.split()) for line in out.getvalue().splitlines()]
+    assert [line for line in said if line.startswith("waiting")] == [
+        f"waiting for {pool}",
+        "waiting for job 1234, first in line, to start",
+    ]
 
 
 def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_failures() -> None:

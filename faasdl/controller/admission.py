@@ -60,6 +60,17 @@ def admit(
     quota: TenantQuota | None = None,
 ) -> list[str]:
     """The queued jobs to start now, in the order they were admitted."""
+    return admission(queued, running, capacity, quota)[0]
+
+
+def admission(
+    queued: list[Demand],
+    running: list[Demand],
+    capacity: Capacity,
+    quota: TenantQuota | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The queued jobs to start now, in the order they were admitted, and what each of the
+    others waits for, in words."""
     quota = quota or TenantQuota()
     memory = sum(_clip(d.memory_mb, capacity.memory_mb) for d in running)
     actions = sum(_clip(d.actions, capacity.actions) for d in running)
@@ -68,25 +79,50 @@ def admit(
         jobs_, memory_ = held[d.tenant]
         held[d.tenant] = (jobs_ + 1, memory_ + d.memory_mb)
     started: list[str] = []
+    waiting: dict[str, str] = {}
+    head: Demand | None = None  # the first that did not fit: the rest wait behind it
     for demand in fair_order(queued):
         jobs_, memory_ = held[demand.tenant]
-        if not (
-            _fits(jobs_ + 1, quota.jobs) and _fits(memory_ + demand.memory_mb, quota.memory_mb)
-        ):
-            continue  # the tenant is at its quota: it waits, others go on
+        if not _fits(jobs_ + 1, quota.jobs):  # the tenant at its quota: others go on
+            waiting[demand.job_id] = (
+                f"its tenant's quota: {jobs_} of {quota.jobs} job(s) running "
+                "(FAASDL_API__TENANT_MAX_RUNNING_JOBS)"
+            )
+            continue
+        if not _fits(memory_ + demand.memory_mb, quota.memory_mb):
+            waiting[demand.job_id] = (
+                f"its tenant's quota: it needs {demand.memory_mb:,} MB, {memory_:,} of "
+                f"{quota.memory_mb:,} MB held by its running jobs "
+                "(FAASDL_API__TENANT_MAX_MEMORY_MB)"
+            )
+            continue
+        if head is not None:
+            waiting[demand.job_id] = f"job {head.job_id}, first in line, to start"
+            continue
         need_memory = _clip(demand.memory_mb, capacity.memory_mb)
         need_actions = _clip(demand.actions, capacity.actions)
         idle = not running and not started
-        if not idle and not (
-            _fits(memory + need_memory, capacity.memory_mb)
-            and _fits(actions + need_actions, capacity.actions)
-        ):
-            break
+        if not idle and not _fits(memory + need_memory, capacity.memory_mb):
+            free = max(0, (capacity.memory_mb or 0) - memory)
+            waiting[demand.job_id] = (
+                f"the platform's pool memory: it needs {need_memory:,} MB, {free:,} of "
+                f"{capacity.memory_mb:,} MB free beside the running jobs"
+            )
+            head = demand
+            continue
+        if not idle and not _fits(actions + need_actions, capacity.actions):
+            free = max(0, (capacity.actions or 0) - actions)
+            waiting[demand.job_id] = (
+                f"the platform's concurrency limit: it needs {need_actions} action(s), {free} "
+                f"of {capacity.actions} free beside the running jobs"
+            )
+            head = demand
+            continue
         started.append(demand.job_id)
         held[demand.tenant] = (jobs_ + 1, memory_ + demand.memory_mb)
         memory += need_memory
         actions += need_actions
-    return started
+    return started, waiting
 
 
 def queue_positions(queued: list[Demand]) -> dict[str, int]:

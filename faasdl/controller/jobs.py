@@ -16,12 +16,19 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
-from faasdl.controller.admission import Capacity, Demand, TenantQuota, admit, queue_positions
+from faasdl.controller.admission import (
+    Capacity,
+    Demand,
+    TenantQuota,
+    admission,
+    admit,
+    queue_positions,
+)
 from faasdl.controller.datasets import confine, fill_digests, shown_path, sweep_partials
 from faasdl.controller.events import (
     JOB_BLOBS,
@@ -95,6 +102,11 @@ class JobView(BaseModel):
 
     job: JobInfo
     queue_position: int | None
+    waiting_for: str | None = Field(
+        None,
+        description="While queued, what the job waits for: the platform's pool memory or "
+        "concurrency, its tenant's quota, or the job first in line.",
+    )
     units: list[FunctionInfo]
     replicas: Replicas | None = None
 
@@ -459,10 +471,12 @@ class Controller:
     def view(self, job_id: str, job: JobInfo | None = None) -> JobView:
         """The job as the API shows it (``job``: its record, if just read)."""
         job = job or self.job(job_id)
-        position = None
+        position = waiting_for = None
         if job.state is JobState.QUEUED:
-            queued = [_demand(j) for j in self._all_jobs() if j.state is JobState.QUEUED]
+            queued, running = self._demands(self._all_jobs())
             position = queue_positions(queued).get(job_id)
+            _, waits = admission(queued, running, self._capacity(), self._quota())
+            waiting_for = waits.get(job_id)
         # The round running, or the last one once all have run.
         current = min(job.round, JobPlan.model_validate(job.plan).rounds - 1)
         prefix = f"{fn_prefix(job_id)}{current:05d}/"
@@ -472,7 +486,11 @@ class Controller:
         if wanted is not None:
             replicas = Replicas(runtime=wanted[0], wanted=wanted[1], ready=wanted[2])
         return JobView(
-            job=self._shown(job), queue_position=position, units=units, replicas=replicas
+            job=self._shown(job),
+            queue_position=position,
+            waiting_for=waiting_for,
+            units=units,
+            replicas=replicas,
         )
 
     def _shown(self, job: JobInfo) -> JobInfo:
@@ -576,18 +594,21 @@ class Controller:
             ]
         for job_id in orphans:
             self._start_runner(job_id)
-        limits = self.platform.limits()
-        capacity = Capacity(memory_mb=limits.pool_memory_mb, actions=limits.concurrent_invocations)
-        chosen = admit(
-            [_demand(j) for j in jobs if j.state is JobState.QUEUED],
-            [_demand(j) for j in jobs if j.state is JobState.RUNNING],
-            capacity,
-            self._quota(),
-        )
+        chosen = admit(*self._demands(jobs), self._capacity(), self._quota())
         started = [job_id for job_id in chosen if self._mark_running(job_id)]
         for job_id in started:
             self._start_runner(job_id)
         return started
+
+    @staticmethod
+    def _demands(jobs: list[JobInfo]) -> tuple[list[Demand], list[Demand]]:
+        """What the queued jobs and the running ones hold."""
+        queued = [_demand(j) for j in jobs if j.state is JobState.QUEUED]
+        return queued, [_demand(j) for j in jobs if j.state is JobState.RUNNING]
+
+    def _capacity(self) -> Capacity:
+        limits = self.platform.limits()
+        return Capacity(memory_mb=limits.pool_memory_mb, actions=limits.concurrent_invocations)
 
     def _quota(self) -> TenantQuota:
         api = self.settings.api

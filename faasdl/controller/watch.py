@@ -78,6 +78,7 @@ class _Picture:
         self.overall = self.rounds.add_task("rounds", total=rounds, info="")
         self.bars: dict[int, TaskID] = {}
         self.printed = 0  # the job's log lines printed, from its first (its record keeps the last)
+        self.waiting: str | None = None  # what the queued job waits for, as last said
 
     def show(self, view: dict[str, Any], console: Console) -> None:
         """Print the log lines of ``view``'s job not yet printed, and set the bars to it."""
@@ -87,6 +88,10 @@ class _Picture:
             style = _STYLE.get(event["kind"], "dim")
             console.print(f"[{style}]{event['kind']:>15}[/] {event['message']}")
         self.printed = dropped + len(job["events"])
+        waiting = view.get("waiting_for")  # absent from a controller before it
+        if waiting and waiting != self.waiting:
+            console.print(f"[yellow]{'waiting':>15}[/] for {waiting}", highlight=False)
+        self.waiting = waiting
         last = job["rounds"][-1] if job["rounds"] else None
         info = (
             f"loss {last['loss']:.4f}  accuracy {last['accuracy']:.4f}  "

@@ -2,6 +2,7 @@ from faasdl.controller.admission import (
     Capacity,
     Demand,
     TenantQuota,
+    admission,
     admit,
     fair_order,
     queue_positions,
@@ -63,3 +64,40 @@ def test_a_tenants_memory_quota_counts_what_its_running_jobs_hold() -> None:
 
     assert admit(queued, [job("a0", tenant="a", memory=2048)], big, quota) == ["b0"]
     assert admit(queued, [job("a0", tenant="a", memory=1024)], big, quota) == ["a1", "b0"]
+
+
+def test_what_each_queued_job_waits_for_is_said() -> None:
+    quota = TenantQuota(jobs=1, memory_mb=5000)
+    running = [job("a0", tenant="a")]
+    queued = [
+        job("a1", tenant="a", t=1),
+        job("b0", tenant="b", t=2, memory=6000),
+        job("c0", tenant="c", t=3, memory=4096),
+        job("d0", tenant="d", t=4, memory=256, actions=1),
+    ]
+    tenants = {
+        "a1": "its tenant's quota: 1 of 1 job(s) running (FAASDL_API__TENANT_MAX_RUNNING_JOBS)",
+        "b0": "its tenant's quota: it needs 6,000 MB, 0 of 5,000 MB held by its running jobs "
+        "(FAASDL_API__TENANT_MAX_MEMORY_MB)",
+        "d0": "job c0, first in line, to start",
+    }
+
+    by_memory = admission(queued, running, POOL, quota)
+    by_actions = admission(queued, running, Capacity(memory_mb=None, actions=3), quota)
+
+    assert by_memory == (
+        [],
+        {
+            **tenants,
+            "c0": "the platform's pool memory: it needs 4,096 MB, 2,048 of 4,096 MB free beside "
+            "the running jobs",
+        },
+    )
+    assert by_actions == (
+        [],
+        {
+            **tenants,
+            "c0": "the platform's concurrency limit: it needs 2 action(s), 1 of 3 free beside the "
+            "running jobs",
+        },
+    )

@@ -347,16 +347,33 @@ def own_store(tmp_path: Path) -> Iterator[tuple[StateStore, str]]:
         yield store, url
 
 
-def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumption(
-    served: tuple[Controller, str, str], browser: Any, own_store: tuple[StateStore, str]
-) -> None:
-    # Arrange: a running job a new controller carried on a minute in, as a store of its own
-    # holds one: shard 0's attempt claimed before the restart and still running, shard 1's
-    # claimed after; shown by a controller that has not started (a running one would carry the
-    # job on again).
+@pytest.fixture
+def unstarted(
+    served: tuple[Controller, str, str], own_store: tuple[StateStore, str]
+) -> Iterator[tuple[StateStore, str, str]]:
+    """A store of its own, the API and dashboard of a controller on it that has not started (a
+    started one would admit its queued jobs and carry its running ones on), and a tenant's key:
+    jobs shown as the store holds them."""
     controller = served[0]
     store, url = own_store
-    key = create_key(store, tenant="default")[1]
+    viewer = Controller(
+        settings=controller.settings, platform=controller.platform, store=store, store_url=url
+    )
+    server = AppThread(create_app(viewer, owns=False), host="127.0.0.1", port=0, name="ui-view")
+    base = server.start()
+    try:
+        yield store, base, create_key(store, tenant="default")[1]
+    finally:
+        server.stop()
+
+
+def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumption(
+    served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
+) -> None:
+    # Arrange: a running job a new controller carried on a minute in: shard 0's attempt claimed
+    # before the restart and still running, shard 1's claimed after.
+    controller = served[0]
+    store, base, key = unstarted
     t = int(time.time() * 1000) - 120_000
     resumed, _ = one_round_job(
         controller,
@@ -381,27 +398,52 @@ def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumpti
             claimed_ms=claimed,
         )
         assert create(store, unit)
-    viewer = Controller(
-        settings=controller.settings, platform=controller.platform, store=store, store_url=url
-    )
-    server = AppThread(create_app(viewer, owns=False), host="127.0.0.1", port=0, name="ui-view")
-    base = server.start()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
-    try:
-        page.goto(f"{base}/ui")
-        page.get_by_label("API key").fill(key)
-        page.get_by_label("API key").press("Enter")
-        page.goto(f"{base}/ui#job={resumed.job_id}")
-        bars = page.locator('[data-kind="running"] rect.running')
-        bars.nth(1).wait_for(timeout=10_000)
-        widths = bars.evaluate_all("rs => rs.map(r => Number(r.getAttribute('width')))")
-    finally:
-        page.close()
-        server.stop()
+    page.goto(f"{base}/ui")
+    page.get_by_label("API key").fill(key)
+    page.get_by_label("API key").press("Enter")
+    page.goto(f"{base}/ui#job={resumed.job_id}")
+    bars = page.locator('[data-kind="running"] rect.running')
+    bars.nth(1).wait_for(timeout=10_000)
+    widths = bars.evaluate_all("rs => rs.map(r => Number(r.getAttribute('width')))")
+    page.close()
 
     # Assert: shard 0's bar spans the two minutes since its claim, shard 1's the one since its
     # own (both were drawn from the last round_started line: one minute each).
     assert len(widths) == 2
     assert 1.7 < widths[0] / widths[1] < 2.3, widths
+
+
+def test_a_queued_jobs_page_says_what_it_waits_for(
+    served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
+) -> None:
+    # Arrange: a running job, and a queued one that does not fit beside it in the pool.
+    controller = served[0]
+    store, base, key = unstarted
+    t = int(time.time() * 1000)
+    running, plan = one_round_job(controller, job_id="e" * 16, state=JobState.RUNNING, created_ms=t)
+    queued, _ = one_round_job(controller, job_id="f" * 16, state=JobState.QUEUED, created_ms=t + 1)
+    assert create(store, running)
+    assert create(store, queued)
+    pool = controller.platform.limits().pool_memory_mb or 0
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+    # Execute
+    page.goto(f"{base}/ui")
+    page.get_by_label("API key").fill(key)
+    page.get_by_label("API key").press("Enter")
+    page.goto(f"{base}/ui#job={queued.job_id}")
+    fact = page.locator("#job-summary div").filter(has_text="Waiting for")
+    fact.wait_for(timeout=10_000)
+    said = " ".join(fact.inner_text().split())
+    page.close()
+
+    # Assert
+    assert 2 * plan.demand_mb > pool
+    free = pool - plan.demand_mb
+    assert said == (
+        f"Waiting for the platform's pool memory: it needs {plan.demand_mb:,} MB, {free:,} of "
+        f"{pool:,} MB free beside the running jobs"
+    )

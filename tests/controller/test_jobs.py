@@ -283,6 +283,12 @@ def test_two_jobs_that_do_not_fit_together_both_complete_the_second_queued_first
     assert 2 * plan["containers"] * plan["memory_mb"] > pool
     assert queued["job"]["state"] == "queued"
     assert queued["queue_position"] == 1
+    need = plan["containers"] * plan["memory_mb"]
+    free = pool - need  # beside the first job
+    assert queued["waiting_for"] == (
+        f"the platform's pool memory: it needs {need:,} MB, {free:,} of {pool:,} MB free beside "
+        "the running jobs"
+    )
     assert one["state"] == two["state"] == "done"
     assert two["started_ms"] >= one["finished_ms"]
     assert [e["kind"] for e in two["events"]][:2] == ["submitted", "admitted"]

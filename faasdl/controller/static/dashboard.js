@@ -222,6 +222,7 @@ function renderSummary(view) {
     ["Cost (USD)", fmt(job.cost_usd, 6)],
   ];
   if (view.queue_position !== null) facts.push(["Queue position", view.queue_position]);
+  if (view.waiting_for) facts.push(["Waiting for", view.waiting_for]);
   if (job.error) facts.push(["Error", job.error]);
   $("#job-summary").replaceChildren(...facts.map(([name, value, cls]) => el("div", {},
     el("dt", {}, name), el("dd", cls ? { class: cls, id: `summary-${name.toLowerCase()}` } : {},
