@@ -132,6 +132,9 @@ class _Task:
     fruitless: int = 0  # failures in a row without progress before this attempt
     stuck_at_max: int = 0  # of those, the latest in a row at the platform's largest limit
     position: int = -1  # the unit's checkpoint position when the attempt was claimed
+    #: The limits the attempt runs with: the job's may have been raised since, by a failure of
+    #: another attempt that ran with these (one cause, one raise).
+    limits: Limits | None = None
     done: bool = False
 
 
@@ -430,6 +433,8 @@ class JobRunner:
         _, lost_after_s = self._variant(task)
         task.attempt = unit.attempts
         task.owner_epoch = unit.owner_epoch
+        if unit.memory_mb and unit.timeout_ms:  # as claimed
+            task.limits = Limits(unit.memory_mb, unit.timeout_ms)
         task.position = unit.heads[-1].position if unit.heads else -1
         where = f"shard {task.index} of round {task.round + 1}"
         if self.rt.platform.forgot(activation_id):
@@ -618,6 +623,7 @@ class JobRunner:
         while queue and not self.rt.draining.is_set():
             task = queue[0]
             variant, lost_after_s = self._variant(task)
+            task.limits = self._limits(task)  # the variant's
             params, copies = task.params, 1
             if task.kind == "train":
                 task.owner_epoch, task.position = self._claim(task)
@@ -704,7 +710,14 @@ class JobRunner:
             self._book(task, record, failure)
             if task.kind == "train":
                 self._train_s += (record.duration or 0) / 1000
-                self.rt.sizer.learn(self.plan.train, record, failure)
+                ran = task.limits or self._limits(task)
+                self.rt.sizer.learn(
+                    self.plan.train.model_copy(
+                        update={"memory_mb": ran.memory_mb, "timeout_ms": ran.timeout_ms}
+                    ),
+                    record,
+                    failure,
+                )
         if task.kind != "train" or task.done:
             return failure
         unit = ended.unit = self._read_unit(task)
@@ -851,9 +864,12 @@ class JobRunner:
         limits = self.rt.platform.limits()
         current = self._limits(task)
         try:
+            # From the limits the attempt ran with: attempts that failed together under one
+            # limit raise it once, not once each (four out of time had made 6 s into 96 s).
             fixed = correct(
                 failure,
-                current,
+                task.limits or current,
+                current=current,
                 step_mb=self.rt.settings.estimator.memory_step_mb,
                 max_memory_mb=limits.memory_max_mb,
                 max_timeout_ms=limits.timeout_max_ms,

@@ -27,14 +27,36 @@ class Limits:
 
 
 def correct(
-    failure: Failure, limits: Limits, *, step_mb: int, max_memory_mb: int, max_timeout_ms: int
+    failure: Failure,
+    limits: Limits,
+    *,
+    current: Limits | None = None,
+    step_mb: int,
+    max_memory_mb: int,
+    max_timeout_ms: int,
 ) -> Limits:
     """The limits for the next attempt of a unit that failed with ``failure`` under ``limits``.
 
     Out of memory raises memory by half (rounded up to a class); out of time doubles the timeout;
     anything else keeps the limits (a crash or an application error is not a sizing problem).
-    Raises ``EstimationError`` when the platform's maximum was already reached.
+    ``current``: the job's limits now, which a failure of another attempt under the same
+    ``limits`` may have raised already: the result is never below them, so that attempts that
+    failed together raise a limit once, not once each. Raises ``EstimationError`` when
+    ``limits`` were the platform's maximum already.
     """
+    fixed = _corrected(
+        failure, limits, step_mb=step_mb, max_memory_mb=max_memory_mb, max_timeout_ms=max_timeout_ms
+    )
+    if current is None:
+        return fixed
+    return Limits(
+        max(fixed.memory_mb, current.memory_mb), max(fixed.timeout_ms, current.timeout_ms)
+    )
+
+
+def _corrected(
+    failure: Failure, limits: Limits, *, step_mb: int, max_memory_mb: int, max_timeout_ms: int
+) -> Limits:
     if failure.kind is FailureKind.OUT_OF_MEMORY:
         if limits.memory_mb >= max_memory_mb:
             raise EstimationError(

@@ -35,6 +35,20 @@ def test_out_of_time_doubles_the_timeout() -> None:
         correct(failure(FailureKind.OUT_OF_TIME), Limits(512, 300_000), **MAXIMA)
 
 
+def test_attempts_that_failed_under_one_limit_raise_it_once() -> None:
+    # Four trainers out of time together under 6 s: the first failure's correction doubles the
+    # job's limit, the other three find it raised already (each had doubled it again: 96 s).
+    ran = Limits(704, 6_000)
+    current = ran
+    for _ in range(4):
+        current = correct(failure(FailureKind.OUT_OF_TIME), ran, current=current, **MAXIMA)
+
+    assert current == Limits(704, 12_000)
+    # Memory raised by another failure meanwhile stays raised.
+    raised = correct(failure(FailureKind.OUT_OF_TIME), ran, current=Limits(1088, 6_000), **MAXIMA)
+    assert raised == Limits(1088, 12_000)
+
+
 @pytest.mark.parametrize(
     "kind", [FailureKind.CRASH, FailureKind.APPLICATION_ERROR, FailureKind.PLATFORM_ERROR]
 )

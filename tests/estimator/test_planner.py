@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ LIMITS = PlatformLimits(
 DATA = DataFacts(
     examples=1000, example_bytes=3 * 32 * 32 * 4 + 4, input_shape=(32, 32, 3), classes=10
 )
-CORRECT = {"step_mb": 64, "max_memory_mb": 2048, "max_timeout_ms": 300_000}
+CORRECT: dict[str, Any] = {"step_mb": 64, "max_memory_mb": 2048, "max_timeout_ms": 300_000}
 PROFILE = ModelProfile(
     params=2_000_000, trainable_params=2_000_000, activations_per_example=400_000, layers=150
 )
