@@ -102,20 +102,13 @@ def admission(
         need_memory = _clip(demand.memory_mb, capacity.memory_mb)
         need_actions = _clip(demand.actions, capacity.actions)
         idle = not running and not started
-        if not idle and not _fits(memory + need_memory, capacity.memory_mb):
-            free = max(0, (capacity.memory_mb or 0) - memory)
-            waiting[demand.job_id] = (
-                f"the platform's pool memory: it needs {need_memory:,} MB, {free:,} of "
-                f"{capacity.memory_mb:,} MB free beside the running jobs"
-            )
-            head = demand
-            continue
-        if not idle and not _fits(actions + need_actions, capacity.actions):
-            free = max(0, (capacity.actions or 0) - actions)
-            waiting[demand.job_id] = (
-                f"the platform's concurrency limit: it needs {need_actions} action(s), {free} "
-                f"of {capacity.actions} free beside the running jobs"
-            )
+        shorts = (
+            _short("pool memory", need_memory, memory, capacity.memory_mb, "MB"),
+            _short("concurrency limit", need_actions, actions, capacity.actions, "action(s)"),
+        )
+        short = None if idle else next((s for s in shorts if s), None)
+        if short:
+            waiting[demand.job_id] = short
             head = demand
             continue
         started.append(demand.job_id)
@@ -128,6 +121,17 @@ def admission(
 def queue_positions(queued: list[Demand]) -> dict[str, int]:
     """Each queued job's place in line, 1 for the next to start."""
     return {demand.job_id: i for i, demand in enumerate(fair_order(queued), start=1)}
+
+
+def _short(what: str, need: int, held: int, limit: int | None, unit: str) -> str | None:
+    """What a job that needs ``need`` waits for where the running jobs hold ``held`` of
+    ``limit``; ``None`` if it fits."""
+    if limit is None or held + need <= limit:
+        return None
+    return (
+        f"the platform's {what}: it needs {need:,} {unit}, {max(0, limit - held):,} of "
+        f"{limit:,} {unit} free beside the running jobs"
+    )
 
 
 def _clip(value: int, limit: int | None) -> int:

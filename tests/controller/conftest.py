@@ -1,17 +1,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from faasdl.config import Settings
+from faasdl.config import Settings, StoreSettings
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import create_key
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore
+from faasdl.store import StateStore, make_store
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +50,11 @@ def client(api_url: str, admin_key: str) -> Iterator[httpx.Client]:
     auth = {"Authorization": f"Bearer {admin_key}"}
     with httpx.Client(base_url=api_url, timeout=300, headers=auth) as http:
         yield http
+
+
+@pytest.fixture
+def own_store(tmp_path: Path) -> Iterator[tuple[StateStore, str]]:
+    """A SQLite store of the test's own, and its URL: one no module's controller reads."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        yield store, url

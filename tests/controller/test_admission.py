@@ -97,7 +97,7 @@ def test_what_each_queued_job_waits_for_is_said() -> None:
         [],
         {
             **tenants,
-            "c0": "the platform's concurrency limit: it needs 2 action(s), 1 of 3 free beside the "
-            "running jobs",
+            "c0": "the platform's concurrency limit: it needs 2 action(s), 1 of 3 action(s) free "
+            "beside the running jobs",
         },
     )

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from faasdl.canary.inject import Chaos
-from faasdl.config import Settings, StoreSettings
+from faasdl.config import Settings
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import create_key
 from faasdl.controller.jobs import Controller
@@ -22,7 +22,7 @@ from faasdl.controller.plan import JobPlan
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore, make_store
+from faasdl.store import StateStore
 from faasdl.store.records import (
     ActivationUse,
     FunctionInfo,
@@ -337,14 +337,6 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     for line, event in zip(said, cancelled.events, strict=True):
         assert line.endswith(f"{event.kind} {event.message}"), line  # after the time of day
     assert evaluate_limit == str(plan.train.memory_mb)
-
-
-@pytest.fixture
-def own_store(tmp_path: Path) -> Iterator[tuple[StateStore, str]]:
-    """A store no running controller reads."""
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
-        yield store, url
 
 
 @pytest.fixture

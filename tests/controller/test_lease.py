@@ -7,20 +7,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from faasdl import __version__
-from faasdl.config import Settings, StoreSettings
+from faasdl.config import Settings
 from faasdl.controller.app import create_app
 from faasdl.controller.jobs import Controller
 from faasdl.controller.lease import LEASE_KEY, AnotherController, ControllerLease
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore, make_store, shown_url
+from faasdl.store import StateStore, shown_url
 from tests.conftest import eventually
 
 #: Short, so that waiting one out is quick; long enough that a renewal (a third of it) is never
@@ -29,22 +29,17 @@ LEASE_S = 1.5
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[tuple[StateStore, str]]:
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as opened:
-        yield opened, url
-
-
-@pytest.fixture
 def controller_on(
-    store: tuple[StateStore, str], make_local: Callable[..., LocalPlatform]
+    own_store: tuple[StateStore, str], make_local: Callable[..., LocalPlatform]
 ) -> Callable[[], Controller]:
     """Controllers (not started) on the one store, each with its own embedded platform."""
 
     def make() -> Controller:
         settings = Settings(controller={"lease_s": LEASE_S})
         platform = make_local()
-        return Controller(settings=settings, platform=platform, store=store[0], store_url=store[1])
+        return Controller(
+            settings=settings, platform=platform, store=own_store[0], store_url=own_store[1]
+        )
 
     return make
 
@@ -71,23 +66,23 @@ def test_a_second_controller_refuses_to_start_naming_the_one_that_runs(
 
 
 def test_a_controller_that_died_holding_the_lease_is_followed_after_the_lease(
-    controller_on: Callable[[], Controller], store: tuple[StateStore, str]
+    controller_on: Callable[[], Controller], own_store: tuple[StateStore, str]
 ) -> None:
     # Arrange: a lease taken and never renewed nor released, as a controller killed leaves it.
-    ControllerLease(store[0], lease_s=LEASE_S).acquire()
+    ControllerLease(own_store[0], lease_s=LEASE_S).acquire()
     follower = controller_on()
 
     # Execute
     started = time.monotonic()
     with follower:
         waited = time.monotonic() - started
-        holder = store[0].get(LEASE_KEY)
+        holder = own_store[0].get(LEASE_KEY)
 
     # Assert: it waited the lease out, held it while it ran, and released it as it closed.
     assert waited >= LEASE_S
     assert holder is not None
     assert holder.value["holder"] == follower.lease.holder
-    assert store[0].get(LEASE_KEY) is None
+    assert own_store[0].get(LEASE_KEY) is None
 
 
 def test_a_controller_closed_lets_the_next_start_at_once(
@@ -114,7 +109,7 @@ def take_lease(store: StateStore) -> None:
 
 
 def test_a_controller_whose_lease_was_taken_stops_running_jobs_and_is_not_ready(
-    controller_on: Callable[[], Controller], store: tuple[StateStore, str]
+    controller_on: Callable[[], Controller], own_store: tuple[StateStore, str]
 ) -> None:
     with controller_on() as cut_off:
         server = AppThread(create_app(cut_off, owns=False), host="127.0.0.1", port=0, name="api")
@@ -123,7 +118,7 @@ def test_a_controller_whose_lease_was_taken_stops_running_jobs_and_is_not_ready(
             before = httpx.get(f"{url}/readyz", timeout=10)
 
             # Execute: at its next renewal it stops its scheduler and runners.
-            take_lease(store[0])
+            take_lease(own_store[0])
             eventually(cut_off.runtime.shutdown.is_set, timeout_s=10, what="the controller stops")
             after = httpx.get(f"{url}/readyz", timeout=10)
         finally:
@@ -132,17 +127,17 @@ def test_a_controller_whose_lease_was_taken_stops_running_jobs_and_is_not_ready(
     assert before.json() == {"ready": True, "store": "ok", "platform": "ok", "lease": "ok"}
     assert after.status_code == 503
     assert after.json() == {"ready": False, "store": "ok", "platform": "ok", "lease": "unavailable"}
-    holder = store[0].get(LEASE_KEY)
+    holder = own_store[0].get(LEASE_KEY)
     assert holder is not None
     assert holder.value["holder"] == "another"  # not released by the controller that lost it
 
 
 def test_faasdl_serve_whose_lease_was_taken_exits_naming_the_taker(
-    store: tuple[StateStore, str],
+    own_store: tuple[StateStore, str],
 ) -> None:
     serving = subprocess.Popen(
         [str(Path(sys.executable).with_name("faasdl")), "serve"],
-        env=serve_env(store[1]),
+        env=serve_env(own_store[1]),
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -150,13 +145,14 @@ def test_faasdl_serve_whose_lease_was_taken_exits_naming_the_taker(
     try:
         eventually(
             lambda: (
-                (lease := store[0].get(LEASE_KEY)) is not None and lease.value["pid"] == serving.pid
+                (lease := own_store[0].get(LEASE_KEY)) is not None
+                and lease.value["pid"] == serving.pid
             ),
             timeout_s=120,
             what="faasdl serve holds the lease",
         )
 
-        take_lease(store[0])
+        take_lease(own_store[0])
         _, stderr = serving.communicate(timeout=60)
     finally:
         serving.kill()
@@ -164,8 +160,8 @@ def test_faasdl_serve_whose_lease_was_taken_exits_naming_the_taker(
     assert serving.returncode == 1, stderr
     # Its own log lines, from INFO (FAASDL_CONTROLLER__LOG_LEVEL's default), name what it runs on.
     assert (
-        f"INFO:     faasdl.serve: faasdl {__version__}: store {shown_url(store[1])}, actions on "
-        "the embedded platform, API auth keys"
+        f"INFO:     faasdl.serve: faasdl {__version__}: store {shown_url(own_store[1])}, "
+        "actions on the embedded platform, API auth keys"
     ) in stderr
     assert stderr.strip().splitlines()[-1] == (
         "error: this controller lost the store's lease (the controller on elsewhere (pid 1) "
@@ -175,12 +171,12 @@ def test_faasdl_serve_whose_lease_was_taken_exits_naming_the_taker(
 
 
 def test_a_second_faasdl_serve_on_a_store_is_refused_in_one_line(
-    controller_on: Callable[[], Controller], store: tuple[StateStore, str]
+    controller_on: Callable[[], Controller], own_store: tuple[StateStore, str]
 ) -> None:
     with controller_on():
         ran = subprocess.run(
             [str(Path(sys.executable).with_name("faasdl")), "serve"],
-            env=serve_env(store[1]),
+            env=serve_env(own_store[1]),
             capture_output=True,
             text=True,
             timeout=120,
