@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +35,8 @@ from faasdl.errors import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from faasdl.config import Settings
 
 #: How much of a model a download writes at a time.
@@ -177,9 +180,12 @@ class ControllerClient:
             partial.unlink(missing_ok=True)
         return size
 
-    def upload_dataset(self, name: str, data: BinaryIO) -> dict[str, Any]:
-        """Send an ``.npz`` file as the data set ``name`` (replacing one of that name), read as
-        it is sent; the controller's record of it."""
+    def upload_dataset(self, name: str, data: BinaryIO | str | os.PathLike[str]) -> dict[str, Any]:
+        """Send an ``.npz`` file (open, or its path) as the data set ``name`` (replacing one of
+        that name), read as it is sent; the controller's record of it, with what it holds."""
+        if isinstance(data, (str, os.PathLike)):
+            with Path(data).open("rb") as opened:
+                return self.upload_dataset(name, opened)
         found: dict[str, Any] = self._call(
             "PUT",
             f"/v1/datasets/{name}",
@@ -187,6 +193,24 @@ class ControllerClient:
             headers={"Content-Type": "application/octet-stream"},
         ).json()
         return found
+
+    def upload_arrays(
+        self,
+        name: str,
+        *,
+        x_train: np.ndarray,
+        y_train: np.ndarray,
+        x_test: np.ndarray,
+        y_test: np.ndarray,
+    ) -> dict[str, Any]:
+        """Upload arrays as the data set ``name``: saved as an ``.npz`` in a temporary file (a
+        data set may be a GiB), then sent as :meth:`upload_dataset` sends one."""
+        import numpy as np
+
+        with tempfile.TemporaryFile() as npz:
+            np.savez(npz, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+            npz.seek(0)
+            return self.upload_dataset(name, npz)
 
     def datasets(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._call("GET", "/v1/datasets").json()

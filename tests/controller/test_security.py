@@ -29,6 +29,7 @@ from faasdl.cli import app as cli
 from faasdl.config import Settings
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import create_key, revoke_key
+from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
@@ -407,6 +408,35 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
     assert deleted.exit_code == 0, deleted.output
     assert again.exit_code == 2
     assert "no uploaded data set 'cli-set'" in again.output
+
+
+def test_the_python_client_uploads_a_file_by_its_path_and_arrays(
+    api: tuple[str, Controller], tmp_path: Path
+) -> None:
+    key = create_key(api[1].store, tenant="carol")[1]
+    path = save_npz(tmp_path / "file.npz", rows=50)
+    pixels = np.full((6, 4, 4), 255.0)  # floats: taken as given, noted
+
+    with ControllerClient(url=api[0], api_key=key) as carol:
+        from_path = carol.upload_dataset("from-path", str(path))
+        from_arrays = carol.upload_arrays(
+            "from-arrays",
+            x_train=pixels,
+            y_train=np.arange(6) % 2,
+            x_test=pixels[:2],
+            y_test=np.array([0, 1]),
+        )
+        listed = [d["name"] for d in carol.datasets()]
+        for name in listed:
+            carol.delete_dataset(name)
+
+    assert from_path["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert from_path["contents"]["examples"] == 50
+    contents = from_arrays["contents"]
+    assert (contents["examples"], contents["input_shape"], contents["classes"]) == (6, [4, 4, 1], 2)
+    [note] = contents["notes"]
+    assert note.startswith("x_train's values reach ±255: inputs are taken as given")
+    assert listed == ["from-arrays", "from-path"]
 
 
 def raw_request(url: str, head: str, body: bytes) -> bytes:
