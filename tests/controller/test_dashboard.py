@@ -3,6 +3,7 @@ job trains on the embedded platform and one of its training containers is killed
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -69,13 +70,21 @@ def served(
     """A controller with its REST API and dashboard on loopback, and a tenant's key."""
     store, url = tf_store
     settings = Settings(controller={"scheduler_tick_s": 0.1})
-    with Controller(settings=settings, platform=tf_platform, store=store, store_url=url) as c:
-        server = AppThread(create_app(c, owns=False), host="127.0.0.1", port=0, name="ui-api")
-        base = server.start()
-        try:
-            yield c, base, create_key(store, tenant="default")[1]
-        finally:
-            server.stop()
+    with (
+        Controller(settings=settings, platform=tf_platform, store=store, store_url=url) as c,
+        serving(c) as base,
+    ):
+        yield c, base, create_key(store, tenant="default")[1]
+
+
+@contextlib.contextmanager
+def serving(controller: Controller) -> Iterator[str]:
+    """The controller's REST API and dashboard on loopback: its URL."""
+    server = AppThread(create_app(controller, owns=False), host="127.0.0.1", port=0, name="ui")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -351,12 +360,8 @@ def unstarted(
     viewer = Controller(
         settings=controller.settings, platform=controller.platform, store=store, store_url=url
     )
-    server = AppThread(create_app(viewer, owns=False), host="127.0.0.1", port=0, name="ui-view")
-    base = server.start()
-    try:
+    with serving(viewer) as base:
         yield store, base, create_key(store, tenant="default")[1]
-    finally:
-        server.stop()
 
 
 def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumption(
