@@ -33,6 +33,8 @@ ZIP_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "LZMA"}
 NONFINITE_CHECK_VALUES = 1 << 22
 #: The largest label: shards hold labels as int32, and ``classes`` (the largest + 1) is one too.
 MAX_LABEL = 2**31 - 2
+#: Classes up to which :func:`untrained_classes` counts the labels of each (8 MB of counts).
+COUNTED_CLASSES = 1 << 20
 #: Inputs beyond ± this are noted as unscaled (see :func:`large_inputs`).
 LARGE_INPUT = 100.0
 
@@ -472,13 +474,16 @@ def untrained_classes(dataset: Dataset) -> str | None:
     """A note where a class below the highest label has no training example (labels counted from
     1, a class only the test set has): the model has an output for it, which training teaches it
     never to give."""
-    seen = np.unique(dataset.y_train)
-    missing = dataset.classes - len(seen)
+    if dataset.classes <= COUNTED_CLASSES:  # counted in one pass, no copy of the labels
+        unseen = np.flatnonzero(np.bincount(dataset.y_train, minlength=dataset.classes) == 0)
+        missing, first = len(unseen), unseen[:3]
+    else:  # up to 2³¹ classes: the labels sorted instead of a count per class
+        seen = np.unique(dataset.y_train)
+        missing = dataset.classes - len(seen)
+        # Among the first len(seen) + k indices at least k are missing.
+        first = np.setdiff1d(np.arange(min(dataset.classes, len(seen) + 3)), seen)[:3]
     if missing == 0:
         return None
-    # Among the first len(seen) + k indices at least k are missing: the first few, found without
-    # a range as long as the classes (up to 2³¹).
-    first = np.setdiff1d(np.arange(min(dataset.classes, len(seen) + 3)), seen)[:3]
     named = ", ".join(map(str, first)) + (", …" if missing > len(first) else "")
     if missing == 1:
         which = f"class {named} has no example in y_train ("
