@@ -159,14 +159,13 @@ def _listed(path: Path) -> UploadedDataset:
         digest: _Digest | None = _Digest.model_validate_json(_digest_path(path).read_bytes())
     except (OSError, pydantic.ValidationError):  # none kept (an upload's last step cut short)
         digest = None
-    if digest is None or not digest.matches(facts):
-        return UploadedDataset(name=path.stem, path=path.name, bytes=facts.st_size)
+    kept = digest if digest is not None and digest.matches(facts) else None
     return UploadedDataset(
         name=path.stem,
         path=path.name,
         bytes=facts.st_size,
-        sha256=digest.sha256,
-        contents=digest.contents,
+        sha256=kept.sha256 if kept else None,
+        contents=kept.contents if kept else None,
     )
 
 
