@@ -88,7 +88,7 @@ class Attempt:
     index: int  # the invocation
     token: int
     fault: Fault | None = None
-    started_ms: int | None = None  # its first heartbeat
+    started_ms: int | None = None  # its first heartbeat (see InvocationRunner._started_ms)
     frozen: bool = False
 
 
@@ -402,7 +402,7 @@ class InvocationRunner:
         steps."""
         for activation_id, attempt in list(self._in_flight.items()):
             fault = _waiting(attempt)
-            if fault is None or not self._due(attempt, fault):
+            if fault is None or not self._due(activation_id, attempt, fault):
                 continue
             attempt.fault = None  # fired (or moot): once
             self._fire(activation_id, attempt, fault)
@@ -428,16 +428,29 @@ class InvocationRunner:
         assert attempt.started_ms is not None
         return attempt.started_ms + fault.at * 1000 * self.spec.expected_s.get(attempt.index, 1.0)
 
-    def _due(self, attempt: Attempt, fault: Fault) -> bool:
+    def _due(self, activation_id: str, attempt: Attempt, fault: Fault) -> bool:
         if attempt.started_ms is None or fault.after_checkpoint is not None:
             unit = self._unit(attempt.index)
             if unit is None or unit.owner_epoch != attempt.token or unit.heartbeat_ms is None:
                 return False  # not started yet
             if attempt.started_ms is None:
-                attempt.started_ms = unit.heartbeat_ms  # its first heartbeat
+                attempt.started_ms = self._started_ms(activation_id, unit.heartbeat_ms)
+                if attempt.started_ms is None:
+                    return False
             if fault.after_checkpoint is not None:
                 return bool(unit.heads) and unit.heads[-1].position >= fault.after_checkpoint
         return time.time() * 1000 >= self._due_ms(attempt, fault)
+
+    def _started_ms(self, activation_id: str, heartbeat_ms: int) -> int | None:
+        """An attempt's start: its unit's first heartbeat. Request replication's copies share
+        one unit, which the first copy to run heartbeats alone while another waits for a
+        container (cold, or for room): a copy starts at the later of that heartbeat and its
+        container taking it, and not before (on a slow machine a copy's blow, timed from its
+        twin's heartbeat, came while it waited, and missed)."""
+        if self.strategy.copies == 1:
+            return heartbeat_ms
+        taken = self.platform.running_since(activation_id)
+        return None if taken is None else max(heartbeat_ms, round(taken * 1000))
 
     def _fire(self, activation_id: str, attempt: Attempt, fault: Fault) -> None:
         at = time.time()

@@ -302,6 +302,16 @@ def test_a_killed_copy_leaves_the_other_to_commit_and_both_killed_start_again(la
     assert [o.attempts for o in report.outcomes] == [1, 1, 2]
 
 
+def test_a_copy_that_waits_for_a_container_is_hit_once_it_runs() -> None:
+    # Room for one container: the second copy waits until the first is killed. Its blow, timed
+    # from its own start and not from its twin's heartbeat, lands on it then.
+    with open_lab(pool_memory_mb=2048) as one:
+        faults = [Fault(invocation=0, at=0.5), Fault(invocation=0, copy_index=1, at=0.5)]
+        report = run(one, "copy-waits", "request_replication", faults, n=1, memory_mb=2048)
+    assert [h.invocation for h in report.injected] == [0, 0]
+    assert report.outcomes[0].attempts == 2
+
+
 def test_a_plan_hitting_a_copy_the_strategy_does_not_run_is_refused(lab: Lab) -> None:
     spec = RunSpec(
         run_id="no-such-copy",

@@ -106,6 +106,7 @@ class Container:
         self.initialized = False
         self.prewarmed = False
         self.last_used = time.monotonic()
+        self.taken_at: float | None = None  # when its activation was handed to it (unix time)
         self.kill_reason: KillReason | None = None
         self._guard = guard
         self._workdir_root = workdir_root

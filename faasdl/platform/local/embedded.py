@@ -438,6 +438,12 @@ class LocalPlatform(Platform):
             raise ActivationNotFound(activation_id)
         container.kill(KillReason.INJECTED)
 
+    def running_since(self, activation_id: str) -> float | None:
+        """When a container took ``activation_id`` (unix time); ``None`` while it waits for one,
+        and once it has ended."""
+        container = self._running_pool().running_container(activation_id)
+        return None if container is None else container.taken_at
+
     def stop(self, activation_id: str) -> None:
         pool = self._running_pool()
         if pool.cancel(activation_id) is None:

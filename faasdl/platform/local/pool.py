@@ -305,6 +305,7 @@ class ContainerPool:
     def _start(self, work: Work, container: Container) -> None:
         assert self._executor is not None
         container.prewarmed = False  # a spare no more
+        container.taken_at = time.time()
         self._containers[container.container_id] = (container, State.BUSY)
         self._running[work.activation_id] = container
         self._executor.submit(self._run, work, container)
