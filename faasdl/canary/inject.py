@@ -99,7 +99,10 @@ class Chaos:
                 self._stop.wait(self.gap_s)
 
     def _target(self, rng: random.Random) -> tuple[str, FunctionInfo] | None:
-        """One of the job's training attempts that has started, chosen at random."""
+        """One of the job's training attempts that has started and was not hit before, chosen
+        at random. (A killed attempt's unit reads as running until the controller has seen the
+        kill: hit again, as a loaded machine let happen, the one failure counted as two.)"""
+        hit = {(i.unit, i.token) for i in self.done}
         candidates = []
         for key, found in self.store.scan(fn_prefix(self.job_id)):
             unit = FunctionInfo.model_validate(found.value)
@@ -107,6 +110,7 @@ class Chaos:
                 unit.state is UnitState.RUNNING
                 and unit.activation_id is not None
                 and unit.heartbeat_ms is not None
+                and (key, unit.owner_epoch) not in hit
             ):
                 candidates.append((key, unit))
         return rng.choice(candidates) if candidates else None
