@@ -96,6 +96,14 @@ class Served:
         )
         self.client.open()
 
+    def restart_server(self) -> None:
+        """Serve the platform again on the same port, after ``server.stop()`` (an OpenWhisk API
+        that went down while its invokers ran on)."""
+        port = int(self.url.rsplit(":", 1)[1])
+        settings = self.server_settings.model_copy(update={"port": port})
+        self.server = ServerThread(self.local, settings)
+        self.server.start()
+
     def close(self) -> None:
         self.client.close()
         self.server.stop()

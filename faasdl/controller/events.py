@@ -40,6 +40,8 @@ from faasdl.errors import (
     EstimationError,
     FaasdlError,
     JobFailed,
+    PlatformError,
+    PlatformUnavailable,
     StoreError,
     StoreUnavailable,
     Throttled,
@@ -85,6 +87,9 @@ UNSEEN_WAIT_S = 10.0
 #: Longest wait for the records of the activations a cancelled or failed job's runner stopped
 #: (a platform that stops one records it at once: ~50 ms for a TensorFlow container here).
 STOPPED_WAIT_S = 10.0
+
+#: How often a job paused by a platform outage asks whether the platform answers again.
+PLATFORM_PROBE_S = 1.0
 
 #: Attempts of a unit in a row that ran out of time (or memory) at the platform's largest limit
 #: without progress before the job fails for want of a larger one: one such attempt may have lost
@@ -239,6 +244,16 @@ class JobRunner:
             # and that one re-attaches to them like a restarted controller.
             log.warning("job %s paused, the store is unavailable: %s", self.job_id, exc)
             return
+        except PlatformUnavailable as exc:
+            # Everything the job has done is in the store: leave its attempts as they are (an
+            # OpenWhisk whose API is down runs them on; one restarted lost them, as their leases
+            # and lost-deadlines will tell) and wait for the platform; then end this runner, and
+            # the scheduler starts another, which re-attaches to them as a restarted
+            # controller's does. A job cancelled meanwhile ends here: what it ran cannot be
+            # stopped, and runs on unbooked.
+            self._pause(exc)
+            if not self.cancelled.is_set() or not self._ended(None):
+                return
         except FaasdlError as exc:
             self._kill_in_flight()
             if not self._ended(str(exc)):
@@ -249,6 +264,33 @@ class JobRunner:
             if not self._ended(f"internal error: {exc!r}"):
                 return
         self._release_data()
+
+    def _pause(self, outage: PlatformUnavailable) -> None:
+        """Say the job waits for the platform, and wait until it answers, the job is cancelled
+        or the controller stops."""
+        log.warning("job %s paused, the platform is unavailable: %s", self.job_id, outage)
+        with contextlib.suppress(StoreError, Stopped):
+            self._event(
+                _line(
+                    "paused",
+                    f"the platform is unavailable ({outage}): the job waits for it, what it "
+                    "has done kept in the store",
+                )
+            )
+        since = time.monotonic()
+        stop = self.rt.shutdown
+        while not (self.cancelled.is_set() or stop.is_set() or self.rt.draining.is_set()):
+            try:
+                self.rt.platform.ping()
+            except PlatformError:
+                stop.wait(PLATFORM_PROBE_S)
+                continue
+            log.info(
+                "job %s: the platform answers again after %.0f s; the job carries on",
+                self.job_id,
+                time.monotonic() - since,
+            )
+            return
 
     def _ended(self, error: str | None) -> bool:
         """Book the replicas' memory and, given an ``error``, record that the job failed of it;

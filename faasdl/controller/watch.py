@@ -35,6 +35,7 @@ _STYLE = {
     "limits_raised": "yellow",
     "staging_waits": "yellow",
     "resumed": "yellow",
+    "paused": "yellow",
     "failed": "bold red",
     "cancelled": "yellow",
     "done": "bold green",

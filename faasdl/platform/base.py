@@ -270,7 +270,13 @@ class Platform(Resource):
 
     @abstractmethod
     def limits(self) -> PlatformLimits:
-        """The platform's limits."""
+        """The platform's limits (a remote platform's as read when it was opened)."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Ask the platform, once and without retrying, whether it answers now. Raises
+        ``PlatformUnavailable`` (``AuthenticationFailed`` where it refuses the key): the
+        controller's readiness probe, and how a job paused by an outage learns it is over."""
 
     @abstractmethod
     def deploy(self, spec: ActionSpec, *, overwrite: bool = True) -> Action:

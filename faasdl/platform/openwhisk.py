@@ -211,6 +211,9 @@ class OpenWhiskPlatform(Platform):
             raise PlatformUnavailable("the OpenWhisk client is not open (call open() first)")
         return self._limits
 
+    def ping(self) -> None:
+        self._request("GET", self.settings.api_host.rstrip("/") + "/api/v1/namespaces")
+
     # -- actions ---------------------------------------------------------------------------
 
     def deploy(self, spec: ActionSpec, *, overwrite: bool = True) -> Action:

@@ -535,6 +535,81 @@ def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical
     )
 
 
+def test_an_openwhisk_api_outage_pauses_the_job_which_then_finishes_bit_identical(
+    tmp_path: Path, make_served: Callable[..., Served], reference: bytes
+) -> None:
+    # Arrange: `faasdl serve` on OpenWhisk's REST API (the embedded platform's server), asking
+    # twice before it calls the platform unavailable; the job mid-round.
+    served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
+    ctl = ControllerProcess(tmp_path, served)
+    ctl.env |= {
+        "FAASDL_OPENWHISK__RETRY_ATTEMPTS": "2",
+        "FAASDL_OPENWHISK__RETRY_MAX_WAIT_S": "0.2",
+    }
+    try:
+        job_id, running = ctl.mid_round(CHECKPOINTED_JOB)
+
+        # Act: the API goes down while its invokers run on, and comes back once the job says it
+        # waits for it.
+        served.server.stop()
+        eventually(
+            lambda: "paused" in [e.kind for e in ctl.job(job_id).events],
+            timeout_s=120,
+            what="the job says it waits for the platform",
+        )
+        ready = requests.get(f"{ctl.url}/readyz", timeout=10)
+        served.restart_server()
+        eventually(lambda: ctl.job(job_id).finished, timeout_s=600, what="the job ends")
+        job, used = ctl.job(job_id), ctl.client.ledger(job_id)
+        model = ctl.client.model(job_id)
+    finally:
+        ctl.close()
+
+    # Assert: the platform reported down (the controller ready: it served the job's status);
+    # then done with the model of the run without the outage, the trainers that ran through it
+    # booked once, and no failure.
+    assert (ready.status_code, ready.json()["platform"]) == (200, "unavailable")
+    assert job.state is JobState.DONE, job.error
+    assert model == reference
+    booked = [a["activation_id"] for a in used]
+    for unit in running:
+        assert booked.count(unit.activation_id or "") == 1, unit
+    assert job.failures == []
+
+
+def test_a_job_cancelled_while_it_waits_for_the_platform_ends_and_frees_its_data(
+    tmp_path: Path, make_served: Callable[..., Served]
+) -> None:
+    # Arrange: a controller on OpenWhisk's REST API; the job planned while the API was up (its
+    # probes measured once), then submitted while it is down.
+    served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    spec = JobSpec.model_validate({**JOB, "model": "mlp", "workers": 2})
+    with (
+        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store,
+        Controller(settings=settings, platform=served.client, store=store, store_url=url) as c,
+    ):
+        c.estimate(spec)
+        served.server.stop()
+        job_id = c.submit(spec).job.job_id
+        eventually(
+            lambda: "paused" in [e.kind for e in c.job(job_id).events],
+            timeout_s=60,
+            what="the job says it waits for the platform",
+        )
+        assert store.blob_names(f"jobs/{job_id}/")  # its shards and test set, staged
+
+        # Act
+        c.cancel(job_id)
+
+        # Assert: its runner ends without the platform, and what the job staged is deleted.
+        assert c.wait_stopped(job_id, timeout_s=30)
+        assert c.job(job_id).state is JobState.CANCELLED
+        assert store.blob_names(f"jobs/{job_id}/") == []
+        assert c.ledger(job_id) == []
+
+
 def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_that_finishes(
     tmp_path: Path, embedded_controller_process: ControllerProcess, reference: bytes
 ) -> None:

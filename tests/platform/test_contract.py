@@ -17,6 +17,7 @@ from faasdl.errors import (
     ActivationTimeout,
     InvalidAction,
     PayloadTooLarge,
+    PlatformUnavailable,
     Throttled,
 )
 from faasdl.platform import messages
@@ -414,3 +415,13 @@ def test_concurrent_callers_each_get_their_own_record(platform: Platform) -> Non
     assert {i: r.response.result["echo"]["i"] for i, r in results.items()} == {
         i: i for i in range(8)
     }
+
+
+def test_ping_answers_while_the_platform_is_open_and_not_once_it_is_closed(
+    platform: Platform,
+) -> None:
+    platform.ping()
+    platform.close()
+
+    with pytest.raises(PlatformUnavailable, match="not open"):
+        platform.ping()

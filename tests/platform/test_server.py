@@ -435,6 +435,25 @@ def test_client_reports_an_unreachable_platform() -> None:
     assert str(raised.value).endswith(": [Errno 111] Connection refused")
 
 
+def test_a_ping_asks_once_and_names_the_outage_or_the_refused_key(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    served.client.ping()
+    wrong = OpenWhiskPlatform(
+        settings=OpenWhiskSettings(api_host=served.url, auth="someone:wrong-key")
+    )
+    wrong.open()
+    with pytest.raises(AuthenticationFailed, match="supplied authentication is invalid"):
+        wrong.ping()
+    wrong.close()
+
+    served.server.stop()
+
+    with pytest.raises(PlatformUnavailable, match=r"Connection refused"):
+        served.client.ping()
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]  # asked once
+
+
 def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
     with socket.socket() as silent:  # listens, so a connection is made, and never answers
         silent.bind(("127.0.0.1", 0))

@@ -166,6 +166,9 @@ class LocalPlatform(Platform):
             raise PlatformUnavailable("the embedded platform is not open (call open() first)")
         return pool
 
+    def ping(self) -> None:
+        self._running_pool()
+
     # -- limits and actions -------------------------------------------------------------------
 
     def limits(self) -> PlatformLimits:
