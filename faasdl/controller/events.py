@@ -407,7 +407,6 @@ class JobRunner:
 
     def _round(self, round_: int, weights_in: str | None) -> RoundResult:
         self._check_stop()  # a draining controller starts no new round
-        started = now_ms()
         plan = self.plan
         epochs = self.spec.round_epochs(round_)
         units = [self._unit(round_, shard) for shard in range(plan.workers)]
@@ -416,14 +415,14 @@ class JobRunner:
             "running": sum(u.state is UnitState.RUNNING for u in units),
         }
         before = ", ".join(f"{n} {state}" for state, n in begun.items() if n)
-        self._event(
-            _line(
-                "round_started",
-                f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)"
-                + (f" ({before} already)" if before else ""),
-                round_,
-            )
+        line = _line(
+            "round_started",
+            f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)"
+            + (f" ({before} already)" if before else ""),
+            round_,
         )
+        started = self._round_started_ms(round_) or line.t_ms
+        self._event(line)
         done: dict[tuple[int, int], tuple[str, int]] = {}  # (level, index) → (weights, examples)
         losses: dict[int, tuple[float, int]] = {}
         queue: deque[_Task] = deque()
@@ -468,6 +467,12 @@ class JobRunner:
             started_ms=started,
             finished_ms=now_ms(),
         )
+
+    def _round_started_ms(self, round_: int) -> int | None:
+        """When a round a runner before this one started began, as its log says: a resumed round
+        is timed from then, not from its resumption (unless its line was dropped from the log)."""
+        lines = [e for e in self._job().events if e.kind == "round_started" and e.round == round_]
+        return lines[0].t_ms if lines else None
 
     def _reattach(self, task: _Task, unit: FunctionInfo, activation_id: str) -> None:
         """A restarted controller waits for the attempt its predecessor started (its record, its

@@ -528,6 +528,11 @@ def test_a_controller_killed_mid_job_and_started_again_finishes_it_bit_identical
         assert booked.count(unit.activation_id or "") == 1, unit
     assert job.failures == []
     assert sum(a["kind"] == "train" for a in used) == JOB["workers"] * 3
+    # The round the kill cut is timed from its first start, not from its resumption.
+    starts = [(e.round, e.t_ms) for e in job.events if e.kind == "round_started"]
+    assert len(starts) == len(job.rounds) + 1
+    first = dict(reversed(starts))  # each round's first start
+    assert [r.started_ms for r in job.rounds] == [first[r.round] for r in job.rounds]
     assert job.activation_count == len(used)
     price = Settings().price_per_gb_s
     assert job.cost_usd == pytest.approx(
