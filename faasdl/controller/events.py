@@ -415,14 +415,19 @@ class JobRunner:
             "running": sum(u.state is UnitState.RUNNING for u in units),
         }
         before = ", ".join(f"{n} {state}" for state, n in begun.items() if n)
-        line = _line(
-            "round_started",
-            f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)"
-            + (f" ({before} already)" if before else ""),
-            round_,
+        job = self._event(
+            _line(
+                "round_started",
+                f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)"
+                + (f" ({before} already)" if before else ""),
+                round_,
+            )
         )
-        started = self._round_started_ms(round_) or line.t_ms
-        self._event(line)
+        # Timed from its first start, which a runner before this one may have logged (a
+        # restarted controller, a platform outage): not from its resumption.
+        started = next(
+            e.t_ms for e in job.events if e.kind == "round_started" and e.round == round_
+        )
         done: dict[tuple[int, int], tuple[str, int]] = {}  # (level, index) → (weights, examples)
         losses: dict[int, tuple[float, int]] = {}
         queue: deque[_Task] = deque()
@@ -467,12 +472,6 @@ class JobRunner:
             started_ms=started,
             finished_ms=now_ms(),
         )
-
-    def _round_started_ms(self, round_: int) -> int | None:
-        """When a round a runner before this one started began, as its log says: a resumed round
-        is timed from then, not from its resumption (unless its line was dropped from the log)."""
-        lines = [e for e in self._job().events if e.kind == "round_started" and e.round == round_]
-        return lines[0].t_ms if lines else None
 
     def _reattach(self, task: _Task, unit: FunctionInfo, activation_id: str) -> None:
         """A restarted controller waits for the attempt its predecessor started (its record, its
@@ -1156,8 +1155,8 @@ class JobRunner:
             self.cancelled.set()
         return job
 
-    def _event(self, event: JobEvent) -> None:
-        self._change(lambda j: j, event=event)
+    def _event(self, event: JobEvent) -> JobInfo:
+        return self._change(lambda j: j, event=event)
 
     def _finish(self, state: JobState, *, error: str | None = None) -> None:
         finished = now_ms()
