@@ -497,16 +497,16 @@ def estimate(
     fields: dict[str, Any] = {}
     if spec is not None:
         fields = _read_spec(spec, given_as="--spec")
-    data = dict(fields.get("dataset") or {})
-    for key, value in (("name", dataset), ("path", path)):
-        if value is not None:
-            data[key] = value
+    options_data: dict[str, Any] = {"name": dataset, "path": path}
     if shape is not None:
-        data["shape"] = [int(size) for size in shape.lower().split("x")]
-    for key, implied in (("shape", "synthetic"), ("path", "npz")):
-        if key in data:  # --shape alone means a synthetic set, --path alone an .npz
-            data.setdefault("name", implied)
-    if data:
+        options_data["shape"] = [int(size) for size in shape.lower().split("x")]
+    if given := {key: value for key, value in options_data.items() if value is not None}:
+        # The options change the spec's data set; one that is not a mapping, validation names.
+        data = fields.get("dataset")
+        data = {**(data if isinstance(data, dict) else {}), **given}
+        for key, implied in (("shape", "synthetic"), ("path", "npz")):
+            if key in data:  # --shape alone means a synthetic set, --path alone an .npz
+                data.setdefault("name", implied)
         fields["dataset"] = data
     options: dict[str, Any] = {
         "model": model,

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import difflib
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -95,11 +95,34 @@ class ValidationError(FaasdlError):
         the ``model`` validated, a field it does not take is told the one it may have meant."""
         problems = []
         for e in exc.errors():
-            unknown = e["type"] == "extra_forbidden"
-            hint = unknown_field_hint(model, e["loc"]) if model is not None and unknown else ""
-            problems.append((".".join(str(p) for p in e["loc"]), e["msg"] + hint))
+            message = e["msg"] if model is None else explained(model, e)
+            loc = e["loc"] if model is None else _without_tags(model, e["loc"])
+            problems.append((".".join(str(p) for p in loc), message))
         rest = "".join(f"; {field}: {msg}" for field, msg in problems[1:])
         return cls(problems[0][1] + rest, field=problems[0][0] or None)
+
+
+def explained(model: type[BaseModel], error: Mapping[str, Any]) -> str:
+    """pydantic's message for ``error`` (one of ``exc.errors()`` validating ``model``), with
+    what a user needs to mend the input: for a field it does not take, the field it may have
+    meant (:func:`unknown_field_hint`); for a discriminated union's value without its tag, or not
+    a mapping at all, the tag and its values (pydantic says "Unable to extract tag using
+    discriminator 'name'" and "Input should be a valid dictionary or object to extract fields
+    from")."""
+    loc, message = error["loc"], error["msg"]
+    if error["type"] == "extra_forbidden":
+        return message + unknown_field_hint(model, loc)
+    tagged = _union_tags(model, loc) if loc else None
+    if tagged is None or error["type"] not in ("union_tag_not_found", "model_attributes_type"):
+        return message
+    tag, values = tagged
+    wanted = f"{tag!r} (one of {', '.join(map(repr, values))})"
+    if error["type"] == "union_tag_not_found":
+        return f"needs {wanted}"
+    given = error.get("input")
+    if isinstance(given, str) and given in values:
+        return f"should be a mapping, {{{tag}: {given}}}, not {given!r}"
+    return f"should be a mapping with {wanted}, not {given!r}"
 
 
 #: Fields listed in a hint at most (a job spec's top level has more: no list, only a match).
@@ -120,6 +143,35 @@ def unknown_field_hint(model: type[BaseModel], loc: Sequence[str | int]) -> str:
     if names and len(names) <= HINT_FIELDS:
         return f" (expected one of: {', '.join(names)})"
     return ""
+
+
+def _union_tags(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[str, list[str]] | None:
+    """The tag of the discriminated union the field at ``loc`` holds, and its values."""
+    here = [model]
+    for part in loc[:-1]:
+        if not isinstance(part, int):
+            here = [found for m in here for found in _step(m, part)]
+    fields = [m.model_fields[loc[-1]] for m in here if loc[-1] in m.model_fields]
+    tag = fields[0].discriminator if fields else None
+    if not isinstance(tag, str):
+        return None
+    members = _models_in(fields[0].annotation)
+    return tag, [v for m in members for v in typing.get_args(m.model_fields[tag].annotation)]
+
+
+def _without_tags(model: type[BaseModel], loc: Sequence[str | int]) -> list[str | int]:
+    """``loc`` without the tags of discriminated unions pydantic puts in it: a user's
+    ``dataset.path``, which pydantic locates at ``dataset.npz.path``."""
+    here, kept = [model], []
+    for part in loc:
+        if isinstance(part, int):
+            kept.append(part)
+            continue
+        tag = bool(here) and all(part not in m.model_fields for m in here)
+        here = [found for m in here for found in _step(m, part)]
+        if not (tag and here):
+            kept.append(part)
+    return kept
 
 
 def _step(model: type[BaseModel], part: str) -> list[type[BaseModel]]:

@@ -32,7 +32,7 @@ from faasdl.errors import (
     LimitExceeded,
     Unauthenticated,
     ValidationError,
-    unknown_field_hint,
+    explained,
 )
 from faasdl.platform import make_platform
 from faasdl.redact import Redactor, redact_logs
@@ -132,9 +132,9 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
         # encoder refused it, and the client got a 500 for its bad input.
         errors = jsonable_encoder(exc.errors(), custom_encoder={float: _json_float})
         model = _body_model(request)
-        for error in errors:  # a field the body does not take: the one it may have meant
-            if model and error["type"] == "extra_forbidden" and error["loc"][0] == "body":
-                error["msg"] += unknown_field_hint(model, error["loc"][1:])
+        for error in errors:  # a field the body does not take: the one it may have meant…
+            if model and error["loc"][0] == "body":
+                error["msg"] = explained(model, {**error, "loc": error["loc"][1:]})
         return JSONResponse({"detail": errors}, status_code=422)
 
     app.include_router(jobs.router)

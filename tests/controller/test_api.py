@@ -93,6 +93,8 @@ def stored(controller: Controller) -> list[str]:
             "not permitted (expected one of: name, test_fraction)",
         ),
         ({"dataset": {"name": "digits"}}, "model", ""),
+        ({**MLP, "dataset": {"kind": "digits"}}, "dataset", "needs 'name' (one of 'digits',"),
+        ({**MLP, "dataset": "digits"}, "dataset", "should be a mapping, {name: digits}"),
     ],
 )
 def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_stored(
