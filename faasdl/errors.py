@@ -162,7 +162,7 @@ def _union_tags(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[str, 
 def _without_tags(model: type[BaseModel], loc: Sequence[str | int]) -> list[str | int]:
     """``loc`` without the tags of discriminated unions pydantic puts in it: a user's
     ``dataset.path``, which pydantic locates at ``dataset.npz.path``."""
-    here, kept = [model], []
+    here, kept = [model], list[str | int]()
     for part in loc:
         if isinstance(part, int):
             kept.append(part)
