@@ -109,7 +109,7 @@ def explained(model: type[BaseModel], error: Mapping[str, Any]) -> str:
     a mapping at all, the tag and its values (pydantic says "Unable to extract tag using
     discriminator 'name'" and "Input should be a valid dictionary or object to extract fields
     from")."""
-    loc, message = error["loc"], error["msg"]
+    loc, message = error["loc"], str(error["msg"])
     if error["type"] == "extra_forbidden":
         return message + unknown_field_hint(model, loc)
     tagged = _union_tags(model, loc) if loc else None
