@@ -268,29 +268,30 @@ class JobRunner:
     def _pause(self, outage: PlatformUnavailable) -> None:
         """Say the job waits for the platform, and wait until it answers, the job is cancelled
         or the controller stops."""
-        log.warning("job %s paused, the platform is unavailable: %s", self.job_id, outage)
-        with contextlib.suppress(StoreError, Stopped):
-            self._event(
-                _line(
-                    "paused",
-                    f"the platform is unavailable ({outage}): the job waits for it, what it "
-                    "has done kept in the store",
+        with self.rt.metrics.paused.track_inprogress():
+            log.warning("job %s paused, the platform is unavailable: %s", self.job_id, outage)
+            with contextlib.suppress(StoreError, Stopped):
+                self._event(
+                    _line(
+                        "paused",
+                        f"the platform is unavailable ({outage}): the job waits for it, what it "
+                        "has done kept in the store",
+                    )
                 )
-            )
-        since = time.monotonic()
-        stop = self.rt.shutdown
-        while not (self.cancelled.is_set() or stop.is_set() or self.rt.draining.is_set()):
-            try:
-                self.rt.platform.ping()
-            except PlatformError:
-                stop.wait(PLATFORM_PROBE_S)
-                continue
-            log.info(
-                "job %s: the platform answers again after %.0f s; the job carries on",
-                self.job_id,
-                time.monotonic() - since,
-            )
-            return
+            since = time.monotonic()
+            stop = self.rt.shutdown
+            while not (self.cancelled.is_set() or stop.is_set() or self.rt.draining.is_set()):
+                try:
+                    self.rt.platform.ping()
+                except PlatformError:
+                    stop.wait(PLATFORM_PROBE_S)
+                    continue
+                log.info(
+                    "job %s: the platform answers again after %.0f s; the job carries on",
+                    self.job_id,
+                    time.monotonic() - since,
+                )
+                return
 
     def _ended(self, error: str | None) -> bool:
         """Book the replicas' memory and, given an ``error``, record that the job failed of it;

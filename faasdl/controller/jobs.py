@@ -598,6 +598,7 @@ class Controller:
         started = [job_id for job_id in chosen if self._mark_running(job_id)]
         for job_id in started:
             self._start_runner(job_id)
+        self.metrics.admission_done.set_to_current_time()
         return started
 
     @staticmethod

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+#: Upper bounds of the activation-duration buckets: aggregations take a fraction of a second,
+#: a training activation up to the platform's longest time limit (OpenWhisk's default: 5
+#: minutes; prometheus_client's default buckets end at 10 s).
+DURATION_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -27,11 +32,18 @@ class Metrics:
             "Duration of activations, by kind.",
             ["kind"],
             registry=self.registry,
+            buckets=DURATION_BUCKETS_S,
         )
         self.gb_seconds = Counter(
             "faasdl_activation_gb_seconds", "Memory × time billed.", registry=self.registry
         )
         self.cost = Counter("faasdl_cost_usd", "GB·s × price.", registry=self.registry)
+        self.paused = Gauge(
+            "faasdl_jobs_paused",
+            "Running jobs whose runner waits for the platform to answer (it could not be "
+            "reached); what they have done is kept in the store.",
+            registry=self.registry,
+        )
         self.recoveries = Counter(
             "faasdl_recoveries",
             "Units run again after a failure.",
@@ -50,6 +62,13 @@ class Metrics:
         self.housekeeping_done = Gauge(
             "faasdl_housekeeping_last_pass_timestamp_seconds",
             "When the last housekeeping pass that ran to its end ended (Unix time).",
+            registry=self.registry,
+        )
+
+        self.admission_done = Gauge(
+            "faasdl_admission_last_pass_timestamp_seconds",
+            "When the last admission pass ended (Unix time): one a second "
+            "(FAASDL_CONTROLLER__SCHEDULER_TICK_S) while the store answers.",
             registry=self.registry,
         )
 

@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -604,15 +605,23 @@ def test_a_job_cancelled_while_it_waits_for_the_platform_ends_and_frees_its_data
             what="the job says it waits for the platform",
         )
         assert store.blob_names(f"jobs/{job_id}/")  # its shards and test set, staged
+        paused = c.metrics.render()
 
         # Act
         c.cancel(job_id)
 
-        # Assert: its runner ends without the platform, and what the job staged is deleted.
+        # Assert: its runner ends without the platform, and what the job staged is deleted;
+        # the metrics counted it paused while it waited.
         assert c.wait_stopped(job_id, timeout_s=30)
         assert c.job(job_id).state is JobState.CANCELLED
         assert store.blob_names(f"jobs/{job_id}/") == []
         assert c.ledger(job_id) == []
+        assert b"\nfaasdl_jobs_paused 1.0\n" in paused
+        assert b"\nfaasdl_jobs_paused 0.0\n" in c.metrics.render()
+        # Admission went on through the outage (the store answered); its passes are stamped.
+        passes = re.search(rb"\nfaasdl_admission_last_pass_timestamp_seconds (\S+)\n", paused)
+        assert passes is not None
+        assert float(passes[1]) > 0
 
 
 def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_that_finishes(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import httpx
@@ -27,8 +28,9 @@ from schemathesis.checks import (
 from typer.testing import CliRunner
 
 from faasdl.cli import app
-from faasdl.config import Settings
+from faasdl.config import LocalPlatformSettings, Settings
 from faasdl.controller.jobs import Controller
+from faasdl.controller.metrics import Metrics
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore
 
@@ -224,6 +226,18 @@ def test_health_readiness_and_metrics(client: httpx.Client) -> None:
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     assert "faasdl_jobs_submitted_total" in metrics.text
+
+
+def test_activation_durations_are_counted_in_buckets_up_to_the_longest_time_limit() -> None:
+    # prometheus_client's default buckets end at 10 s: longer training activations counted in
+    # +Inf alone.
+    longest_s = LocalPlatformSettings().timeout_max_ms / 1000
+    metrics = Metrics()
+    metrics.activation_seconds.labels(kind="train").observe(longest_s)
+
+    bounds = re.findall(r'kind="train",le="([0-9.]+)"} 1\.0', metrics.render().decode())
+    assert bounds  # a finite bucket holds it
+    assert float(bounds[0]) <= 2 * longest_s
 
 
 def test_no_generated_request_makes_the_api_fail(api_url: str, admin_key: str) -> None:
