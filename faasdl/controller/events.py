@@ -475,8 +475,9 @@ class JobRunner:
         )
 
     def _reattach(self, task: _Task, unit: FunctionInfo, activation_id: str) -> None:
-        """A restarted controller waits for the attempt its predecessor started (its record, its
-        lease or its lost-deadline decide) instead of starting another."""
+        """A resumed job (a restarted controller's, or one that waited for its store or platform)
+        waits for the attempt started before (its record, its lease or its lost-deadline decide)
+        instead of starting another."""
         _, lost_after_s = self._variant(task)
         task.attempt = unit.attempts
         task.owner_epoch = unit.owner_epoch
@@ -495,8 +496,8 @@ class JobRunner:
         else:
             task.deadline = time.monotonic() + lost_after_s
             message = (
-                f"{where}: waiting for attempt {task.attempt} ({activation_id}) started before "
-                "the controller restarted"
+                f"{where}: waiting for attempt {task.attempt} ({activation_id}), started before "
+                "the job was resumed"
             )
         self._in_flight[activation_id] = task
         self._event(_line("reattached", message, task.round, task.index))

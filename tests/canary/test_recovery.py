@@ -575,6 +575,8 @@ def test_an_openwhisk_api_outage_pauses_the_job_which_then_finishes_bit_identica
     # then done with the model of the run without the outage, the trainers that ran through it
     # booked once, and no failure.
     assert (ready.status_code, ready.json()["platform"]) == (200, "unavailable")
+    waited = [e.message for e in job.events if e.kind == "reattached"]  # no restart in them
+    assert all(m.endswith("started before the job was resumed") for m in waited), waited
     assert job.state is JobState.DONE, job.error
     assert model == reference
     booked = [a["activation_id"] for a in used]
