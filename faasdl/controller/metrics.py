@@ -67,8 +67,8 @@ class Metrics:
 
         self.admission_done = Gauge(
             "faasdl_admission_last_pass_timestamp_seconds",
-            "When the last admission pass ended (Unix time): one a second "
-            "(FAASDL_CONTROLLER__SCHEDULER_TICK_S) while the store answers.",
+            "When the last admission pass ended (Unix time): one every "
+            "FAASDL_CONTROLLER__SCHEDULER_TICK_S while the store answers.",
             registry=self.registry,
         )
 
