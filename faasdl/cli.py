@@ -785,6 +785,7 @@ def serve(
         # opens the store again, a no-op, and its start finds the lease held).
         controller.store.open()
         controller.lease.acquire()
+        durability = controller.store.durability_warning()
     except FaasdlError as exc:
         fail(str(exc))
     platform = (
@@ -800,8 +801,9 @@ def serve(
         settings.api.auth,
     )
     host = host or settings.controller.host
-    if warning := _open_to_all(settings, host):
-        logging.getLogger("faasdl.serve").warning(warning)
+    for warning in (_open_to_all(settings, host), durability):
+        if warning:
+            logging.getLogger("faasdl.serve").warning(warning)
     server = HurriedServer(
         uvicorn.Config(
             app_,

@@ -194,6 +194,12 @@ class StateStore(Resource):
     def close(self) -> None:
         """Disconnect. Idempotent."""
 
+    def durability_warning(self) -> str | None:
+        """What an acknowledged write could be lost to, where the backend's settings allow that
+        (the exactly-once protocol takes a commit the store acknowledged as kept); ``None`` where
+        they do not, or cannot be read."""
+        return None
+
     # -- records ---------------------------------------------------------------------------
 
     def get(self, key: str) -> Versioned | None:

@@ -151,6 +151,37 @@ class RedisStore(StateStore):
             self._client.close()
             self._client = None
 
+    def durability_warning(self) -> str | None:
+        """Redis' persistence settings, read with ``CONFIG GET``, where they lose acknowledged
+        writes: none (in memory only), snapshots only, or an AOF not written through at each
+        write. ``None`` where they are ``appendonly yes`` and ``appendfsync always``, or where
+        ``CONFIG`` is refused (a managed Redis may rename it)."""
+        client = self._redis()
+        try:
+            config = cast(dict[str, str], self._retried(lambda: client.config_get("*")))
+        except redis.ResponseError:
+            return None
+        there = f"Redis at {self._safe_url()}"
+        advice = "run it with appendonly yes and appendfsync always"
+        if config.get("appendonly") != "yes":
+            if not config.get("save"):
+                return (
+                    f"{there} keeps its data in memory only (appendonly no, no save points): "
+                    f"its restart loses every job, model and API key; {advice}"
+                )
+            return (
+                f"{there} persists by snapshots only (appendonly no, save {config['save']!r}): "
+                f"its crash loses what was written since the last one, commits and API keys "
+                f"among it; {advice}"
+            )
+        if config.get("appendfsync") != "always":
+            return (
+                f"{there} writes its AOF through to disk only {config.get('appendfsync')!r} "
+                "(appendfsync): a crash of its machine can lose commits it acknowledged, and "
+                f"their units run again; {advice}"
+            )
+        return None
+
     def _safe_url(self) -> str:
         scheme, _, rest = self.url.partition("://")
         return f"{scheme}://{rest.rpartition('@')[2]}"

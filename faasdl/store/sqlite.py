@@ -66,6 +66,15 @@ class SqliteStore(StateStore):
             self._local.conn = None
         self._opened = False
 
+    def durability_warning(self) -> str | None:
+        if self._synchronous != "NORMAL":
+            return None
+        return (
+            f"the SQLite store at {self.path} syncs only the write-ahead log's checkpoints "
+            "(synchronous NORMAL: FAASDL_STORE__SQLITE_SYNCHRONOUS): a crash of its machine can "
+            "lose commits it acknowledged, and their units run again; FULL forces each to disk"
+        )
+
     def _conn(self) -> sqlite3.Connection:
         # One connection per thread: sqlite3 connections must not be shared across threads.
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

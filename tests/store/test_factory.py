@@ -177,6 +177,9 @@ def test_sqlite_syncs_commits_as_the_settings_say(
     with make_store(settings, f"sqlite:///{tmp_path}/x.db") as store:
         assert isinstance(store, SqliteStore)
         assert store._execute("PRAGMA synchronous").fetchone()[0] == level
+        warning = store.durability_warning()  # what `faasdl serve` logs at its start
+    assert (warning is not None) == (synchronous == "NORMAL")
+    assert warning is None or "can lose commits it acknowledged" in warning
 
 
 def test_sqlite_refuses_a_sync_setting_that_could_corrupt_it(tmp_path: Path) -> None:
