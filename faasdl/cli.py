@@ -1038,6 +1038,17 @@ def cancel(job_id: JobIdArgument, url: UrlOption = None) -> None:
 
 
 @app.command()
+def finish(job_id: JobIdArgument, url: UrlOption = None) -> None:
+    """End a running job now, done, with the model of its last finished round (the round in
+    progress is stopped and dropped); then download it with faasdl model."""
+    with _controller(url) as client:
+        view = client.finish(job_id)
+    job = view["job"]
+    typer.echo(f"its model: faasdl model {job_id} -o model.safetensors", err=True)
+    typer.echo(json.dumps({"job_id": job_id, "state": job["state"], "rounds": job["round"]}))
+
+
+@app.command()
 def model(
     job_id: JobIdArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write it.")],

@@ -204,7 +204,7 @@ def test_a_bad_spec_file_is_refused_naming_it(
 
 
 @pytest.mark.parametrize("job_id", ["", "../../etc", "0123456789ABCDEF", "0123456789abcde"])
-@pytest.mark.parametrize("command", ["status", "ledger", "cancel", "model"])
+@pytest.mark.parametrize("command", ["status", "ledger", "cancel", "finish", "model"])
 def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
     command: str, job_id: str, tmp_path: Path
 ) -> None:
@@ -635,6 +635,18 @@ def test_a_watch_says_what_a_queued_job_waits_for_once_each_time_it_changes() ->
         f"waiting for {pool}",
         "waiting for job 1234, first in line, to start",
     ]
+
+
+def test_a_job_stopped_before_its_last_round_says_why_in_its_summary() -> None:
+    from faasdl.controller.watch import summary
+
+    view = ended_view("done")
+    why = "finished by request after round 3/200: its model is that round's (test accuracy 0.9)"
+    view["job"] |= {"stopped_early": True, "events": [{"kind": "done", "message": why}]}
+
+    caption = str(summary(view, []).caption).splitlines()
+
+    assert caption[-1] == why
 
 
 def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_failures() -> None:

@@ -144,6 +144,11 @@ class ControllerClient:
         found: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}").json()
         return found
 
+    def finish(self, job_id: str) -> dict[str, Any]:
+        """End the running job now, done, with its last finished round's model; its view."""
+        found: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/finish").json()
+        return found
+
     def ledger(self, job_id: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{job_id}/ledger").json()
         return found

@@ -524,14 +524,63 @@ class Controller:
         was = self.job(job_id).state
         job = update(self.store, job_key(job_id), JobInfo, change)
         log_written(job, line)
+        self._stop_runner(job_id)
+        if was is not JobState.CANCELLED:
+            self.metrics.jobs_finished.labels(state="cancelled").inc()
+        return job
+
+    def finish(self, job_id: str) -> JobInfo:
+        """End a running job now, done, with the model of its last finished round (an early
+        stop the user calls): the round in progress is stopped and dropped, as a cancel stops
+        it. Raises ``JobError`` where no round has finished (nothing to keep) or the job has
+        ended."""
+        lines: list[JobEvent] = []
+
+        def change(job: JobInfo | None) -> JobInfo:
+            if job is None:
+                raise JobNotFound(job_id)
+            if job.finished:
+                raise JobError(f"job {job_id} has already ended ({job.state}): nothing to finish")
+            if job.global_weights is None or not job.rounds:
+                raise JobError(
+                    f"job {job_id} has finished no round yet ({job.state}): there is no model "
+                    "to keep; cancel it, or finish it once a round has ended"
+                )
+            last = job.rounds[-1]
+            rounds = JobPlan.model_validate(job.plan).rounds if job.plan else job.round
+            t = now_ms()
+            lines[:] = [
+                JobEvent(
+                    t_ms=t,
+                    kind=str(JobState.DONE),
+                    message=f"finished by request after round {job.round}/{rounds}: its model "
+                    f"is that round's (test accuracy {last.accuracy:.4f})",
+                )
+            ]
+            return job.with_event(
+                lines[0],
+                kept=self.settings.controller.events_kept,
+                state=JobState.DONE,
+                model=job.global_weights,
+                stopped_early=job.round < rounds,
+                finished_ms=t,
+                updated_ms=t,
+            )
+
+        job = update(self.store, job_key(job_id), JobInfo, change)
+        log_written(job, lines[0])
+        self._stop_runner(job_id)
+        self.metrics.jobs_finished.labels(state=str(JobState.DONE)).inc()
+        return job
+
+    def _stop_runner(self, job_id: str) -> None:
+        """Have the job's runner, if it has one here, stop its activations and end; then admit
+        the next jobs into the memory they held."""
         with self._lock:
             running = self._runners.get(job_id)
         if running is not None:
             running[0].cancelled.set()
-        if was is not JobState.CANCELLED:
-            self.metrics.jobs_finished.labels(state="cancelled").inc()
         self._wake.set()
-        return job
 
     def wait_stopped(self, job_id: str, timeout_s: float) -> bool:
         """Wait until the job's runner (if any) has stopped; whether it has."""

@@ -189,6 +189,9 @@ def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
         f"{sum(a['gb_s'] for a in ledger):.1f} GB·s, ${job['cost_usd']:.6f}"
         + (f"; error: {job['error']}" if job["error"] else "")
     )
+    ended = [e["message"] for e in job.get("events", []) if e["kind"] == "done"]
+    if job.get("stopped_early") and ended:  # before its last round: why
+        table.caption += f"\n{ended[-1]}"
     return table
 
 

@@ -345,6 +345,50 @@ def test_cancel_stops_a_running_jobs_activations(
     assert said.count(f"job {job_id} cancelled: cancelled by request") == 1  # not the second
 
 
+def test_finish_ends_a_running_job_done_with_its_last_finished_rounds_model(
+    client: httpx.Client, controller: Controller, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: a job of 2,000 one-epoch rounds, two of them finished; and one just submitted.
+    job_id = submit(client, {**DIGITS_JOB, "workers": 2, "epochs": 2000, "sync_every": 1})["job_id"]
+    eventually(lambda: job(client, job_id)["job"]["round"] >= 2, timeout_s=300, what="2 rounds")
+    early = submit(client, {**DIGITS_JOB, "workers": 2, "seed": 7})["job_id"]
+
+    # Execute
+    response = client.post(f"/v1/jobs/{job_id}/finish")
+    too_early = client.post(f"/v1/jobs/{early}/finish")
+    assert controller.wait_stopped(job_id, timeout_s=60)
+    again = client.post(f"/v1/jobs/{job_id}/finish")
+    client.delete(f"/v1/jobs/{early}")
+    eventually(
+        lambda: tf_platform.pool_stats()["busy"] == 0, timeout_s=60, what="no busy container"
+    )
+    record = job(client, job_id)["job"]
+    model = client.get(f"/v1/jobs/{job_id}/model")
+
+    # Assert: done at once with the global model of the rounds it had finished, no round
+    # finished after it (the one in progress stopped); its download is that model.
+    assert response.status_code == 200, response.text
+    finished = response.json()["job"]
+    assert finished["state"] == record["state"] == "done"
+    rounds = finished["round"]
+    assert record["round"] == len(record["rounds"]) == rounds >= 2
+    assert record["model"] == f"jobs/{job_id}/global/{rounds:05d}"
+    assert record["stopped_early"] is True
+    last = record["events"][-1]
+    assert (last["kind"], last["message"]) == (
+        "done",
+        f"finished by request after round {rounds}/2000: its model is that round's (test "
+        f"accuracy {record['rounds'][-1]['accuracy']:.4f})",
+    )
+    assert model.status_code == 200
+    assert model.content == bytes(controller.store.get_blob(record["model"]))
+    # Nothing to keep before a round has finished; nothing to finish once it has ended.
+    assert too_early.status_code == 409
+    assert "has finished no round yet" in too_early.json()["detail"]
+    assert again.status_code == 409
+    assert "has already ended (done): nothing to finish" in again.json()["detail"]
+
+
 def test_cancel_stops_an_attempt_whose_lease_lapsed_too(
     client: httpx.Client, controller: Controller, tf_platform: LocalPlatform
 ) -> None:

@@ -1,4 +1,4 @@
-"""``/v1/jobs``: submit, list, inspect, follow, download and cancel training jobs.
+"""``/v1/jobs``: submit, list, inspect, follow, download, finish early and cancel training jobs.
 
 A caller sees only its tenant's jobs (an administrator sees every tenant's): another tenant's job
 is a 404, exactly as one that does not exist, so that ids cannot be probed.
@@ -245,4 +245,18 @@ def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> 
 def cancel(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> JobView:
     owned(controller, principal, job_id)
     controller.cancel(job_id)
+    return controller.view(job_id)
+
+
+@router.post(
+    "/{job_id}/finish",
+    response_model=JobView,
+    summary="End a running job now, done, with the model of its last finished round",
+    description="An early stop: the round in progress is stopped and dropped; the job's model "
+    "is its last finished round's global model. 409 where no round has finished (there is no "
+    "model to keep: cancel it) or the job has ended.",
+)
+def finish(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> JobView:
+    owned(controller, principal, job_id)
+    controller.finish(job_id)
     return controller.view(job_id)
