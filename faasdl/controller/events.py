@@ -178,6 +178,25 @@ def delete_job_data(store: StateStore, job: JobInfo, names: list[str] | None = N
     return len(doomed)
 
 
+def fence_units(store: StateStore, job_id: str) -> int:
+    """Take an ended job's running units from the attempts that may still run them (ones its
+    platform could not stop: an OpenWhisk whose API is down, an activation it lost sight of):
+    each unit's owner epoch moves on, so that the attempt's next heartbeat, checkpoint or commit
+    is refused (``Superseded``) and it ends, deleting the checkpoint it had just written. The
+    units stay ``running`` to their readers. Returns how many were fenced."""
+    fenced = 0
+
+    def change(u: FunctionInfo | None) -> FunctionInfo:
+        assert u is not None, "a unit record is deleted with its job alone"
+        return u.model_copy(update={"owner_epoch": u.owner_epoch + 1})
+
+    for key, found in store.scan(fn_prefix(job_id)):
+        if FunctionInfo.model_validate(found.value).state is UnitState.RUNNING:
+            update(store, key, FunctionInfo, change)
+            fenced += 1
+    return fenced
+
+
 def delete_job(store: StateStore, job: JobInfo) -> None:
     """Delete an ended job whole: its ``Idempotency-Key`` first (a replay of its request must
     not bring it back under its id), its blobs, ledger and unit records, and its record last
@@ -312,14 +331,18 @@ class JobRunner:
         return True
 
     def _release_data(self) -> None:
-        """Once the job has ended, delete what it wrote to the store but its model (unless
-        ``keep_job_data``): its shards and test set, each round's trained and merged weights,
-        checkpoints of attempts that never committed. Its record and ledger stay."""
-        if self.rt.settings.controller.keep_job_data:
-            return
+        """Once the job has ended, fence its units that still run (:func:`fence_units`) and
+        delete what it wrote to the store but its model (unless ``keep_job_data``): its shards
+        and test set, each round's trained and merged weights, checkpoints of attempts that never
+        committed. Its record and ledger stay."""
         try:
             job = self._job()
             if not job.finished:  # the controller is shutting down: another resumes the job
+                return
+            # What still runs of it (where the platform could not stop it) must not write again.
+            if fenced := fence_units(self.rt.store, self.job_id):
+                log.info("job %s: %d running unit(s) fenced", self.job_id, fenced)
+            if self.rt.settings.controller.keep_job_data:
                 return
             deleted = delete_job_data(self.rt.store, job)
         except (StoreError, Stopped) as exc:

@@ -626,6 +626,51 @@ def test_a_job_cancelled_while_it_waits_for_the_platform_ends_and_frees_its_data
         assert float(passes[1]) > 0
 
 
+def test_a_job_cancelled_while_its_attempts_run_on_an_unreachable_platform_fences_them(
+    tmp_path: Path, make_served: Callable[..., Served]
+) -> None:
+    # Arrange: a controller on OpenWhisk's REST API; a one-round job of 200 epochs a trainer
+    # (minutes), its attempts running with a checkpoint when the API goes down (its invokers
+    # run on) and the job pauses.
+    served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    spec = JobSpec.model_validate({**JOB, "workers": 2, "epochs": 200, "sync_every": 0})
+    with (
+        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store,
+        Controller(settings=settings, platform=served.client, store=store, store_url=url) as c,
+    ):
+        job_id = c.submit(spec).job.job_id
+        running: list[FunctionInfo] = []
+
+        def checkpointed() -> bool:
+            units = [FunctionInfo.model_validate(v.value) for _, v in store.scan(f"fn/{job_id}/")]
+            running[:] = [u for u in units if u.state is UnitState.RUNNING and u.heads]
+            return len(running) == 2 and all(u.activation_id for u in running)
+
+        eventually(checkpointed, timeout_s=180, what="both trainers running with a checkpoint")
+        served.server.stop()
+        eventually(
+            lambda: "paused" in [e.kind for e in c.job(job_id).events],
+            timeout_s=60,
+            what="the job says it waits for the platform",
+        )
+
+        # Act: the job cancelled; the platform cannot be asked to stop its activations.
+        c.cancel(job_id)
+        assert c.wait_stopped(job_id, timeout_s=30)
+        ended = served.local.wait([u.activation_id or "" for u in running], timeout_s=60)
+        left = store.blob_names(f"jobs/{job_id}/")
+
+    # Assert: each attempt was refused its next write and ended, long before its 200 epochs,
+    # and what it had written was deleted with the job's data, none written after.
+    for unit in running:
+        record = ended[unit.activation_id or ""]
+        assert not record.success
+        assert "was superseded" in str(record.response.result), record.response.result
+    assert left == []
+
+
 def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_that_finishes(
     tmp_path: Path, embedded_controller_process: ControllerProcess, reference: bytes
 ) -> None:
