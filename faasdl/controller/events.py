@@ -178,6 +178,52 @@ def delete_job_data(store: StateStore, job: JobInfo, names: list[str] | None = N
     return len(doomed)
 
 
+def init_model_of(store: StateStore, spec: JobSpec, plan: JobPlan) -> str | None:
+    """The model blob the job's ``init_model`` names, checked: a done job of the same tenant
+    whose model, input shape, classes and optimizer are the job's. Raises ``ValidationError``
+    naming ``init_model``; ``None`` without one."""
+    if spec.init_model is None:
+        return None
+    found = load(store, job_key(spec.init_model), JobInfo)
+    source = found[0] if found and found[0].tenant == spec.tenant else None
+    if source is None:  # another tenant's job is as unknown as one that is not there
+        raise ValidationError(
+            f"no job {spec.init_model!r} of tenant {spec.tenant!r}", field="init_model"
+        )
+    if source.state is not JobState.DONE or source.model is None or source.plan is None:
+        raise ValidationError(
+            f"job {source.job_id} is {source.state}: only a done job's model can be trained on",
+            field="init_model",
+        )
+    trained = JobSpec.model_validate(source.spec)
+    had = JobPlan.model_validate(source.plan)
+    theirs = (trained.model, had.input_shape, had.classes)
+    ours = (spec.model, plan.input_shape, plan.classes)
+    if theirs != ours:
+        raise ValidationError(
+            f"job {source.job_id} trained {_architecture(*theirs)}; this job is "
+            f"{_architecture(*ours)}: they must be the same",
+            field="init_model",
+        )
+    if trained.optimizer != spec.optimizer:
+        raise ValidationError(
+            f"job {source.job_id} trained with {trained.optimizer}, whose state its model "
+            f"carries; this job's optimizer is {spec.optimizer}: use {trained.optimizer}",
+            field="init_model",
+        )
+    if store.blob_manifest(source.model) is None:
+        raise ValidationError(
+            f"job {source.job_id}'s model is gone from the store (deleted with its job, or past "
+            "its retention)",
+            field="init_model",
+        )
+    return source.model
+
+
+def _architecture(model: str, input_shape: tuple[int, ...], classes: int) -> str:
+    return f"{model} for {dims(input_shape)} inputs and {classes} classes"
+
+
 def fence_units(store: StateStore, job_id: str) -> int:
     """Take an ended job's running units from the attempts that may still run them (ones its
     platform could not stop: an OpenWhisk whose API is down, an activation it lost sight of):
@@ -370,7 +416,7 @@ class JobRunner:
                 )
             )
         self._stage()
-        weights = job.global_weights
+        weights = job.global_weights if job.round else self._initial_model()
         for round_ in range(job.round, self.plan.rounds):
             result = self._round(round_, weights)
             weights = global_blob(self.job_id, round_ + 1)
@@ -415,6 +461,22 @@ class JobRunner:
         finally:
             ONE_DATA_SET.release()
         self._event(_line("staged", f"{workers} shards and the test set are in the store"))
+
+    def _initial_model(self) -> str | None:
+        """The first round's global model: ``init_model``'s, copied into the job's blobs (so that
+        it outlives the other job's deletion), once; none: the trainers draw weights from the
+        seed."""
+        blob = global_blob(self.job_id, 0)
+        if self.rt.store.blob_manifest(blob) is not None:  # a restarted controller's copy
+            return blob
+        source = init_model_of(self.rt.store, self.spec, self.plan)
+        if source is None:
+            return None
+        self.rt.store.copy_blob(source, blob)
+        self._event(
+            _line("staged", f"the first round starts from job {self.spec.init_model}'s model")
+        )
+        return blob
 
     def _put_data(self, names: list[str]) -> None:
         """Load the job's data set and store it as the shards ``names`` and the test set."""

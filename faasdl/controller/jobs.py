@@ -36,6 +36,7 @@ from faasdl.controller.events import (
     Runtime,
     delete_job,
     delete_job_data,
+    init_model_of,
     log_written,
     now_ms,
 )
@@ -396,6 +397,7 @@ class Controller:
                 job_id = known[0].job_id  # the first request died between the two writes
         self._check_queue_quota(spec.tenant)
         plan = self._plan(spec)
+        init_model_of(self.store, spec, plan)
         if idempotency is not None:
             record = IdempotencyRecord(
                 tenant=spec.tenant,

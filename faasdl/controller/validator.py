@@ -20,6 +20,7 @@ from faasdl.canary.strategies import (
     make_strategy,
 )
 from faasdl.estimator.planner import EstimateRequest
+from faasdl.store.records import JOB_ID_PATTERN
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
@@ -97,6 +98,13 @@ class JobSpec(EstimateRequest):
         "default", pattern=TENANT_PATTERN, description="Who the job belongs to (admission)."
     )
     fault_tolerance: FaultTolerance = Field(default_factory=FaultTolerance)
+    init_model: str | None = Field(
+        None,
+        pattern=JOB_ID_PATTERN,
+        description="A done job of the tenant's to train on from: its model's weights and "
+        "optimizer state start the first round, instead of weights drawn from the seed. Its "
+        "model, input shape, classes and optimizer must be this job's.",
+    )
 
     @field_validator("sync_every")
     @classmethod

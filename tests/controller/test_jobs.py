@@ -294,6 +294,48 @@ def test_two_jobs_that_do_not_fit_together_both_complete_the_second_queued_first
     assert [e["kind"] for e in two["events"]][:2] == ["submitted", "admitted"]
 
 
+def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
+    client: httpx.Client,
+    controller: Controller,
+    finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+) -> None:
+    # Arrange: the done four-unit job (three rounds from weights drawn from its seed).
+    source_id = finished[0]
+    source = job(client, source_id)["job"]
+    refusals = {
+        "unknown": {**DIGITS_JOB, "init_model": "0" * 16},
+        "another model": {**DIGITS_JOB, "model": "small_cnn", "init_model": source_id},
+        "another optimizer": {**DIGITS_JOB, "optimizer": "sgd", "init_model": source_id},
+        "another tenant's": {**DIGITS_JOB, "tenant": "other", "init_model": source_id},
+    }
+
+    # Execute: one round on from its model; then what cannot train on from it.
+    onward = submit(client, {**DIGITS_JOB, "epochs": 1, "init_model": source_id})["job_id"]
+    record = controller.wait(onward, timeout_s=300)
+    before = controller.store.scan_versions("job/")
+    refused = {name: client.post("/v1/jobs", json=body) for name, body in refusals.items()}
+
+    # Assert: its first round started from the other's model (copied into its own blobs) and
+    # trained on from its loss, where the other's first round started at a drawn model's.
+    assert record.state is JobState.DONE, record.error
+    first = bytes(controller.store.get_blob(f"jobs/{onward}/global/00000"))
+    assert first == client.get(f"/v1/jobs/{source_id}/model").content
+    assert record.rounds[0].loss < source["rounds"][-1]["loss"] * 1.5
+    assert source["rounds"][0]["loss"] > 2 * record.rounds[0].loss
+    staged = [e.message for e in record.events if e.kind == "staged"]
+    assert f"the first round starts from job {source_id}'s model" in staged
+    # Refused naming the field and why, nothing stored.
+    said = {name: r.json()["detail"] for name, r in refused.items()}
+    assert all(r.status_code == 422 for r in refused.values()), said
+    assert said["unknown"] == f"init_model: no job {'0' * 16!r} of tenant 'default'"
+    assert said["another model"].endswith(
+        "this job is small_cnn for 8×8×1 inputs and 10 classes: they must be the same"
+    )
+    assert "use adam" in said["another optimizer"]
+    assert said["another tenant's"] == f"init_model: no job {source_id!r} of tenant 'other'"
+    assert controller.store.scan_versions("job/") == before
+
+
 def test_cancel_stops_a_running_jobs_activations(
     client: httpx.Client,
     controller: Controller,
