@@ -649,6 +649,19 @@ def test_a_job_stopped_before_its_last_round_says_why_in_its_summary() -> None:
     assert caption[-1] == why
 
 
+def test_a_job_trained_on_from_another_says_so_in_its_summary() -> None:
+    from faasdl.controller.watch import summary
+
+    view = ended_view("done")
+    view["job"]["spec"]["init_model"] = "f" * 16
+
+    caption = str(summary(view, []).caption).splitlines()
+
+    assert (
+        caption[0] == f"mlp on cancer.npz from job {'f' * 16}'s model: 2 worker(s) of 704 MB, 5.4 s"
+    )
+
+
 def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_failures() -> None:
     from faasdl.controller.watch import summary
 

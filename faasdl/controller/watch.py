@@ -201,6 +201,8 @@ def _what(job: dict[str, Any]) -> str:
     data = spec["dataset"]
     named = data["path"] if data["name"] == "npz" else data["name"]
     line = f"{spec['model']} on {named}"
+    if spec.get("init_model"):
+        line += f" from job {spec['init_model']}'s model"
     if plan:  # a record has one from its submission on
         line += f": {plan['train']['containers']} worker(s) of {plan['train']['memory_mb']} MB"
     if job["started_ms"] and job["finished_ms"]:
