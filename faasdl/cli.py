@@ -52,7 +52,9 @@ app = typer.Typer(
     rich_markup_mode=HELP_MARKUP,
 )
 platform_app = typer.Typer(
-    help="The embedded OpenWhisk-compatible platform.",
+    help="The platform: serve the embedded one behind OpenWhisk's REST API; deploy faasdl's "
+    "actions to the configured one (FAASDL_PLATFORM), write their wskdeploy manifest, print its "
+    "limits.",
     no_args_is_help=True,
     rich_markup_mode=HELP_MARKUP,
 )
