@@ -92,7 +92,8 @@ class ValidationError(FaasdlError):
         cls, exc: PydanticValidationError, *, model: type[BaseModel] | None = None
     ) -> ValidationError:
         """One error for all of pydantic's, named by the first field: ``a.b: msg; c: msg``. With
-        the ``model`` validated, a field it does not take is told the one it may have meant."""
+        the ``model`` validated, each says what would mend it (:func:`explained`) and names its
+        field as the user wrote it (no union's tag in it)."""
         problems = []
         for e in exc.errors():
             message = e["msg"] if model is None else explained(model, e)
@@ -133,11 +134,7 @@ def unknown_field_hint(model: type[BaseModel], loc: Sequence[str | int]) -> str:
     """For an input ``model`` does not take at ``loc`` (pydantic's ``extra_forbidden``): the field
     there it is closest to, else the fields there if they are few; "" where there is neither.
     A discriminated union's tag in ``loc`` (``dataset.npz.pathh``) leads to its member."""
-    here = [model]
-    for part in loc[:-1]:
-        if not isinstance(part, int):  # an int: an item of a list, of the same model
-            here = [found for m in here for found in _step(m, part)]
-    names = sorted({name for m in here for name in m.model_fields})
+    names = sorted({name for m in _models_at(model, loc[:-1]) for name in m.model_fields})
     if close := difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6):
         return f" (did you mean {close[0]!r}?)"
     if names and len(names) <= HINT_FIELDS:
@@ -147,10 +144,7 @@ def unknown_field_hint(model: type[BaseModel], loc: Sequence[str | int]) -> str:
 
 def _union_tags(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[str, list[str]] | None:
     """The tag of the discriminated union the field at ``loc`` holds, and its values."""
-    here = [model]
-    for part in loc[:-1]:
-        if not isinstance(part, int):
-            here = [found for m in here for found in _step(m, part)]
+    here = _models_at(model, loc[:-1])
     fields = [m.model_fields[loc[-1]] for m in here if loc[-1] in m.model_fields]
     tag = fields[0].discriminator if fields else None
     if not isinstance(tag, str):
@@ -172,6 +166,16 @@ def _without_tags(model: type[BaseModel], loc: Sequence[str | int]) -> list[str 
         if not (tag and here):
             kept.append(part)
     return kept
+
+
+def _models_at(model: type[BaseModel], path: Sequence[str | int]) -> list[type[BaseModel]]:
+    """The models the location ``path`` leads to from ``model`` (an int: an item of a list, of
+    the same model)."""
+    here = [model]
+    for part in path:
+        if not isinstance(part, int):
+            here = [found for m in here for found in _step(m, part)]
+    return here
 
 
 def _step(model: type[BaseModel], part: str) -> list[type[BaseModel]]:
