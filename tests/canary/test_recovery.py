@@ -585,19 +585,26 @@ def test_an_openwhisk_api_outage_pauses_the_job_which_then_finishes_bit_identica
     assert job.failures == []
 
 
+@contextlib.contextmanager
+def controller_on(served: Served, root: Path) -> Iterator[tuple[StateStore, Controller]]:
+    """A controller in this process on ``served``'s REST API, on a SQLite store of its own."""
+    url = f"sqlite:///{root / 'state.db'}"
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    with (
+        make_store(StoreSettings(spill_dir=str(root / "spill")), url) as store,
+        Controller(settings=settings, platform=served.client, store=store, store_url=url) as c,
+    ):
+        yield store, c
+
+
 def test_a_job_cancelled_while_it_waits_for_the_platform_ends_and_frees_its_data(
     tmp_path: Path, make_served: Callable[..., Served]
 ) -> None:
     # Arrange: a controller on OpenWhisk's REST API; the job planned while the API was up (its
     # probes measured once), then submitted while it is down.
     served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    settings = Settings(controller={"scheduler_tick_s": 0.1})
     spec = JobSpec.model_validate({**JOB, "model": "mlp", "workers": 2})
-    with (
-        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store,
-        Controller(settings=settings, platform=served.client, store=store, store_url=url) as c,
-    ):
+    with controller_on(served, tmp_path) as (store, c):
         c.estimate(spec)
         served.server.stop()
         job_id = c.submit(spec).job.job_id
@@ -633,13 +640,8 @@ def test_a_job_cancelled_while_its_attempts_run_on_an_unreachable_platform_fence
     # (minutes), its attempts running with a checkpoint when the API goes down (its invokers
     # run on) and the job pauses.
     served = make_served(pool_memory_mb=4096, memory_max_mb=2048)
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    settings = Settings(controller={"scheduler_tick_s": 0.1})
     spec = JobSpec.model_validate({**JOB, "workers": 2, "epochs": 200, "sync_every": 0})
-    with (
-        make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store,
-        Controller(settings=settings, platform=served.client, store=store, store_url=url) as c,
-    ):
+    with controller_on(served, tmp_path) as (store, c):
         job_id = c.submit(spec).job.job_id
         running: list[FunctionInfo] = []
 
