@@ -14,8 +14,12 @@ from faasdl.errors import EstimationError
 
 #: The aggregator's own footprint: Python, NumPy, safetensors and the store client.
 AGGREGATOR_BASE_MB = 96.0
-#: Copies of a model an aggregator holds at once: the float64 accumulator (two) and one input.
-RESIDENT_MODELS = 3.0
+#: Copies of a model an aggregator holds at once, measured: the float64 mean (two), and an input's
+#: bytes and arrays as it is read or the output's arrays and bytes as it is written. Peaks of
+#: 4.7-5.0 copies over the process (26 and 100 MB models in-process; MobileNetV2's 26 MB in a
+#: container: 190-194 MB); counted as three, MobileNetV2's aggregators ran at 190-194 MB in
+#: 192 MB actions.
+RESIDENT_MODELS = 5.0
 
 
 @dataclass(frozen=True)
@@ -42,15 +46,20 @@ def fan_in(*, model_mb: float, memory_mb: int, max_fan_in: int) -> int:
 
     The thesis' rule holds its inputs in memory, so the fan-in is what fits beside the accumulator;
     the streaming mean needs less, but the rule still bounds the bytes one aggregator reads, and
-    ``max_fan_in`` bounds its time (more, smaller aggregators run in parallel).
+    ``max_fan_in`` bounds its time (more, smaller aggregators run in parallel). An aggregator
+    sized by :func:`aggregator_memory_mb` has room for three at least. Raises ``EstimationError``
+    where ``memory_mb`` is short of the streaming mean's.
     """
     if model_mb <= 0:
         raise EstimationError(f"a model of {model_mb} MB cannot be aggregated")
-    fits = math.floor((memory_mb - AGGREGATOR_BASE_MB - 2 * model_mb) / model_mb)
-    if fits < 2:
+    needed = aggregator_memory_mb(model_mb)
+    if memory_mb < needed:
         raise EstimationError(
-            f"an aggregator of {memory_mb} MB cannot hold two {model_mb:.1f} MB models"
+            f"merging {model_mb:.1f} MB models (weights and optimizer state) needs aggregators "
+            f"of {needed:.0f} MB (the running mean's two copies, an input's or the output's "
+            f"three), more than {memory_mb} MB"
         )
+    fits = math.floor((memory_mb - AGGREGATOR_BASE_MB) / model_mb + 1e-9) - 2  # beside the mean
     return max(2, min(fits, max_fan_in))
 
 

@@ -623,6 +623,7 @@ class JobRunner:
                         "classes": self.plan.classes,
                         "weights": weights,
                         "data": test_blob(self.job_id),
+                        "batch_size": self.spec.batch_size,
                     },
                 )
             ]

@@ -119,6 +119,33 @@ def test_the_action_reports_its_peak_memory_and_phases(
     assert result["examples"] == 719
 
 
+def test_an_evaluation_scores_with_the_containers_own_model_where_it_holds_one(
+    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
+) -> None:
+    # Arrange: weights to score, and a variant of its own (one container, cold).
+    _, url = tf_store
+    trained = tf_platform.call(train, params(url, shard, weights_out="test/scored", epochs=1))
+    assert trained.success, trained.error
+    fresh = deploy_variant(tf_platform, TRAIN, memory_mb=1152, timeout_ms=120_000)
+    ask = {
+        "mode": "evaluate", "store_url": url, "model": "small_cnn", "classes": 10,
+        "weights": "test/scored", "data": shard, "batch_size": 8,
+    }  # fmt: skip
+
+    # Execute: score them in the cold container, train there, and score them again.
+    cold = tf_platform.call(fresh, ask)
+    between = tf_platform.call(fresh, params(url, shard, weights_out="test/between", epochs=1))
+    warm = tf_platform.call(fresh, ask)
+
+    # Assert: the second used the trainer the container held (a model built beside it had
+    # doubled the model's memory), and scored the same.
+    assert all(r.success for r in (cold, between, warm))
+    assert cold.response.result["model_reused"] is False
+    assert warm.response.result["model_reused"] is True
+    assert warm.response.result["accuracy"] == cold.response.result["accuracy"]
+    assert warm.response.result["loss"] == pytest.approx(cold.response.result["loss"], rel=1e-6)
+
+
 def test_early_stopping_at_the_target_loss(
     tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
 ) -> None:
