@@ -64,7 +64,6 @@ class Metrics:
             "When the last housekeeping pass that ran to its end ended (Unix time).",
             registry=self.registry,
         )
-
         self.admission_done = Gauge(
             "faasdl_admission_last_pass_timestamp_seconds",
             "When the last admission pass ended (Unix time): one every "
