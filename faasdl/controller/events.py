@@ -67,6 +67,7 @@ from faasdl.store.records import (
     create,
     fn_key,
     fn_prefix,
+    fn_round_prefix,
     idempotency_key,
     job_key,
     ledger,
@@ -224,19 +225,20 @@ def _architecture(model: str, input_shape: tuple[int, ...], classes: int) -> str
     return f"{model} for {dims(input_shape)} inputs and {classes} classes"
 
 
-def fence_units(store: StateStore, job_id: str) -> int:
+def fence_units(store: StateStore, job: JobInfo) -> int:
     """Take an ended job's running units from the attempts that may still run them (ones its
     platform could not stop: an OpenWhisk whose API is down, an activation it lost sight of):
     each unit's owner epoch moves on, so that the attempt's next heartbeat, checkpoint or commit
-    is refused (``Superseded``) and it ends, deleting the checkpoint it had just written. The
-    units stay ``running`` to their readers. Returns how many were fenced."""
+    is refused (``Superseded``) and it ends, deleting the checkpoint it had just written. Only
+    the round in progress has running units (a round ends once all its units commit). The units
+    stay ``running`` to their readers. Returns how many were fenced."""
     fenced = 0
 
     def change(u: FunctionInfo | None) -> FunctionInfo:
         assert u is not None, "a unit record is deleted with its job alone"
         return u.model_copy(update={"owner_epoch": u.owner_epoch + 1})
 
-    for key, found in store.scan(fn_prefix(job_id)):
+    for key, found in store.scan(fn_round_prefix(job.job_id, job.round)):
         if FunctionInfo.model_validate(found.value).state is UnitState.RUNNING:
             update(store, key, FunctionInfo, change)
             fenced += 1
@@ -386,7 +388,7 @@ class JobRunner:
             if not job.finished:  # the controller is shutting down: another resumes the job
                 return
             # What still runs of it (where the platform could not stop it) must not write again.
-            if fenced := fence_units(self.rt.store, self.job_id):
+            if fenced := fence_units(self.rt.store, job):
                 log.info("job %s: %d running unit(s) fenced", self.job_id, fenced)
             if self.rt.settings.controller.keep_job_data:
                 return

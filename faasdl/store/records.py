@@ -343,7 +343,12 @@ def apikey_key(key_id: str) -> str:
 
 
 def fn_key(job_id: str, round_: int, shard: int) -> str:
-    return f"{fn_prefix(job_id)}{round_:05d}/{shard:05d}"
+    return f"{fn_round_prefix(job_id, round_)}{shard:05d}"
+
+
+def fn_round_prefix(job_id: str, round_: int) -> str:
+    """The prefix of the unit records of the job's round ``round_``."""
+    return f"{fn_prefix(job_id)}{round_:05d}/"
 
 
 def fn_prefix(job_id: str) -> str:
