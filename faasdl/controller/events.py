@@ -317,7 +317,8 @@ class JobRunner:
             # and lost-deadlines will tell) and wait for the platform; then end this runner, and
             # the scheduler starts another, which re-attaches to them as a restarted
             # controller's does. A job cancelled meanwhile ends here: what it ran cannot be
-            # stopped, and runs on unbooked.
+            # stopped through the platform; its units are fenced as its data is released, and
+            # its attempts end at their next heartbeat, unbooked.
             self._pause(exc)
             if not self.cancelled.is_set() or not self._ended(None):
                 return
@@ -468,12 +469,13 @@ class JobRunner:
         """The first round's global model: ``init_model``'s, copied into the job's blobs (so that
         it outlives the other job's deletion), once; none: the trainers draw weights from the
         seed."""
+        if self.spec.init_model is None:
+            return None
         blob = global_blob(self.job_id, 0)
         if self.rt.store.blob_manifest(blob) is not None:  # a restarted controller's copy
             return blob
         source = init_model_of(self.rt.store, self.spec, self.plan)
-        if source is None:
-            return None
+        assert source is not None, "a job with init_model has a model to start from"
         self.rt.store.copy_blob(source, blob)
         self._event(
             _line("staged", f"the first round starts from job {self.spec.init_model}'s model")
