@@ -53,9 +53,8 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
                 f"{item.weights} holds {sorted(groups)}, the other inputs {sorted(means)}"
             )
         with phases("average"):
-            for name, arrays in groups.items():
-                means.setdefault(name, WeightedMean()).add(arrays, item.examples)
-            del groups
+            _add(means, groups, item.examples)
+        del groups  # the input's bytes (its arrays are views of them): one input held at a time
     with phases("save"):
         means_out = {n: m.result() for n, m in means.items()}
         store.put_blob(args.output, encode(means_out, metadata=agreed))
@@ -65,3 +64,10 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},
     }
+
+
+def _add(means: dict[str, WeightedMean], groups: dict[str, list[Any]], examples: int) -> None:
+    """Add an input's groups of arrays to their means. A function, so that no loop variable holds
+    the input's arrays (and so its bytes) while the next input is read."""
+    for name, arrays in groups.items():
+        means.setdefault(name, WeightedMean()).add(arrays, examples)

@@ -14,12 +14,12 @@ from faasdl.errors import EstimationError
 
 #: The aggregator's own footprint: Python, NumPy, safetensors and the store client.
 AGGREGATOR_BASE_MB = 96.0
-#: Copies of a model an aggregator holds at once, measured: the float64 mean (two), and an input's
-#: bytes and arrays as it is read or the output's arrays and bytes as it is written. Peaks of
-#: 4.7-5.0 copies over the process (26 and 100 MB models in-process; MobileNetV2's 26 MB in a
-#: container: 190-194 MB); counted as three, MobileNetV2's aggregators ran at 190-194 MB in
-#: 192 MB actions.
-RESIDENT_MODELS = 5.0
+#: Copies of a model an aggregator holds at once: the float64 mean (two), and the input being read
+#: or the output being made (one; see :mod:`faasdl.aggregation.average`). Measured in containers
+#: over three inputs of 26, 60, 130 and 270 MB: 3.0-3.3 copies over a 53 MB start, peaks of 139,
+#: 241, 451 and 876 MB where this sizes 174, 276, 486 and 907. (Holding each input until the next
+#: was read and the whole result beside the mean, aggregators peaked at 4.7-5.0 copies.)
+RESIDENT_MODELS = 3.0
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,13 @@ def aggregator_memory_mb(model_mb: float) -> float:
 
 
 def fan_in(*, model_mb: float, memory_mb: int, max_fan_in: int) -> int:
-    """How many models one aggregator of ``memory_mb`` merges.
+    """How many models one aggregator of ``memory_mb`` merges: ``max_fan_in``, which bounds its
+    time (more, smaller aggregators run in parallel).
 
-    The thesis' rule holds its inputs in memory, so the fan-in is what fits beside the accumulator;
-    the streaming mean needs less, but the rule still bounds the bytes one aggregator reads, and
-    ``max_fan_in`` bounds its time (more, smaller aggregators run in parallel). An aggregator
-    sized by :func:`aggregator_memory_mb` has room for three at least. Raises ``EstimationError``
-    where ``memory_mb`` is short of the streaming mean's.
+    The thesis' aggregator holds its inputs, so it merges what fits in its memory and more of them
+    need more aggregators. faasdl's reads them one at a time: its memory is the same whatever it
+    merges, and the tree is as wide as the time bound makes it. Raises ``EstimationError`` where
+    ``memory_mb`` is short of the streaming mean's.
     """
     if model_mb <= 0:
         raise EstimationError(f"a model of {model_mb} MB cannot be aggregated")
@@ -56,11 +56,10 @@ def fan_in(*, model_mb: float, memory_mb: int, max_fan_in: int) -> int:
     if memory_mb < needed:
         raise EstimationError(
             f"merging {model_mb:.1f} MB models (weights and optimizer state) needs aggregators "
-            f"of {needed:.0f} MB (the running mean's two copies, an input's or the output's "
-            f"three), more than {memory_mb} MB"
+            f"of {needed:.0f} MB (the running mean's two copies and an input's), more than "
+            f"{memory_mb} MB"
         )
-    fits = math.floor((memory_mb - AGGREGATOR_BASE_MB) / model_mb + 1e-9) - 2  # beside the mean
-    return max(2, min(fits, max_fan_in))
+    return max_fan_in
 
 
 def plan_tree(leaves: int, fan: int) -> Tree:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from faasdl.aggregation.average import WeightedMean, weighted_average
+from faasdl.aggregation.average import CHUNK, WeightedMean, weighted_average
 from faasdl.errors import AggregationError
 
 
@@ -52,3 +52,20 @@ def test_a_model_without_examples_is_refused(examples: int) -> None:
 def test_nothing_to_average_is_an_error() -> None:
     with pytest.raises(AggregationError, match="no models"):
         WeightedMean().result()
+
+
+def test_arrays_longer_than_a_chunk_are_added_whole_and_the_mean_is_taken_once() -> None:
+    rng = np.random.default_rng(1)
+    long = [(rng.normal(size=2 * CHUNK + 3).astype(np.float32), n) for n in (1, 2, 5)]
+    mean = WeightedMean()
+    for array, n in long:
+        mean.add([array.reshape(-1, 1)], n)
+
+    merged = mean.result()
+
+    expected = np.zeros(2 * CHUNK + 3)
+    for array, n in long:
+        expected += n * array.astype(np.float64)
+    assert np.array_equal(merged[0].reshape(-1), (expected / 8).astype(np.float32))
+    with pytest.raises(AggregationError, match="no models"):
+        mean.result()  # the sums went into the result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
 
 from faasdl.actions import AGGREGATE, TRAIN, deploy_variant
 from faasdl.aggregation.average import weighted_average
+from faasdl.aggregation.tree import aggregator_memory_mb
 from faasdl.canary.checkpoint import CanaryArgs
 from faasdl.config import Settings
 from faasdl.errors import ValidationError
@@ -255,6 +258,35 @@ def test_the_aggregation_action_writes_the_weighted_mean(
     expected = weighted_average(list(zip(models, (1, 2, 5), strict=True)))
     assert all(np.allclose(a, b) for a, b in zip(groups["w"], expected, strict=True))
     assert metadata == {"arch": "mlp"}  # what they all say
+
+
+def test_an_aggregator_sized_for_its_model_merges_within_its_memory(
+    tf_platform: LocalPlatform, tf_store: Store
+) -> None:
+    # A 40 MB model in 60 arrays, weights and optimizer state: the aggregator holds the float64
+    # mean and one input. Holding the input read before until the next was read, and the whole
+    # output beside the mean, it peaked at about five copies: killed in what three are sized.
+    store, url = tf_store
+    rng = np.random.default_rng(1)
+    sizes = rng.multinomial(40 * 2**20 // 8, np.ones(60) / 60)
+    model_mb = 40.0
+    for i in range(3):
+        arrays = [rng.standard_normal(int(n), dtype=np.float32) for n in sizes]
+        store.put_blob(f"test/big/{i}", pack(arrays, opt=arrays))
+    memory_mb = math.ceil(aggregator_memory_mb(model_mb))
+    aggregate = deploy_variant(tf_platform, AGGREGATE, memory_mb=memory_mb, timeout_ms=60_000)
+
+    record = tf_platform.call(aggregate, {
+        "store_url": url, "output": "test/big/mean",
+        "inputs": [{"weights": f"test/big/{i}", "examples": i + 1} for i in range(3)],
+    })  # fmt: skip
+
+    assert record.success, record.error
+    assert record.response.result["peak_rss_mb"] <= memory_mb
+    written, read = store.blob_manifest("test/big/mean"), store.blob_manifest("test/big/0")
+    assert written is not None
+    assert read is not None
+    assert written.size == read.size
 
 
 def test_the_sizer_measures_once_then_learns_from_a_real_run(
