@@ -8,6 +8,7 @@ reported, which can only overstate.
 
 from __future__ import annotations
 
+import ctypes
 import resource
 import sys
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+#: glibc's mallopt parameter for the size from which allocations are mapped on their own.
+_M_MMAP_THRESHOLD = -3
 
 
 def reset_peak_rss() -> bool:
@@ -38,6 +41,31 @@ def peak_rss_mb() -> float:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def map_large_allocations(threshold_bytes: int = 1 << 20) -> bool:
+    """Have the C allocator map every block of ``threshold_bytes`` or more on its own, so that its
+    memory goes back to the kernel as it is freed (glibc's ``mallopt(M_MMAP_THRESHOLD)``).
+
+    glibc raises that threshold, up to 32 MiB, each time a mapped block is freed; the blocks below
+    it then come from the heap, where freed memory is kept for later and scattered among live
+    blocks. An aggregator reading 26 MB models through Redis's client (4 MiB chunks, each copied
+    twice as it is parsed) kept more of them each activation, its peak 161 → 187 MB over four
+    warm activations. ``False`` where the C library has no such call."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, threshold_bytes))
+    except (AttributeError, OSError):  # not glibc
+        return False
+
+
+def return_free_memory() -> bool:
+    """Give the heap's free pages back to the kernel (glibc's ``malloc_trim``): what an
+    activation freed but the allocator kept does not count against the next one's peak. ``False``
+    where the C library has no such call or nothing was returned."""
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (AttributeError, OSError):  # not glibc
+        return False
 
 
 class Phases:
