@@ -2,7 +2,9 @@
 
 DiSDeL's aggregation service starts with one level-1 aggregator for all trainers; when merging them
 all needs more memory than one aggregator has, it launches several level-1 aggregators and one more
-level above them, and so on until a single root. Pure functions: sizes in, plan out.
+level above them, and so on until a single root. faasdl's aggregators read their inputs one at a
+time, so their memory does not grow with how many they merge: the fan-in that widens the tree is
+a bound on an aggregator's time. Pure functions: sizes in, plan out.
 """
 
 from __future__ import annotations
