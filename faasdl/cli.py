@@ -579,8 +579,14 @@ def _plan_table(plan: JobPlan, *, title: str) -> Table:
         "data": f"examples of shape {dims(plan.input_shape)}, {plan.classes} classes"
         + (f", SHA-256 {plan.data_sha256[:12]}…" if plan.data_sha256 else ""),
         "model": f"{plan.model_mb:g} MB with its optimizer state",
-        "aggregation": f"{plan.aggregate_memory_mb} MB, time limit "
-        f"{plan.aggregate_timeout_ms / 1000:g} s, fan-in {plan.fan_in}, "
+        "aggregation": f"{plan.aggregate_memory_mb} MB"
+        + (
+            f" ({plan.aggregate_memory_estimate_mb:g} MB for the float64 mean and one input, "
+            "rounded up to a class)"
+            if plan.aggregate_memory_estimate_mb is not None
+            else ""
+        )
+        + f", time limit {plan.aggregate_timeout_ms / 1000:g} s, fan-in {plan.fan_in}, "
         f"{len(plan.tree)} level(s): {plan.tree}",
         "signature": f"{train.signature} (the history's key)",
     }

@@ -32,6 +32,8 @@ class JobPlan(BaseModel):
     data_sha256: str | None = None  # the .npz file's content when the job was planned
     model_mb: float  # one trained model with its optimizer state
     aggregate_memory_mb: int
+    # What an aggregator holds, before the class (none in plans made before it was recorded).
+    aggregate_memory_estimate_mb: float | None = None
     aggregate_timeout_ms: int
     fan_in: int
     tree: list[list[list[int]]]
@@ -58,8 +60,9 @@ def make_plan(
 ) -> JobPlan:
     """The whole job's plan around the training action's (pure)."""
     model_mb = STATE_COPIES[spec.optimizer] * params * 4 / MIB
+    estimate = aggregator_memory_mb(model_mb)
     memory = round_to_class(
-        aggregator_memory_mb(model_mb),
+        estimate,
         step_mb=step_mb,
         min_mb=limits.memory_min_mb,
         max_mb=limits.memory_max_mb,
@@ -77,6 +80,7 @@ def make_plan(
         data_sha256=data.sha256,
         model_mb=round(model_mb, 3),
         aggregate_memory_mb=memory,
+        aggregate_memory_estimate_mb=round(estimate, 1),
         aggregate_timeout_ms=max(
             limits.timeout_min_ms, min(limits.timeout_max_ms, AGGREGATE_TIMEOUT_MS)
         ),

@@ -334,11 +334,13 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     kinds = page.locator("#events li .kind").all_inner_texts()
     lines = page.locator("#events li").all_inner_texts()
     evaluate_limit = page.locator('tr[data-action="evaluate"] td').nth(1).inner_text()
+    aggregate_estimate = page.locator('tr[data-action="aggregate"] td').nth(0).inner_text()
     page.close()
 
     # Assert: no attempt drawn as running on (to the page's clock), the stopped ones ended with
     # a stop's mark, not a failure's; each log line names its kind
-    # ("after 0.0 s in the queue" alone said nothing); evaluation's limit is the trainer's.
+    # ("after 0.0 s in the queue" alone said nothing); evaluation's limit is the trainer's;
+    # aggregation's estimate is the plan's (it showed none).
     assert running == 0
     assert outcomes == ["stopped"] * plan.train.containers  # not drawn as failures
     assert kinds == ["submitted", "admitted", "cancelled"]
@@ -346,6 +348,8 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     for line, event in zip(said, cancelled.events, strict=True):
         assert line.endswith(f"{event.kind} {event.message}"), line  # after the time of day
     assert evaluate_limit == str(plan.train.memory_mb)
+    assert plan.aggregate_memory_estimate_mb is not None
+    assert aggregate_estimate == f"{plan.aggregate_memory_estimate_mb:.0f}"
 
 
 @pytest.fixture

@@ -371,7 +371,7 @@ function renderMemory(plan, ledger) {
   if (!plan) return;
   const rows = [
     ["train", plan.train.memory_estimate_mb, plan.train.memory_mb],
-    ["aggregate", null, plan.aggregate_memory_mb],
+    ["aggregate", plan.aggregate_memory_estimate_mb ?? null, plan.aggregate_memory_mb],
     ["evaluate", null, plan.train.memory_mb],  // the training action evaluates
   ].map(([kind, estimate, limit]) => {
     const lines = ledger.filter((l) => l.kind === kind);
