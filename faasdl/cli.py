@@ -796,6 +796,13 @@ def serve(
         durability = controller.store.durability_warning()
     except FaasdlError as exc:
         fail(str(exc))
+    try:
+        # The platform now too: one it cannot reach is refused in one line, where the app's start
+        # failed with a traceback (the app's open is then a no-op).
+        controller.platform.open()
+    except FaasdlError as exc:
+        controller.lease.release()  # the controller started again need not wait it out
+        fail(str(exc))
     platform = (
         f"OpenWhisk at {settings.openwhisk.api_host}"
         if settings.platform == "openwhisk"
@@ -828,7 +835,10 @@ def serve(
         server.should_exit = True
 
     threading.Thread(target=stop_once_lost, name="faasdl-lease-lost", daemon=True).start()
-    server.run()
+    try:
+        server.run()
+    finally:
+        controller.platform.close()  # the app's stop closed it, unless it never started
     if lease.lost.is_set():
         fail(
             f"this controller lost the store's lease ({lease.loss}) and stopped: another "

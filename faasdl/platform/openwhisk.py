@@ -87,6 +87,7 @@ class OpenWhiskPlatform(Platform):
             reraise=True,
         )
         self._request_retrying = retrying(self._request)
+        self._read_limits_retrying = retrying(self._read_limits)
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -99,7 +100,13 @@ class OpenWhiskPlatform(Platform):
         session.verify = self.settings.verify_tls
         session.headers["Content-Type"] = "application/json"
         self._session = session
-        self._limits = self._read_limits()
+        try:
+            # Retried as every call is: an API restarting as the controller starts is waited out.
+            self._limits = self._read_limits_retrying()
+        except BaseException:
+            self._session = None  # not half open: a later open() reads the limits again
+            session.close()
+            raise
 
     def close(self) -> None:
         if self._session is not None:

@@ -188,6 +188,38 @@ def test_a_second_faasdl_serve_on_a_store_is_refused_in_one_line(
     assert "Traceback" not in ran.stderr
 
 
+def test_faasdl_serve_without_its_platform_is_refused_in_one_line_and_frees_the_lease(
+    own_store: tuple[StateStore, str],
+) -> None:
+    # OpenWhisk not answering as the controller starts (a cluster coming up): the app's start
+    # failed with urllib3's traceback, and the lease taken was left for the next to wait out.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = serve_env(own_store[1]) | {
+        "FAASDL_PLATFORM": "openwhisk",
+        "FAASDL_OPENWHISK__API_HOST": f"http://127.0.0.1:{port}",
+        "FAASDL_OPENWHISK__RETRY_ATTEMPTS": "2",
+        "FAASDL_OPENWHISK__RETRY_MAX_WAIT_S": "0.05",
+    }
+
+    ran = subprocess.run(
+        [str(Path(sys.executable).with_name("faasdl")), "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.strip().splitlines()[-1] == (
+        f"error: cannot read OpenWhisk's limits from http://127.0.0.1:{port}/: "
+        "[Errno 111] Connection refused"
+    )
+    assert "Traceback" not in ran.stderr
+    assert own_store[0].get(LEASE_KEY) is None
+
+
 def serve_env(store_url: str) -> dict[str, str]:
     """``faasdl serve``'s environment: the test's store, any free port, the test's lease."""
     return os.environ | {

@@ -424,15 +424,26 @@ def test_client_reports_bad_credentials(served: Served) -> None:
         client.close()
 
 
-def test_client_reports_an_unreachable_platform() -> None:
+def test_client_reports_an_unreachable_platform_after_its_retries_and_stays_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=f"http://127.0.0.1:{port}"))
+    settings = OpenWhiskSettings(
+        api_host=f"http://127.0.0.1:{port}", retry_attempts=2, retry_max_wait_s=0.05
+    )
+    client = OpenWhiskPlatform(settings=settings)
 
     with pytest.raises(PlatformUnavailable, match=f"127.0.0.1:{port}") as raised:
         client.open()
+
     assert str(raised.value).endswith(": [Errno 111] Connection refused")
+    # Asked twice, as every call is (it was asked once: an API restarting failed the start).
+    assert len([r for r in caplog.records if "Retrying" in r.getMessage()]) == 1
+    # Not left half open: opened again, it asks again (it returned, holding no limits).
+    with pytest.raises(PlatformUnavailable, match=f"127.0.0.1:{port}"):
+        client.open()
 
 
 def test_a_ping_asks_once_and_names_the_outage_or_the_refused_key(
