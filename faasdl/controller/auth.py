@@ -29,6 +29,9 @@ KEY_PREFIX = "fdl_"
 KEY_PATTERN = re.compile(r"^fdl_([0-9a-f]{16})\.([A-Za-z0-9_-]{43})$")
 #: Finds keys inside text, for redaction.
 KEY_IN_TEXT = re.compile(r"fdl_[0-9a-f]{16}\.[A-Za-z0-9_-]+")
+#: How often an open event stream asks whether its key is still valid: a revoked key's stream
+#: ends within this long, not at ``FAASDL_API__STREAM_MAX_S`` (an hour).
+KEY_RECHECK_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ def list_keys(store: StateStore) -> list[ApiKeyInfo]:
 
 
 def revoke_key(store: StateStore, key_id: str) -> ApiKeyInfo:
-    """Revoke a key; from the next request on it is refused. Revoking twice is no error."""
+    """Revoke a key; from the next request on it is refused (and an event stream it holds open
+    ends within ``KEY_RECHECK_S``). Revoking twice is no error."""
 
     def change(found: ApiKeyInfo | None) -> ApiKeyInfo:
         if found is None:
@@ -99,6 +103,15 @@ def revoke_key(store: StateStore, key_id: str) -> ApiKeyInfo:
         return found.model_copy(update={"revoked_ms": _now_ms()})
 
     return update(store, apikey_key(key_id), ApiKeyInfo, change)
+
+
+def still_valid(store: StateStore, principal: Principal) -> bool:
+    """Whether the key ``principal`` authenticated with is still valid (not revoked, not gone):
+    what a long answer (an event stream) asks as it goes. Always true without authentication."""
+    if principal.key_id is None:
+        return True
+    found = load(store, apikey_key(principal.key_id), ApiKeyInfo)
+    return found is not None and found[0].revoked_ms is None
 
 
 def authenticate(store: StateStore, token: str | None) -> Principal:

@@ -607,6 +607,31 @@ def test_event_streams_are_limited_per_key_and_end_after_their_longest_time(
     assert again.status_code == 200
 
 
+def test_an_event_stream_ends_once_its_key_is_revoked(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
+) -> None:
+    # Streams of 30 s, kept open by keep-alives: one that ends for its time says nothing of keys.
+    with serve(tf_platform, tf_store, stream_max_s=30.0, stream_keepalive_s=0.2) as (
+        url,
+        controller,
+    ):
+        record, key = create_key(controller.store, tenant="hugo")
+        with client((url, controller), key) as hugo:
+            job_id = hugo.post("/v1/jobs", json=MLP).json()["job"]["job_id"]
+            with hugo.stream("GET", f"/v1/jobs/{job_id}/events") as stream:
+                lines = stream.iter_lines()
+                before = [next(lines) for _ in range(3)]  # the job's first line: it is open
+                revoke_key(controller.store, record.key_id)
+                after = list(lines)  # ends by itself: the job stays queued
+            again = hugo.get(f"/v1/jobs/{job_id}/events")
+
+    assert before[1] == "event: submitted"
+    assert ": keep-alive" in after
+    assert after[-2:] == [": the API key is no longer valid", ""]
+    assert not any(line.startswith("event: ") for line in after)
+    assert again.status_code == 401
+
+
 def test_keys_are_made_listed_and_revoked_from_the_command_line(tmp_path: Path) -> None:
     env = {"FAASDL_STORE__URL": f"sqlite:///{tmp_path / 'state.db'}"}
     runner = CliRunner()

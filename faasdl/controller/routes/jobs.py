@@ -18,7 +18,7 @@ import anyio
 from fastapi import APIRouter, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
 
-from faasdl.controller.auth import Principal, caller_id, spec_for
+from faasdl.controller.auth import KEY_RECHECK_S, Principal, caller_id, spec_for, still_valid
 from faasdl.controller.deps import (
     ControllerDep,
     CredentialsDep,
@@ -173,7 +173,8 @@ def events(
     ended. A quiet stream sends a comment every ``FAASDL_API__STREAM_KEEPALIVE_S`` (a client gone
     away is noticed), and ends after ``FAASDL_API__STREAM_MAX_S`` without ``end``: the client
     reconnects with ``Last-Event-ID`` (as a browser's EventSource does) and gets the lines after
-    it. Lines the job's record no longer keeps (``events_kept``) are skipped."""
+    it. Lines the job's record no longer keeps (``events_kept``) are skipped. A stream whose key
+    is revoked ends within 2 s, after a comment saying so."""
     owned(controller, principal, job_id)  # a 404 now, not inside the stream
     api = controller.settings.api
     caller = caller_id(principal)
@@ -183,8 +184,15 @@ def events(
         # Async, so that a stream holds no worker thread between looks at the job: a thousand
         # idle followers cost the thread pool nothing.
         sent = 0 if last_event_id is None else int(last_event_id) + 1  # the next line's number
-        started = quiet = time.monotonic()
+        started = quiet = checked = time.monotonic()
         while time.monotonic() - started < api.stream_max_s:
+            if time.monotonic() - checked >= KEY_RECHECK_S:
+                # A key revoked while its stream is open: the stream ends, and the client's
+                # reconnection gets the 401 every request with it gets.
+                if not await anyio.to_thread.run_sync(still_valid, controller.store, principal):
+                    yield ": the API key is no longer valid\n\n"
+                    return
+                checked = time.monotonic()
             job = await anyio.to_thread.run_sync(controller.job, job_id)
             first = max(sent, job.events_dropped)
             for number, event in enumerate(job.events[first - job.events_dropped :], first):
