@@ -190,7 +190,8 @@ class OpenWhiskSettings(Section):
     admin_url: str | None = Field(
         None,
         description="faasdl's platform extension endpoint (the embedded server's /faasdl/v1), "
-        "used to kill containers for failure injection; a real OpenWhisk has none.",
+        "used to kill containers (failure injection, a cancelled job's activations); a real "
+        "OpenWhisk has none.",
     )
 
     @model_validator(mode="after")

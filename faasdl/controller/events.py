@@ -285,6 +285,9 @@ class JobRunner:
         self._in_flight: dict[str, _Task] = {}
         # Attempts fenced out (hung, or copies that lost): their records are still booked.
         self._abandoned: dict[str, _Task] = {}
+        # Activations of an ended job that the platform could not be asked to stop (OpenWhisk
+        # without faasdl's admin endpoint, or not answering): booked once they have ended.
+        self._unstopped: dict[str, _Task] = {}
         self._loss_cursor = runtime.losses.cursor  # containers lost before the runner are not its
         # The runner is the only writer of its job's plan: it reads spec and plan once and keeps
         # the plan in step with the store when it corrects limits.
@@ -317,10 +320,16 @@ class JobRunner:
             # and lost-deadlines will tell) and wait for the platform; then end this runner, and
             # the scheduler starts another, which re-attaches to them as a restarted
             # controller's does. A job cancelled meanwhile ends here: what it ran cannot be
-            # stopped through the platform; its units are fenced as its data is released, and
-            # its attempts end at their next heartbeat, unbooked.
+            # stopped through the platform; its units are fenced as its data is released, its
+            # attempts end at their next heartbeat, and they are booked once the platform
+            # answers again.
             self._pause(exc)
-            if not self.cancelled.is_set() or not self._ended(None):
+            if not self.cancelled.is_set():
+                return
+            self._unstopped |= self._in_flight | self._abandoned
+            self._in_flight.clear()
+            self._abandoned.clear()
+            if not self._ended(None):
                 return
         except FaasdlError as exc:
             self._kill_in_flight()
@@ -332,6 +341,7 @@ class JobRunner:
             if not self._ended(f"internal error: {exc!r}"):
                 return
         self._release_data()
+        self._book_unstopped()
 
     def _pause(self, outage: PlatformUnavailable) -> None:
         """Say the job waits for the platform, and wait until it answers, the job is cancelled
@@ -347,19 +357,27 @@ class JobRunner:
                     )
                 )
             since = time.monotonic()
-            stop = self.rt.shutdown
-            while not (self.cancelled.is_set() or stop.is_set() or self.rt.draining.is_set()):
-                try:
-                    self.rt.platform.ping()
-                except PlatformError:
-                    stop.wait(PLATFORM_PROBE_S)
-                    continue
+            if self._platform_answers(self.cancelled):
                 log.info(
                     "job %s: the platform answers again after %.0f s; the job carries on",
                     self.job_id,
                     time.monotonic() - since,
                 )
-                return
+
+    def _platform_answers(self, cancelled: threading.Event | None = None) -> bool:
+        """Wait until the platform answers; false where the controller stops first (or the
+        job is ``cancelled``)."""
+        stop = self.rt.shutdown
+        while not (stop.is_set() or self.rt.draining.is_set()):
+            if cancelled is not None and cancelled.is_set():
+                return False
+            try:
+                self.rt.platform.ping()
+            except PlatformError:
+                stop.wait(PLATFORM_PROBE_S)
+                continue
+            return True
+        return False
 
     def _ended(self, error: str | None) -> bool:
         """Book the replicas' memory and, given an ``error``, record that the job failed of it;
@@ -1295,9 +1313,14 @@ class JobRunner:
             return  # a controller restart resumes them; only a cancel kills
         stopped: dict[str, _Task] = {}
         for activation_id, task in [*self._in_flight.items(), *self._abandoned.items()]:
-            with contextlib.suppress(ActivationNotFound, Unsupported):
+            try:
                 self.rt.platform.stop(activation_id)
-                stopped[activation_id] = task
+            except Unsupported:
+                self._unstopped[activation_id] = task  # booked once its unit is fenced
+                continue
+            except ActivationNotFound:
+                pass  # it has just ended: booked as the stopped ones are
+            stopped[activation_id] = task
         self._in_flight.clear()
         self._abandoned.clear()
         try:
@@ -1305,13 +1328,19 @@ class JobRunner:
         except (StoreError, Stopped) as exc:  # the store refused, or the job was deleted
             log.warning("job %s: its stopped activations were not all booked: %s", self.job_id, exc)
 
-    def _book_stopped(self, stopped: dict[str, _Task]) -> None:
-        """Book what the activations the runner stopped used: a cancelled or failed job's cost
-        counts them, as the platform's bill would. An activation the platform could not stop
-        (OpenWhisk without its admin endpoint) runs on, unbooked."""
-        deadline = time.monotonic() + STOPPED_WAIT_S
+    def _book_stopped(
+        self, stopped: dict[str, _Task], *, wait_s: float = STOPPED_WAIT_S, patient: bool = False
+    ) -> None:
+        """Book what the activations the runner stopped used, waiting up to ``wait_s`` for their
+        records: a cancelled or failed job's cost counts them, as the platform's bill would.
+        ``patient``: a long wait, which the controller's stop cuts short."""
+        deadline = time.monotonic() + wait_s
         while stopped and (left := deadline - time.monotonic()) > 0:
-            self.rt.platform.wait_any(list(stopped), timeout_s=left)
+            if patient and (self.rt.shutdown.is_set() or self.rt.draining.is_set()):
+                break
+            self.rt.platform.wait_any(
+                list(stopped), timeout_s=min(left, TICK_S) if patient else left
+            )
             for activation_id in list(stopped):
                 record = self.rt.platform.get_activation(activation_id)
                 if record is not None:
@@ -1321,8 +1350,37 @@ class JobRunner:
                 "job %s: %d stopped activation(s) left no record in %.0f s: not booked",
                 self.job_id,
                 len(stopped),
-                STOPPED_WAIT_S,
+                wait_s - max(0.0, deadline - time.monotonic()),
             )
+
+    def _book_unstopped(self) -> None:
+        """Book what the activations of the ended job that the platform could not be asked to
+        stop used, once they have ended: their units fenced (:meth:`_release_data`), a training
+        attempt ends at its next heartbeat, any other by its time limit. A platform that does not
+        answer (the job cancelled during an outage) is waited for until it does, or until the
+        controller stops: then they are left unbooked, saying so."""
+        if not self._unstopped:
+            return
+        unstopped, self._unstopped = self._unstopped, {}
+        log.info(
+            "job %s: %d activation(s) the platform could not be asked to stop are booked once "
+            "they have ended",
+            self.job_id,
+            len(unstopped),
+        )
+        if not self._platform_answers():
+            log.warning(
+                "job %s: %d activation(s) not booked: the controller stopped before the platform "
+                "answered",
+                self.job_id,
+                len(unstopped),
+            )
+            return
+        longest_s = max(self._limits(task).timeout_ms for task in unstopped.values()) / 1000
+        try:
+            self._book_stopped(unstopped, wait_s=max(STOPPED_WAIT_S, longest_s), patient=True)
+        except (StoreError, PlatformError, Stopped) as exc:
+            log.warning("job %s: its stopped activations were not all booked: %s", self.job_id, exc)
 
 
 def _running_as(activation_id: str) -> Callable[[FunctionInfo], FunctionInfo]:

@@ -633,6 +633,32 @@ def test_a_job_cancelled_while_it_waits_for_the_platform_ends_and_frees_its_data
         assert float(passes[1]) > 0
 
 
+def running_with_a_checkpoint(store: StateStore, job_id: str, units: int) -> list[FunctionInfo]:
+    """The job's units once ``units`` of them run with a checkpoint (an attempt well under way)."""
+    running: list[FunctionInfo] = []
+
+    def checkpointed() -> bool:
+        found = [FunctionInfo.model_validate(v.value) for _, v in store.scan(f"fn/{job_id}/")]
+        running[:] = [u for u in found if u.state is UnitState.RUNNING and u.heads]
+        return len(running) == units and all(u.activation_id for u in running)
+
+    eventually(checkpointed, timeout_s=180, what=f"{units} trainers running with a checkpoint")
+    return running
+
+
+def assert_booked_as_stopped(c: Controller, job_id: str, running: list[FunctionInfo]) -> None:
+    """Each of ``running``'s attempts booked once, as stopped, and counted in the job's cost."""
+    used = {a.activation_id: a for a in c.ledger(job_id)}
+    for unit in running:
+        assert used[unit.activation_id or ""].outcome == "stopped"
+        assert used[unit.activation_id or ""].gb_s > 0
+    job = c.job(job_id)
+    assert job.activation_count == len(used)
+    assert job.cost_usd == pytest.approx(
+        sum(a.cost_usd for a in used.values()) + job.replica_gb_s * Settings().price_per_gb_s
+    )
+
+
 def test_a_job_cancelled_while_its_attempts_run_on_an_unreachable_platform_fences_them(
     tmp_path: Path, make_served: Callable[..., Served]
 ) -> None:
@@ -643,14 +669,7 @@ def test_a_job_cancelled_while_its_attempts_run_on_an_unreachable_platform_fence
     spec = JobSpec.model_validate({**JOB, "workers": 2, "epochs": 200, "sync_every": 0})
     with controller_on(served, tmp_path) as (store, c):
         job_id = c.submit(spec).job.job_id
-        running: list[FunctionInfo] = []
-
-        def checkpointed() -> bool:
-            units = [FunctionInfo.model_validate(v.value) for _, v in store.scan(f"fn/{job_id}/")]
-            running[:] = [u for u in units if u.state is UnitState.RUNNING and u.heads]
-            return len(running) == 2 and all(u.activation_id for u in running)
-
-        eventually(checkpointed, timeout_s=180, what="both trainers running with a checkpoint")
+        running = running_with_a_checkpoint(store, job_id, 2)
         served.server.stop()
         eventually(
             lambda: "paused" in [e.kind for e in c.job(job_id).events],
@@ -658,19 +677,52 @@ def test_a_job_cancelled_while_its_attempts_run_on_an_unreachable_platform_fence
             what="the job says it waits for the platform",
         )
 
-        # Act: the job cancelled; the platform cannot be asked to stop its activations.
+        # Act: the job cancelled; the platform cannot be asked to stop its activations, nor
+        # for their records until its API is back.
         c.cancel(job_id)
-        assert c.wait_stopped(job_id, timeout_s=30)
         ended = served.local.wait([u.activation_id or "" for u in running], timeout_s=60)
-        left = store.blob_names(f"jobs/{job_id}/")
+        eventually(
+            lambda: store.blob_names(f"jobs/{job_id}/") == [],
+            timeout_s=30,
+            what="the job's data deleted",
+        )
+        booked_in_the_outage = c.ledger(job_id)
+        served.restart_server()
+        assert c.wait_stopped(job_id, timeout_s=60)
 
-    # Assert: each attempt was refused its next write and ended, long before its 200 epochs,
-    # and what it had written was deleted with the job's data, none written after.
-    for unit in running:
-        record = ended[unit.activation_id or ""]
-        assert not record.success
-        assert "was superseded" in str(record.response.result), record.response.result
-    assert left == []
+        # Assert: each attempt was refused its next write and ended, long before its 200
+        # epochs, and what it had written was deleted with the job's data, none written after;
+        # once the API answered, the attempts were booked, and the job's cost counts them.
+        for unit in running:
+            record = ended[unit.activation_id or ""]
+            assert not record.success
+            assert "was superseded" in str(record.response.result), record.response.result
+        assert store.blob_names(f"jobs/{job_id}/") == []
+        assert booked_in_the_outage == []
+        assert_booked_as_stopped(c, job_id, running)
+
+
+def test_a_job_cancelled_on_openwhisk_that_cannot_stop_activations_books_them_once_fenced(
+    tmp_path: Path, make_served: Callable[..., Served]
+) -> None:
+    # Arrange: a controller on OpenWhisk's REST API without faasdl's admin endpoint (a real
+    # OpenWhisk: an activation cannot be stopped), a one-round job of 200 epochs a trainer
+    # with its attempts running with a checkpoint.
+    served = make_served(client={"admin_url": None}, pool_memory_mb=4096, memory_max_mb=2048)
+    spec = JobSpec.model_validate({**JOB, "workers": 2, "epochs": 200, "sync_every": 0})
+    with controller_on(served, tmp_path) as (store, c):
+        job_id = c.submit(spec).job.job_id
+        running = running_with_a_checkpoint(store, job_id, 2)
+
+        # Act
+        c.cancel(job_id)
+        assert c.wait_stopped(job_id, timeout_s=60)
+
+        # Assert: the attempts ran on until their units were fenced, and were booked then.
+        ended = served.local.wait([u.activation_id or "" for u in running], timeout_s=1)
+        for unit in running:
+            assert "was superseded" in str(ended[unit.activation_id or ""].response.result)
+        assert_booked_as_stopped(c, job_id, running)
 
 
 def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_that_finishes(
