@@ -1319,7 +1319,9 @@ class JobRunner:
                 self._unstopped[activation_id] = task  # booked once its unit is fenced
                 continue
             except ActivationNotFound:
-                pass  # it has just ended: booked as the stopped ones are
+                if self.rt.platform.forgot(activation_id):
+                    continue  # run by a platform gone with a controller before: no record
+                # else it has just ended: booked as the stopped ones are
             stopped[activation_id] = task
         self._in_flight.clear()
         self._abandoned.clear()
