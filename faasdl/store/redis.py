@@ -152,35 +152,46 @@ class RedisStore(StateStore):
             self._client = None
 
     def durability_warning(self) -> str | None:
-        """Redis' persistence settings, read with ``CONFIG GET``, where they lose acknowledged
-        writes: none (in memory only), snapshots only, or an AOF not written through at each
-        write. ``None`` where they are ``appendonly yes`` and ``appendfsync always``, or where
-        ``CONFIG`` is refused (a managed Redis may rename it)."""
+        """Redis' settings, read with ``CONFIG GET``, where they lose acknowledged writes: an
+        eviction policy that deletes any key at ``maxmemory`` (``allkeys-*``: faasdl's keys have
+        no expiry, so the ``volatile-*`` policies never take them); and persistence: none (in
+        memory only), snapshots only, or an AOF not written through at each write. ``None`` where
+        nothing is lost, or where ``CONFIG`` is refused (a managed Redis may rename it)."""
         client = self._redis()
         try:
             config = cast(dict[str, str], self._retried(lambda: client.config_get("*")))
         except redis.ResponseError:
             return None
         there = f"Redis at {self._safe_url()}"
+        said = []
+        policy = config.get("maxmemory-policy", "noeviction")
+        if config.get("maxmemory", "0") != "0" and policy.startswith("allkeys-"):
+            said.append(
+                f"{there} deletes keys to make room at its maxmemory (maxmemory-policy "
+                f"{policy}): any of faasdl's records may go, a unit's (a committed unit then runs "
+                "again), a job's, a model, an API key; set maxmemory-policy noeviction (a full "
+                "Redis then refuses writes, and faasdl says so)"
+            )
         advice = "run it with appendonly yes and appendfsync always"
         if config.get("appendonly") != "yes":
             if not config.get("save"):
-                return (
+                said.append(
                     f"{there} keeps its data in memory only (appendonly no, no save points): "
                     f"its restart loses every job, model and API key; {advice}"
                 )
-            return (
-                f"{there} persists by snapshots only (appendonly no, save {config['save']!r}): "
-                f"its crash loses what was written since the last one, commits and API keys "
-                f"among it; {advice}"
-            )
-        if config.get("appendfsync") != "always":
-            return (
+            else:
+                said.append(
+                    f"{there} persists by snapshots only (appendonly no, save "
+                    f"{config['save']!r}): its crash loses what was written since the last one, "
+                    f"commits and API keys among it; {advice}"
+                )
+        elif config.get("appendfsync") != "always":
+            said.append(
                 f"{there} writes its AOF through to disk only {config.get('appendfsync')!r} "
                 "(appendfsync): a crash of its machine can lose commits it acknowledged, and "
                 f"their units run again; {advice}"
             )
-        return None
+        return "; ".join(said) or None
 
     def _safe_url(self) -> str:
         scheme, _, rest = self.url.partition("://")

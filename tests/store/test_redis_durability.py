@@ -1,4 +1,5 @@
-"""A Redis store says what its server's persistence settings would lose of what it acknowledged."""
+"""A Redis store says what its server's settings (persistence, eviction) would lose of what it
+acknowledged."""
 
 from __future__ import annotations
 
@@ -19,9 +20,13 @@ def test_a_redis_that_could_lose_acknowledged_writes_is_named_with_the_setting_t
     server.start()
     settings: tuple[dict[str, str], ...] = (
         {},  # as started
+        {"maxmemory": "1gb", "maxmemory-policy": "volatile-lru"},
+        {"maxmemory-policy": "allkeys-lru"},
+        {"maxmemory": "0"},
         {"appendfsync": "everysec"},
         {"appendonly": "no", "save": "3600 1"},
         {"appendonly": "no", "save": ""},
+        {"maxmemory": "1gb", "maxmemory-policy": "allkeys-lfu"},  # and in memory only
     )
     said = []
     try:
@@ -35,11 +40,27 @@ def test_a_redis_that_could_lose_acknowledged_writes_is_named_with_the_setting_t
     finally:
         server.stop()
 
-    # Assert: nothing to say of the first; the others name what is lost and what to set.
+    # Assert: nothing to say of the first. An eviction policy that takes keys without an expiry
+    # is named; one that takes only keys with one (faasdl sets none), or no maxmemory at all,
+    # loses nothing.
     assert said[0] is None
-    assert all(
-        s is not None and s.endswith("appendonly yes and appendfsync always") for s in said[1:]
+    assert said[1] is None
+    assert str(said[2]).startswith(
+        f"Redis at {server.url} deletes keys to make room at its maxmemory (maxmemory-policy "
+        "allkeys-lru): any of faasdl's records may go"
     )
-    assert "'everysec' (appendfsync): a crash of its machine can lose commits" in str(said[1])
-    assert "snapshots only (appendonly no, save '3600 1')" in str(said[2])
-    assert "in memory only (appendonly no, no save points)" in str(said[3])
+    assert str(said[2]).endswith(
+        "set maxmemory-policy noeviction (a full Redis then refuses writes, and faasdl says so)"
+    )
+    assert said[3] is None
+    # The persistence settings that lose acknowledged writes name what is lost and what to set.
+    assert all(
+        s is not None and s.endswith("appendonly yes and appendfsync always") for s in said[4:7]
+    )
+    assert "'everysec' (appendfsync): a crash of its machine can lose commits" in str(said[4])
+    assert "snapshots only (appendonly no, save '3600 1')" in str(said[5])
+    assert "in memory only (appendonly no, no save points)" in str(said[6])
+    # Both at once: both said.
+    eviction, persistence = str(said[7]).split("; set maxmemory-policy noeviction")
+    assert "(maxmemory-policy allkeys-lfu)" in eviction
+    assert "in memory only (appendonly no, no save points)" in persistence
