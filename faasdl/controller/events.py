@@ -73,6 +73,8 @@ from faasdl.store.records import (
     ledger,
     ledger_key,
     load,
+    round_key,
+    round_prefix,
     update,
 )
 from faasdl.training.datasets import ONE_DATA_SET, NpzSpec, Shard, dims, split_shards
@@ -256,7 +258,7 @@ def delete_job(store: StateStore, job: JobInfo) -> None:
             store.delete(key, found[1])
     for name in store.blob_names(job_blobs(job.job_id)):
         store.delete_blob(name)
-    for prefix in (ledger_key(job.job_id), fn_prefix(job.job_id)):
+    for prefix in (ledger_key(job.job_id), fn_prefix(job.job_id), round_prefix(job.job_id)):
         for key, version in store.scan_versions(prefix):
             store.delete(key, version)
     store.delete(job_key(job.job_id))
@@ -443,6 +445,8 @@ class JobRunner:
             weights = global_blob(self.job_id, round_ + 1)
             target = self.spec.target_loss
             stop = target is not None and result.loss <= target
+            # The round's own record first: the job's keeps only the newest rounds.
+            self.rt.store.put(round_key(self.job_id, round_), result.model_dump(mode="json"))
             self._change(
                 functools.partial(_finish_round, result, stop=stop, rounds=self.plan.rounds),
                 event=_line(
@@ -1426,13 +1430,11 @@ def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
 
 
 def _finish_round(result: RoundResult, job: JobInfo, *, stop: bool, rounds: int) -> JobInfo:
-    return job.model_copy(
-        update={
-            "round": result.round + 1,
-            "rounds": [*job.rounds, result],
-            "global_weights": global_blob(job.job_id, result.round + 1),
-            "stopped_early": stop and result.round + 1 < rounds,
-        }
+    return job.with_round(
+        result,
+        round=result.round + 1,
+        global_weights=global_blob(job.job_id, result.round + 1),
+        stopped_early=stop and result.round + 1 < rounds,
     )
 
 

@@ -66,12 +66,14 @@ from faasdl.store.records import (
     JobEvent,
     JobInfo,
     JobState,
+    RoundResult,
     create,
     fn_prefix,
     idempotency_key,
     job_key,
     ledger,
     load,
+    round_prefix,
     update,
 )
 
@@ -488,12 +490,24 @@ class Controller:
         if wanted is not None:
             replicas = Replicas(runtime=wanted[0], wanted=wanted[1], ready=wanted[2])
         return JobView(
-            job=self._shown(job),
+            job=self._shown(self._every_round(job)),
             queue_position=position,
             waiting_for=waiting_for,
             units=units,
             replicas=replicas,
         )
+
+    def _every_round(self, job: JobInfo) -> JobInfo:
+        """The record with the rounds it no longer keeps read back from their own records."""
+        if not job.rounds_dropped:
+            return job
+        first = job.rounds[0].round if job.rounds else job.round
+        found = [
+            RoundResult.model_validate(v.value)
+            for _, v in self.store.scan(round_prefix(job.job_id))
+        ]
+        earlier = sorted((r for r in found if r.round < first), key=lambda r: r.round)
+        return job.model_copy(update={"rounds": [*earlier, *job.rounds], "rounds_dropped": 0})
 
     def _shown(self, job: JobInfo) -> JobInfo:
         """The record as its tenant sees it: an upload named as the job may name it."""

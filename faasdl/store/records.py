@@ -128,6 +128,13 @@ class JobEvent(BaseModel):
     unit: int | None = None
 
 
+#: Rounds a job's record keeps, the newest: a running job's record is rewritten at each of its
+#: changes (several a round), and with every round in it a 10,000-round job's grew to 1.7 MB,
+#: each change 75 ms on SQLite (3 ms with 100 rounds). Every round is also a record of its own
+#: (:func:`round_key`), written once, which the API's view of the job reads back.
+ROUNDS_KEPT = 100
+
+
 class JobInfo(Record):
     job_id: str
     tenant: str = "default"
@@ -154,6 +161,9 @@ class JobInfo(Record):
     # Log lines dropped from the start of ``events`` to keep it short: ``events[i]`` is the job's
     # line number ``events_dropped + i`` (the events stream's ids; what ``--watch`` has printed).
     events_dropped: int = 0
+    # Rounds dropped from the start of ``rounds`` to keep the record short (``ROUNDS_KEPT``):
+    # every round is a record of its own too (:func:`round_key`), read back for the API's view.
+    rounds_dropped: int = 0
     error: str | None = None
 
     @property
@@ -165,6 +175,13 @@ class JobInfo(Record):
         ``kept`` newest lines stay."""
         events, dropped = _newest([*self.events, event], kept)
         numbered = {"events": events, "events_dropped": self.events_dropped + dropped}
+        return self.model_copy(update={**update, **numbered})
+
+    def with_round(self, result: RoundResult, **update: Any) -> JobInfo:
+        """The record with ``update`` applied and ``result`` added to its rounds, of which the
+        ``ROUNDS_KEPT`` newest stay (each is stored as a record of its own first)."""
+        rounds, dropped = _newest([*self.rounds, result], ROUNDS_KEPT)
+        numbered = {"rounds": rounds, "rounds_dropped": self.rounds_dropped + dropped}
         return self.model_copy(update={**update, **numbered})
 
     def with_failure(self, report: FailureReport, *, kept: int) -> JobInfo:
@@ -332,6 +349,16 @@ def job_key(job_id: str) -> str:
 def ledger_key(job_id: str, activation_id: str = "") -> str:
     """An activation's line of the job's ledger; without one, the prefix of the whole ledger."""
     return f"ledger/{job_id}/{activation_id}"
+
+
+def round_key(job_id: str, round_: int) -> str:
+    """A round's result (:class:`RoundResult`), kept beside the job's record."""
+    return f"{round_prefix(job_id)}{round_:05d}"
+
+
+def round_prefix(job_id: str) -> str:
+    """The prefix of the job's round results."""
+    return f"round/{job_id}/"
 
 
 def idempotency_key(tenant: str, key: str) -> str:

@@ -36,7 +36,7 @@ from faasdl.controller.validator import JobSpec
 from faasdl.errors import JobNotFound, PlatformUnavailable
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore, make_store
+from faasdl.store import StateStore, make_store, records
 from faasdl.store.records import (
     ActivationUse,
     FunctionInfo,
@@ -785,6 +785,43 @@ def test_an_ended_job_keeps_its_model_and_its_log_numbered_from_its_first_line(
     assert whole == [*range(record.events_dropped, total), "end"]
 
 
+def test_a_job_record_keeps_its_newest_rounds_and_its_view_every_round(
+    tmp_path: Path, tf_platform: LocalPlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: records that keep two rounds, and a job of five.
+    monkeypatch.setattr(records, "ROUNDS_KEPT", 2)
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    settings = Settings(controller={"scheduler_tick_s": 0.1}, api={"auth": "none"})
+    spec = {**DIGITS_JOB, "workers": 1, "epochs": 5, "sync_every": 1}
+    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
+        controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
+        with controller:
+            api = create_app(controller, owns=False)
+            server = AppThread(api, host="127.0.0.1", port=0, name="api")
+            api_url = server.start()
+            try:
+                # Execute
+                with httpx.Client(base_url=api_url, timeout=60) as http:
+                    job_id = submit(http, spec)["job_id"]
+                    follow(http, job_id)
+                    shown = job(http, job_id)["job"]
+                record = controller.job(job_id)
+                kept = [v.value for _, v in store.scan(records.round_prefix(job_id))]
+            finally:
+                server.stop()
+
+    # Assert: the record holds the last two rounds and counts the three before; each round has
+    # a record of its own, and the API shows all five in order, as the record held them.
+    assert record.state is JobState.DONE
+    assert [r.round for r in record.rounds] == [3, 4]
+    assert record.rounds_dropped == 3
+    assert [r["round"] for r in kept] == [0, 1, 2, 3, 4]
+    assert [r["round"] for r in shown["rounds"]] == [0, 1, 2, 3, 4]
+    assert shown["rounds"][:3] == kept[:3]
+    assert shown["rounds"][3:] == [r.model_dump(mode="json") for r in record.rounds]
+    assert shown["rounds_dropped"] == 0
+
+
 def test_a_job_whose_data_set_must_wait_its_turn_says_so_and_then_stages(
     tmp_path: Path, tf_platform: LocalPlatform
 ) -> None:
@@ -923,6 +960,7 @@ def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
             assert create(store, record)
             assert create(store, FunctionInfo(job_id=job_id, round=0, shard=0))
             assert create(store, ledger_line(job_id, "success"))
+            store.put(records.round_key(job_id, 0), {"round": 0})
             for name in (model, f"jobs/{job_id}/data/test"):
                 store.put_blob(name, b"weights")
         idem = IdempotencyRecord(
@@ -937,7 +975,7 @@ def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
             pass  # closing waits for the housekeeping pass that starting began
         left = {
             prefix: sorted({key.split("/")[1] for key, _ in store.scan_versions(prefix)})
-            for prefix in ("job/", "fn/", "ledger/", "idem/")
+            for prefix in ("job/", "fn/", "ledger/", "round/", "idem/")
         }
         blobs = store.blob_names("jobs/")
         metrics = controller.metrics.render().decode()
@@ -945,7 +983,7 @@ def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
     # Assert: the two jobs past their retention are gone, with all that was theirs; the others
     # keep everything.
     kept = ["c" * 16, "d" * 16]
-    assert left == {"job/": kept, "fn/": kept, "ledger/": kept, "idem/": []}
+    assert left == {"job/": kept, "fn/": kept, "ledger/": kept, "round/": kept, "idem/": []}
     assert blobs == [f"jobs/{j}/{part}" for j in kept for part in ("data/test", "global/00001")]
     assert 'faasdl_housekeeping_deleted_total{what="expired_jobs"} 2.0' in metrics
 
