@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,25 @@ def follow(client: httpx.Client, job_id: str) -> list[tuple[str, dict[str, Any]]
 def job(client: httpx.Client, job_id: str) -> dict[str, Any]:
     found: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
     return found
+
+
+@contextmanager
+def served(
+    root: Path, platform: LocalPlatform, settings: Settings
+) -> Iterator[tuple[StateStore, Controller, str]]:
+    """A controller started on a SQLite store of its own under ``root``, and its API's URL on
+    loopback."""
+    url = f"sqlite:///{root / 'state.db'}"
+    with make_store(StoreSettings(spill_dir=str(root / "spill")), url) as store:
+        controller = Controller(settings=settings, platform=platform, store=store, store_url=url)
+        with controller:
+            server = AppThread(
+                create_app(controller, owns=False), host="127.0.0.1", port=0, name="api"
+            )
+            try:
+                yield store, controller, server.start()
+            finally:
+                server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -745,29 +765,21 @@ def test_an_ended_job_keeps_its_model_and_its_log_numbered_from_its_first_line(
     tmp_path: Path, tf_platform: LocalPlatform
 ) -> None:
     # Arrange: a controller whose job records keep 10 log lines, and a job that writes more.
-    url = f"sqlite:///{tmp_path / 'state.db'}"
     settings = Settings(
         controller={"scheduler_tick_s": 0.1, "events_kept": 10}, api={"auth": "none"}
     )
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({**DIGITS_JOB, "epochs": 2, "seed": 5}))
-    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
-        controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
-        with controller:
-            api = create_app(controller, owns=False)
-            server = AppThread(api, host="127.0.0.1", port=0, name="api")
-            api_url = server.start()
-            try:
-                # Execute
-                watched = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url])
-                job_id = watched.stdout.splitlines()[0]
-                record = controller.job(job_id)
-                leftover = store.blob_names(f"jobs/{job_id}/")
-                with httpx.Client(base_url=api_url, timeout=60) as http:
-                    resumed = numbered(http, job_id, after=record.events_dropped + 2)
-                    whole = numbered(http, job_id)
-            finally:
-                server.stop()
+    with served(tmp_path, tf_platform, settings) as (store, controller, api_url):
+        # Execute
+        watched = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url])
+        job_id = watched.stdout.splitlines()[0]
+        record = controller.job(job_id)
+        assert controller.wait_stopped(job_id, timeout_s=60)  # its data deleted after its end
+        leftover = store.blob_names(f"jobs/{job_id}/")
+        with httpx.Client(base_url=api_url, timeout=60) as http:
+            resumed = numbered(http, job_id, after=record.events_dropped + 2)
+            whole = numbered(http, job_id)
 
     # Assert: of the job's blobs only its model is left; --watch printed the lines written after
     # the record began to drop the oldest (it had stopped at the 10th); the stream numbers the
@@ -790,25 +802,16 @@ def test_a_job_record_keeps_its_newest_rounds_and_its_view_every_round(
 ) -> None:
     # Arrange: records that keep two rounds, and a job of five.
     monkeypatch.setattr(records, "ROUNDS_KEPT", 2)
-    url = f"sqlite:///{tmp_path / 'state.db'}"
     settings = Settings(controller={"scheduler_tick_s": 0.1}, api={"auth": "none"})
     spec = {**DIGITS_JOB, "workers": 1, "epochs": 5, "sync_every": 1}
-    with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
-        controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
-        with controller:
-            api = create_app(controller, owns=False)
-            server = AppThread(api, host="127.0.0.1", port=0, name="api")
-            api_url = server.start()
-            try:
-                # Execute
-                with httpx.Client(base_url=api_url, timeout=60) as http:
-                    job_id = submit(http, spec)["job_id"]
-                    follow(http, job_id)
-                    shown = job(http, job_id)["job"]
-                record = controller.job(job_id)
-                kept = [v.value for _, v in store.scan(records.round_prefix(job_id))]
-            finally:
-                server.stop()
+    with served(tmp_path, tf_platform, settings) as (store, controller, api_url):
+        # Execute
+        with httpx.Client(base_url=api_url, timeout=60) as http:
+            job_id = submit(http, spec)["job_id"]
+            follow(http, job_id)
+            shown = job(http, job_id)["job"]
+        record = controller.job(job_id)
+        kept = [v.value for _, v in store.scan(records.round_prefix(job_id))]
 
     # Assert: the record holds the last two rounds and counts the three before; each round has
     # a record of its own, and the API shows all five in order, as the record held them.
