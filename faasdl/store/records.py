@@ -131,7 +131,7 @@ class JobEvent(BaseModel):
 #: Rounds a job's record keeps, the newest: a running job's record is rewritten at each of its
 #: changes (several a round), and with every round in it a 10,000-round job's grew to 1.7 MB,
 #: each change 75 ms on SQLite (3 ms with 100 rounds). Every round is also a record of its own
-#: (:func:`round_key`), written once, which the API's view of the job reads back.
+#: (:func:`round_key`), written as the round ends, which the API's view of the job reads back.
 ROUNDS_KEPT = 100
 
 
