@@ -498,16 +498,17 @@ class Controller:
         )
 
     def _every_round(self, job: JobInfo) -> JobInfo:
-        """The record with the rounds it no longer keeps read back from their own records."""
-        if not job.rounds_dropped:
+        """The record with the rounds it no longer keeps (those before its first: rounds are
+        numbered from 0) read back from their own records."""
+        if not job.rounds or job.rounds[0].round == 0:
             return job
-        first = job.rounds[0].round if job.rounds else job.round
+        first = job.rounds[0].round
         found = [
             RoundResult.model_validate(v.value)
             for _, v in self.store.scan(round_prefix(job.job_id))
         ]
         earlier = sorted((r for r in found if r.round < first), key=lambda r: r.round)
-        return job.model_copy(update={"rounds": [*earlier, *job.rounds], "rounds_dropped": 0})
+        return job.model_copy(update={"rounds": [*earlier, *job.rounds]})
 
     def _shown(self, job: JobInfo) -> JobInfo:
         """The record as its tenant sees it: an upload named as the job may name it."""

@@ -161,9 +161,6 @@ class JobInfo(Record):
     # Log lines dropped from the start of ``events`` to keep it short: ``events[i]`` is the job's
     # line number ``events_dropped + i`` (the events stream's ids; what ``--watch`` has printed).
     events_dropped: int = 0
-    # Rounds dropped from the start of ``rounds`` to keep the record short (``ROUNDS_KEPT``):
-    # every round is a record of its own too (:func:`round_key`), read back for the API's view.
-    rounds_dropped: int = 0
     error: str | None = None
 
     @property
@@ -179,10 +176,10 @@ class JobInfo(Record):
 
     def with_round(self, result: RoundResult, **update: Any) -> JobInfo:
         """The record with ``update`` applied and ``result`` added to its rounds, of which the
-        ``ROUNDS_KEPT`` newest stay (each is stored as a record of its own first)."""
-        rounds, dropped = _newest([*self.rounds, result], ROUNDS_KEPT)
-        numbered = {"rounds": rounds, "rounds_dropped": self.rounds_dropped + dropped}
-        return self.model_copy(update={**update, **numbered})
+        ``ROUNDS_KEPT`` newest stay (each is stored as a record of its own first): the first
+        kept round's number is how many were dropped."""
+        rounds, _ = _newest([*self.rounds, result], ROUNDS_KEPT)
+        return self.model_copy(update={**update, "rounds": rounds})
 
     def with_failure(self, report: FailureReport, *, kept: int) -> JobInfo:
         """The record with ``report`` added to its failures, of which the ``kept`` newest stay."""
