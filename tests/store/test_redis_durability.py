@@ -64,3 +64,22 @@ def test_a_redis_that_could_lose_acknowledged_writes_is_named_with_the_setting_t
     eviction, persistence = str(said[7]).split("; set maxmemory-policy noeviction")
     assert "(maxmemory-policy allkeys-lfu)" in eviction
     assert "in memory only (appendonly no, no save points)" in persistence
+
+
+def test_a_server_that_refuses_to_shut_down_is_killed_after_its_grace(tmp_path: Path) -> None:
+    # Arrange: a server turning its AOF off and on again, which has it write its first AOF: a
+    # SIGTERM meanwhile is refused ("Writing initial AOF, can't exit"), and not tried again.
+    server = RedisServer(directory=tmp_path / "redis")
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    client.config_set("appendonly", "no")
+    client.config_set("appendonly", "yes")
+    client.close()
+
+    # Act
+    server.stop(grace_s=2.0)
+
+    # Assert: stopped, one way or the other (before: a TimeoutExpired after 30 s, the server
+    # left running).
+    assert server.process is not None
+    assert server.process.poll() is not None
