@@ -94,6 +94,11 @@ STOPPED_WAIT_S = 10.0
 #: How often a job paused by a platform outage asks whether the platform answers again.
 PLATFORM_PROBE_S = 1.0
 
+#: How often an ended job's runner, waiting for activations it could not stop to end, looks
+#: whether the controller stops: each look starts OpenWhisk's polling for their records over from
+#: its shortest delay (at half a second, about ten requests a second an activation).
+UNSTOPPED_LOOK_S = 5.0
+
 #: Attempts of a unit in a row that ran out of time (or memory) at the platform's largest limit
 #: without progress before the job fails for want of a larger one: one such attempt may have lost
 #: its time to a cold start or a slow node; two show that the unit does not fit (checkpointing
@@ -1339,13 +1344,14 @@ class JobRunner:
     ) -> None:
         """Book what the activations the runner stopped used, waiting up to ``wait_s`` for their
         records: a cancelled or failed job's cost counts them, as the platform's bill would.
-        ``patient``: a long wait, which the controller's stop cuts short."""
+        ``patient``: a long wait, which the controller's stop cuts short (within
+        ``UNSTOPPED_LOOK_S``)."""
         deadline = time.monotonic() + wait_s
         while stopped and (left := deadline - time.monotonic()) > 0:
             if patient and (self.rt.shutdown.is_set() or self.rt.draining.is_set()):
                 break
             self.rt.platform.wait_any(
-                list(stopped), timeout_s=min(left, TICK_S) if patient else left
+                list(stopped), timeout_s=min(left, UNSTOPPED_LOOK_S) if patient else left
             )
             for activation_id in list(stopped):
                 record = self.rt.platform.get_activation(activation_id)
