@@ -1020,11 +1020,17 @@ def status(
 
 
 @app.command()
-def ledger(job_id: JobIdArgument, url: UrlOption = None) -> None:
+def ledger(
+    job_id: JobIdArgument,
+    from_round: Annotated[
+        int, typer.Option(help="Only the activations of this round and later (1: all).", min=1)
+    ] = 1,
+    url: UrlOption = None,
+) -> None:
     """What each of a job's activations used and cost (its memory limit and peak, its time and
     the cold start's part of it); JSON last."""
     with _controller(url) as client:
-        found = client.ledger(job_id)
+        found = client.ledger(job_id, round_from=from_round - 1)
     table = Table(title=f"ledger of job {job_id}")
     columns = ("kind", "round", "unit", "attempt", "MB", "peak MB", "seconds", "init s")
     for column in (*columns, "outcome", "USD"):

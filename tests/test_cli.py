@@ -225,12 +225,14 @@ def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
         (["--before", "../x"], "'../x' is not a job's id"),
         (["--limit", "0"], "'--limit': Input should be greater than or equal to 1"),
         (["--limit", "1001"], "'--limit': Input should be less than or equal to 1000"),
+        (["0123456789abcdef", "--from-round", "0"], "'--from-round': Input should be greater"),
     ],
 )
-def test_a_bad_page_of_jobs_is_refused_before_the_controller_is_asked(
+def test_a_bad_page_of_jobs_or_of_a_ledger_is_refused_before_the_controller_is_asked(
     options: list[str], message: str
 ) -> None:
-    result = runner.invoke(app, ["jobs", *options, "--url", "http://127.0.0.1:9"])
+    command = "ledger" if "--from-round" in options else "jobs"
+    result = runner.invoke(app, [command, *options, "--url", "http://127.0.0.1:9"])
 
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())

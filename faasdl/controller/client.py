@@ -149,8 +149,10 @@ class ControllerClient:
         found: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/finish").json()
         return found
 
-    def ledger(self, job_id: str) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{job_id}/ledger").json()
+    def ledger(self, job_id: str, round_from: int = 0) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._call(
+            "GET", f"/v1/jobs/{job_id}/ledger", params={"round_from": round_from}
+        ).json()
         return found
 
     def model(self, job_id: str) -> bytes:

@@ -627,11 +627,11 @@ class Controller:
             raise JobError(f"job {job_id} has no model: it is {job.state}")
         return self.store.read_blob(job.model)
 
-    def ledger(self, job_id: str) -> list[ActivationUse]:
-        """The job's ledger: each activation it has run, what it used and cost, in the order
-        they started. Raises ``JobNotFound``."""
+    def ledger(self, job_id: str, round_from: int = 0) -> list[ActivationUse]:
+        """The job's ledger: each activation it has run (in round ``round_from`` and later),
+        what it used and cost, in the order they started. Raises ``JobNotFound``."""
         self.job(job_id)
-        return ledger(self.store, job_id)
+        return ledger(self.store, job_id, round_from)
 
     # ---- scheduling -------------------------------------------------------------------------
 

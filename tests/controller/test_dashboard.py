@@ -9,7 +9,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import requests
@@ -32,6 +32,8 @@ from faasdl.store.records import (
     JobState,
     UnitState,
     create,
+    job_key,
+    update,
 )
 from tests.conftest import eventually
 
@@ -270,9 +272,12 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
     assert ended[0].job_id not in shown
 
 
-def one_round_job(controller: Controller, **fields: Any) -> tuple[JobInfo, JobPlan]:
-    """A one-round job of the page's spec as a store holds one, its record's ``fields`` given."""
-    spec = JobSpec.model_validate({**JOB, "epochs": 1})
+def stored_job(
+    controller: Controller, *, rounds: int = 1, **fields: Any
+) -> tuple[JobInfo, JobPlan]:
+    """A job of the page's spec in ``rounds`` rounds as a store holds one, its record's
+    ``fields`` given."""
+    spec = JobSpec.model_validate({**JOB, "epochs": rounds})
     plan = controller.estimate(spec)
     job = JobInfo(spec=spec.model_dump(mode="json"), plan=plan.model_dump(mode="json"), **fields)
     return job, plan
@@ -285,7 +290,7 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     # still say running (a cancel stops the attempts, not the records).
     controller, base, key = served
     t = 1_795_000_000_000
-    cancelled, plan = one_round_job(
+    cancelled, plan = stored_job(
         controller,
         job_id="c" * 16,
         state=JobState.CANCELLED,
@@ -376,7 +381,7 @@ def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumpti
     controller = served[0]
     store, base, key = unstarted
     t = int(time.time() * 1000) - 120_000
-    resumed, _ = one_round_job(
+    resumed, _ = stored_job(
         controller,
         job_id="d" * 16,
         state=JobState.RUNNING,
@@ -417,6 +422,98 @@ def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumpti
     assert 1.7 < widths[0] / widths[1] < 2.3, widths
 
 
+def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_at_a_time(
+    served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
+) -> None:
+    # Arrange: a running 40-round job 29 rounds in, as the store holds one, its ledger's lines
+    # of those rounds (the first round's the highest peaks).
+    controller = served[0]
+    store, base, key = unstarted
+    t = int(time.time() * 1000) - 600_000
+    long, plan = stored_job(
+        controller,
+        rounds=40,
+        job_id="a" * 16,
+        state=JobState.RUNNING,
+        round=29,
+        created_ms=t,
+        started_ms=t,
+        events=[JobEvent(t_ms=t, kind="admitted", message="after 0.0 s in the queue")],
+    )
+    assert create(store, long)
+    workers = plan.train.containers
+
+    kinds: list[tuple[Literal["train", "aggregate", "evaluate"], int]] = [
+        ("train", workers),
+        ("aggregate", 1),
+        ("evaluate", 1),
+    ]
+
+    def book(round_: int) -> None:
+        for kind, units in kinds:
+            for unit in range(units):
+                line = ActivationUse(
+                    job_id=long.job_id,
+                    activation_id=f"{kind}{round_}x{unit}",
+                    kind=kind,
+                    round=round_,
+                    unit=unit,
+                    memory_mb=plan.train.memory_mb,
+                    start_ms=t + 10_000 * round_ + 1_000 * unit,
+                    duration_ms=900,
+                    peak_memory_mb=500.0 if round_ == 0 else 300.0,
+                    outcome="success",
+                    gb_s=1.0,
+                    cost_usd=0.0,
+                )
+                assert create(store, line)
+
+    def finish_round(job: JobInfo | None) -> JobInfo:
+        assert job is not None
+        event = JobEvent(t_ms=t + 300_000, kind="round_finished", message="round 30/40", round=29)
+        return job.with_event(event, kept=100, round=job.round + 1)
+
+    for round_ in range(29):
+        book(round_)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/ledger" in r.url else None)
+    drawn = page.locator('[data-kind="activation"]')
+    window = page.locator('[data-kind="window"]')
+    train = page.locator('tr[data-action="train"] td')
+
+    # Execute: the page, then round 30 finishing
+    page.goto(f"{base}/ui")
+    page.get_by_label("API key").fill(key)
+    page.get_by_label("API key").press("Enter")
+    page.goto(f"{base}/ui#job={long.job_id}")
+    window.wait_for(timeout=10_000)
+    before = drawn.evaluate_all("gs => gs.map(g => Number(g.dataset.round))")
+    said_before, count_before = window.text_content(), train.nth(3).inner_text()
+    book(29)
+    update(store, job_key(long.job_id), JobInfo, finish_round)
+    page.locator('[data-kind="activation"][data-round="29"]').first.wait_for(timeout=10_000)
+    after = drawn.evaluate_all("gs => gs.map(g => Number(g.dataset.round))")
+    said_after, count_after, peak = window.text_content(), train.nth(3).inner_text(), train.nth(2)
+    peak_shown = peak.inner_text()
+    page.close()
+
+    # Assert: the lanes hold the 20 latest rounds, the one in progress among them; the memory
+    # table every activation, the first round's peak too; the ledger was read whole once, then
+    # from the round before the lanes' first.
+    per_round = workers + 2
+    assert sorted(set(before)) == list(range(10, 29))
+    assert len(before) == 19 * per_round
+    assert said_before == "rounds 11–30 of 40"
+    assert sorted(set(after)) == list(range(11, 30))
+    assert len(after) == 19 * per_round
+    assert said_after == "rounds 12–31 of 40"
+    assert (count_before, count_after) == (str(29 * workers), str(30 * workers))
+    assert peak_shown == "500"
+    assert asked[0].endswith("/ledger?round_from=0"), asked
+    assert asked[-1].endswith("/ledger?round_from=9"), asked
+
+
 def test_a_queued_jobs_page_says_what_it_waits_for(
     served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
 ) -> None:
@@ -424,8 +521,8 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     controller = served[0]
     store, base, key = unstarted
     t = int(time.time() * 1000)
-    running, plan = one_round_job(controller, job_id="e" * 16, state=JobState.RUNNING, created_ms=t)
-    queued, _ = one_round_job(controller, job_id="f" * 16, state=JobState.QUEUED, created_ms=t + 1)
+    running, plan = stored_job(controller, job_id="e" * 16, state=JobState.RUNNING, created_ms=t)
+    queued, _ = stored_job(controller, job_id="f" * 16, state=JobState.QUEUED, created_ms=t + 1)
     assert create(store, running)
     assert create(store, queued)
     pool = controller.platform.limits().pool_memory_mb or 0

@@ -219,10 +219,20 @@ def events(
 
 @router.get("/{job_id}/ledger", summary="What each of a job's activations used and cost")
 def ledger(
-    job_id: JobId, controller: ControllerDep, principal: PrincipalDep
+    job_id: JobId,
+    controller: ControllerDep,
+    principal: PrincipalDep,
+    round_from: Annotated[
+        int,
+        Query(
+            ge=0,
+            description="Only the activations of this round and later (rounds count from 0, as "
+            "each line's `round`): what a view of a long job's latest rounds reads.",
+        ),
+    ] = 0,
 ) -> list[ActivationUse]:
     owned(controller, principal, job_id)
-    return controller.ledger(job_id)
+    return controller.ledger(job_id, round_from)
 
 
 @router.get(

@@ -8,12 +8,16 @@ const SVG = "http://www.w3.org/2000/svg";
 const LANE_H = 26;
 const LEFT = 96;
 const RIGHT = 24;
+// The lanes draw a job's latest rounds (its curves keep every round): a 1,000-round job's lanes
+// would be too dense to read, and its whole ledger (some 6,000 lines) too much to fetch at each
+// burst of events.
+const LANE_ROUNDS = 20;
 const $ = (selector) => document.querySelector(selector);
 
 let following = null; // the AbortController of the job being followed
 let listTimer = null;
 let refreshTimer = null;
-let current = null; // {id, view, ledger}
+let current = null; // {id, view, lines: the ledger's lines fetched, by activation id}
 
 // ---- small helpers ------------------------------------------------------------------------
 
@@ -125,7 +129,7 @@ async function refreshList() {
 // ---- one job ------------------------------------------------------------------------------
 
 function openJob(id) {
-  current = { id, view: null, ledger: [] };
+  current = { id, view: null, lines: new Map() };
   $("#job-title").textContent = `Job ${id}`;
   for (const part of ["#job-summary", "#lanes", "#curves", "#memory tbody", "#events"]) {
     $(part).replaceChildren();
@@ -141,17 +145,28 @@ function soon() {
   }
 }
 
+// A running job's ledger is read from the round before the lanes' first on, merged into what
+// was read before (a line booked late for an older round, outside the lanes, is read once the
+// job has ended); a job not running, in full (with the lines booked as it ended).
+function ledgerFrom(job) {
+  const view = job.view;
+  if (!view || !["running", "queued"].includes(view.job.state)) return 0;
+  return Math.max(0, view.job.round - LANE_ROUNDS);
+}
+
 async function refreshJob() {
   const job = current;
   const signal = following ? following.signal : undefined;
+  const from = ledgerFrom(job);
   try {
     const [view, ledger] = await Promise.all([
       api(`/v1/jobs/${job.id}`, signal).then((r) => r.json()),
-      api(`/v1/jobs/${job.id}/ledger`, signal).then((r) => r.json()),
+      api(`/v1/jobs/${job.id}/ledger?round_from=${from}`, signal).then((r) => r.json()),
     ]);
     if (job !== current) return;
     job.view = view;
-    job.ledger = ledger;
+    if (from === 0) job.lines.clear();
+    for (const line of ledger) job.lines.set(line.activation_id, line);
     render(job);
   } catch (error) {
     if (error.name !== "AbortError" && error.message !== "unauthenticated") say(error.message);
@@ -190,7 +205,8 @@ async function followEvents(id, signal) {
 }
 
 function render(job) {
-  const { view, ledger } = job;
+  const view = job.view;
+  const ledger = [...job.lines.values()].sort((a, b) => a.start_ms - b.start_ms);
   renderSummary(view);
   renderLanes(view, ledger);
   renderCurves(view.job.rounds);
@@ -235,7 +251,20 @@ function renderSummary(view) {
 function renderLanes(view, ledger) {
   const job = view.job;
   const workers = job.plan ? job.plan.train.containers : 0;
-  const start = job.started_ms || job.created_ms;
+  const roundStart = (round) => {
+    const started = job.events.filter((e) => e.kind === "round_started" && e.round === round);
+    return started.length ? started[started.length - 1].t_ms : null;
+  };
+  // The latest LANE_ROUNDS rounds: the one in progress and those before it.
+  const last = ledger.reduce((top, l) => Math.max(top, l.round),
+    job.state === "running" ? job.round : 0);
+  const first = Math.max(0, last - LANE_ROUNDS + 1);
+  const drawn = ledger.filter((l) => l.round >= first);
+  const earliest = Math.min(roundStart(first) ?? Infinity,
+    ...drawn.map((l) => l.start_ms - l.wait_ms));
+  const start = first > 0 && Number.isFinite(earliest)
+    ? earliest
+    : job.started_ms || job.created_ms;
   const end = job.finished_ms || Date.now();
   const width = Math.max(720, $("#lanes").clientWidth - 2);
   const span = Math.max(1000, end - start);
@@ -252,8 +281,13 @@ function renderLanes(view, ledger) {
   }
   const seconds = Math.round(span / 1000);
   chart.append(svg("text", { x: width - RIGHT, y: 12, "text-anchor": "end" }, `${seconds} s`));
+  if (first > 0) {
+    const rounds = job.plan ? job.plan.rounds : "?";
+    chart.append(svg("text", { x: LEFT, y: 12, "data-kind": "window" },
+      `rounds ${first + 1}–${last + 1} of ${rounds}`));
+  }
 
-  for (const line of ledger) {
+  for (const line of drawn) {
     const lane = laneOf(line.kind, line.unit);
     const top = y(lane) + 4;
     const t = line.start_ms;
@@ -287,10 +321,6 @@ function renderLanes(view, ledger) {
     chart.append(group);
   }
 
-  const roundStart = (round) => {
-    const started = job.events.filter((e) => e.kind === "round_started" && e.round === round);
-    return started.length ? started[started.length - 1].t_ms : start;
-  };
   // An ended job's unit records may still say running (a cancel stops the attempts, not them).
   const live = job.state === "running" ? view.units : [];
   for (const unit of live.filter((u) => u.state === "running")) {
@@ -299,7 +329,7 @@ function renderLanes(view, ledger) {
     // From its attempt's claim (a record from before it had one: its round's start, its last
     // failure).
     const from = unit.claimed_ms
-      ?? Math.max(roundStart(unit.round), ...failed.map((f) => f.t_ms));
+      ?? Math.max(roundStart(unit.round) ?? start, ...failed.map((f) => f.t_ms));
     const top = y(unit.shard) + 4;
     const group = titled(svg("g", {
       "data-kind": "running", "data-unit": unit.shard, "data-round": unit.round,
@@ -316,7 +346,7 @@ function renderLanes(view, ledger) {
     }
     chart.append(group);
   }
-  for (const failure of job.failures.filter((f) => f.kind === "train")) {
+  for (const failure of job.failures.filter((f) => f.kind === "train" && f.round >= first)) {
     const top = y(failure.unit) + 4;
     chart.append(titled(svg("text", {
       class: "failure", x: x(failure.t_ms) - 6, y: top + 13, "font-size": 16, "data-kind": "failure",
