@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest redis-server chromium bench clean
+.PHONY: demo test lint typecheck pytest redis-server chromium openwhisk-js bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/faasdl demo
 
 ## make test: lint, type checks, then the whole test suite.
-test: $(STAMP) redis-server chromium lint typecheck pytest
+test: $(STAMP) redis-server chromium openwhisk-js lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check faasdl tests
@@ -46,6 +46,14 @@ chromium:
 	  echo "installing chromium with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@chromium --version 2>/dev/null
+
+# OpenWhisk's own JavaScript client, which a test runs against the embedded platform's REST API,
+# where Node.js is there to run it (the test is skipped, saying so, where it is not).
+OWJS := tests/platform/openwhisk-js
+openwhisk-js:
+	@if command -v npm >/dev/null; then \
+	  npm ci --prefix $(OWJS) --no-audit --no-fund --silent && echo "openwhisk (npm) installed"; \
+	else echo "no npm on the PATH: the OpenWhisk JavaScript client's test will be skipped"; fi
 
 bench: $(STAMP)
 	$(BIN)/faasdl bench platform
