@@ -473,6 +473,11 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
         event = JobEvent(t_ms=t + 300_000, kind="round_finished", message="round 30/40", round=29)
         return job.with_event(event, kept=100, round=job.round + 1)
 
+    def cancel(job: JobInfo | None) -> JobInfo:
+        assert job is not None
+        event = JobEvent(t_ms=t + 310_000, kind="cancelled", message="cancelled by request")
+        return job.with_event(event, kept=100, state=JobState.CANCELLED, finished_ms=t + 310_000)
+
     for round_ in range(29):
         book(round_)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -482,7 +487,8 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     window = page.locator('[data-kind="window"]')
     train = page.locator('tr[data-action="train"] td')
 
-    # Execute: the page, then round 30 finishing
+    # Execute: the page, then round 30 finishing, then the job cancelled and an attempt of round
+    # 4 booked late (one that could not be stopped, booked as it ended)
     page.goto(f"{base}/ui")
     page.get_by_label("API key").fill(key)
     page.get_by_label("API key").press("Enter")
@@ -496,6 +502,28 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     after = drawn.evaluate_all("gs => gs.map(g => Number(g.dataset.round))")
     said_after, count_after, peak = window.text_content(), train.nth(3).inner_text(), train.nth(2)
     peak_shown = peak.inner_text()
+    running = len(asked)
+    late = ActivationUse(
+        job_id=long.job_id,
+        activation_id="late",
+        kind="train",
+        round=3,
+        unit=0,
+        memory_mb=plan.train.memory_mb,
+        start_ms=t + 30_000,
+        duration_ms=280_000,
+        outcome="stopped",
+        gb_s=1.0,
+        cost_usd=0.0,
+    )
+    assert create(store, late)
+    update(store, job_key(long.job_id), JobInfo, cancel)
+    counted = str(30 * workers + 1)
+    page.wait_for_function(
+        "n => document.querySelectorAll('tr[data-action=train] td')[3]?.textContent === n",
+        arg=counted,
+        timeout=10_000,
+    )
     page.close()
 
     # Assert: the lanes hold the 20 latest rounds, the one in progress among them; the memory
@@ -511,7 +539,8 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     assert (count_before, count_after) == (str(29 * workers), str(30 * workers))
     assert peak_shown == "500"
     assert asked[0].endswith("/ledger?round_from=0"), asked
-    assert asked[-1].endswith("/ledger?round_from=9"), asked
+    assert asked[running - 1].endswith("/ledger?round_from=9"), asked
+    assert asked[-1].endswith("/ledger?round_from=0"), asked  # the late line with it
 
 
 def test_a_queued_jobs_page_says_what_it_waits_for(

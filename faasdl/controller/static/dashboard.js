@@ -168,6 +168,7 @@ async function refreshJob() {
     if (from === 0) job.lines.clear();
     for (const line of ledger) job.lines.set(line.activation_id, line);
     render(job);
+    if (from > 0 && ledgerFrom(job) === 0) soon(); // it has just ended: its ledger whole
   } catch (error) {
     if (error.name !== "AbortError" && error.message !== "unauthenticated") say(error.message);
   }
