@@ -922,7 +922,9 @@ def _watched(client: ControllerClient, job_id: str) -> tuple[dict[str, Any], lis
     again = f"`faasdl status {job_id} --watch` follows it again"
     try:
         view = watch(
-            lambda: client.job(job_id, timeout_s=settings.watch_timeout_s),
+            lambda round_from: client.job(
+                job_id, timeout_s=settings.watch_timeout_s, round_from=round_from
+            ),
             stderr_console(),
             reconnect_s=settings.reconnect_s,
         )

@@ -57,7 +57,7 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
             job_id = client.submit(spec)["job"]["job_id"]
             console.print(f"dashboard: {url}/ui#job={job_id}\n")
             with Chaos(platform, controller.store, job_id, kills, delay_s=KILL_DELAY_S) as chaos:
-                view = watch(lambda: client.job(job_id), console)
+                view = watch(lambda r: client.job(job_id, round_from=r), console)
             ledger = client.ledger(job_id)
             kept = sum(_after_its_commit(controller.store, i) for i in chaos.done)
             done: bool = view["job"]["state"] == "done"

@@ -618,7 +618,8 @@ def test_a_watch_says_what_a_queued_job_waits_for_once_each_time_it_changes() ->
     pool = "the platform's pool memory: it needs 2,816 MB, 1,408 of 4,096 MB free"
     views = iter([pool, pool, "job 1234, first in line, to start", None])
 
-    def read() -> dict[str, Any]:
+    def read(round_from: int) -> dict[str, Any]:
+        assert round_from == 0  # no round has finished
         waiting = next(views)
         view = ended_view("queued" if waiting else "done")
         view["job"].update(round=0, events=[], events_dropped=0)
@@ -637,6 +638,33 @@ def test_a_watch_says_what_a_queued_job_waits_for_once_each_time_it_changes() ->
         f"waiting for {pool}",
         "waiting for job 1234, first in line, to start",
     ]
+
+
+def test_a_watch_reads_a_running_jobs_latest_round_and_every_round_once_it_has_ended() -> None:
+    from rich.console import Console
+
+    from faasdl.controller.watch import watch
+
+    # A job at rounds 5, 6 and 7 of 7 at each look, as the API gives it from round_from on.
+    looks = iter([(5, "running"), (6, "running"), (7, "done")])
+    asked: list[int] = []
+
+    def read(round_from: int) -> dict[str, Any]:
+        asked.append(round_from)
+        finished, state = next(looks, (7, "done"))  # then the ended job, read again
+        view = ended_view(state)
+        rounds = [
+            {"round": n, "loss": 1.0 / (n + 1), "accuracy": 0.5}
+            for n in range(round_from, finished)
+        ]
+        view["job"].update(round=finished, rounds=rounds, events=[], events_dropped=0, cost_usd=0.0)
+        view["job"]["plan"]["rounds"] = 7
+        return {**view, "queue_position": None, "waiting_for": None, "units": []}
+
+    last = watch(read, Console(file=io.StringIO(), width=200))
+
+    assert asked == [0, 4, 5, 0]  # whole, the last finished round on at each look, whole
+    assert [r["round"] for r in last["job"]["rounds"]] == list(range(7))
 
 
 def test_a_job_stopped_before_its_last_round_says_why_in_its_summary() -> None:

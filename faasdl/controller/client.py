@@ -107,10 +107,15 @@ class ControllerClient:
         more = "next" in response.links and bool(found)
         return found, found[-1]["job_id"] if more else None
 
-    def job(self, job_id: str, *, timeout_s: float | None = None) -> dict[str, Any]:
-        """The job's view; ``timeout_s`` (default: the client's) bounds each wait for the
-        controller (a watch's reads take less than a model's download may)."""
-        found: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}", timeout=timeout_s).json()
+    def job(
+        self, job_id: str, *, timeout_s: float | None = None, round_from: int = 0
+    ) -> dict[str, Any]:
+        """The job's view, with its rounds from round ``round_from`` on; ``timeout_s`` (default:
+        the client's) bounds each wait for the controller (a watch's reads take less than a
+        model's download may)."""
+        found: dict[str, Any] = self._call(
+            "GET", f"/v1/jobs/{job_id}", timeout=timeout_s, params={"round_from": round_from}
+        ).json()
         return found
 
     def wait(
@@ -121,24 +126,26 @@ class ControllerClient:
         client's ``reconnect_s``. ``TimeoutError`` if it runs on past ``timeout_s`` (the job
         goes on)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        seen = 0  # rounds read: a long job's are not read again at each look
         while True:
-            view = self._read_through_outages(job_id)
+            view = self._read_through_outages(job_id, seen)
             state = view["job"]["state"]
             if state in ENDED:
-                return view
+                return view if seen == 0 else self._read_through_outages(job_id, 0)
+            seen = view["job"]["round"]
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} is still {state} after {timeout_s:g} s")
             left = math.inf if deadline is None else deadline - time.monotonic()
             time.sleep(max(0.0, min(poll_s, left)))
 
-    def _read_through_outages(self, job_id: str) -> dict[str, Any]:
+    def _read_through_outages(self, job_id: str, round_from: int) -> dict[str, Any]:
         retrying = Retrying(
             retry=retry_if_exception_type(PlatformUnavailable),
             stop=stop_after_delay(self.reconnect_s),
             wait=wait_exponential(multiplier=0.5, max=5),
             reraise=True,
         )
-        return retrying(self.job, job_id)
+        return retrying(self.job, job_id, round_from=round_from)
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         found: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}").json()

@@ -472,8 +472,9 @@ class Controller:
         ]
         return sorted(found, key=lambda j: (j.created_ms, j.job_id), reverse=True)
 
-    def view(self, job_id: str, job: JobInfo | None = None) -> JobView:
-        """The job as the API shows it (``job``: its record, if just read)."""
+    def view(self, job_id: str, job: JobInfo | None = None, round_from: int = 0) -> JobView:
+        """The job as the API shows it (``job``: its record, if just read), with its rounds from
+        round ``round_from`` on."""
         job = job or self.job(job_id)
         position = waiting_for = None
         if job.state is JobState.QUEUED:
@@ -490,25 +491,26 @@ class Controller:
         if wanted is not None:
             replicas = Replicas(runtime=wanted[0], wanted=wanted[1], ready=wanted[2])
         return JobView(
-            job=self._shown(self._every_round(job)),
+            job=self._shown(self._rounds_from(job, round_from)),
             queue_position=position,
             waiting_for=waiting_for,
             units=units,
             replicas=replicas,
         )
 
-    def _every_round(self, job: JobInfo) -> JobInfo:
-        """The record with the rounds it no longer keeps (those before its first: rounds are
-        numbered from 0) read back from their own records."""
-        if not job.rounds or job.rounds[0].round == 0:
-            return job
-        first = job.rounds[0].round
+    def _rounds_from(self, job: JobInfo, round_from: int) -> JobInfo:
+        """The record with its rounds from ``round_from`` on: those it no longer keeps (before
+        its first: rounds are numbered from 0) read back from their own records."""
+        kept = [r for r in job.rounds if r.round >= round_from]
+        first = job.rounds[0].round if job.rounds else 0
+        if round_from >= first:
+            return job if len(kept) == len(job.rounds) else job.model_copy(update={"rounds": kept})
         found = [
             RoundResult.model_validate(v.value)
             for _, v in self.store.scan(round_prefix(job.job_id))
         ]
-        earlier = sorted((r for r in found if r.round < first), key=lambda r: r.round)
-        return job.model_copy(update={"rounds": [*earlier, *job.rounds]})
+        earlier = sorted((r for r in found if round_from <= r.round < first), key=lambda r: r.round)
+        return job.model_copy(update={"rounds": [*earlier, *kept]})
 
     def _shown(self, job: JobInfo) -> JobInfo:
         """The record as its tenant sees it: an upload named as the job may name it."""

@@ -43,21 +43,28 @@ _STYLE = {
 
 
 def watch(
-    read: Callable[[], dict[str, Any]], console: Console, *, reconnect_s: float = 120.0
+    read: Callable[[int], dict[str, Any]], console: Console, *, reconnect_s: float = 120.0
 ) -> dict[str, Any]:
-    """Follow the job ``read()`` returns (its API view) until it ends; return its last view.
-    A ``read()`` that raises ``PlatformUnavailable`` (the controller unreachable, or answering
-    502-504) is tried again for up to ``reconnect_s`` seconds, saying so, before it is raised."""
-    view = _read_through_outages(read, console, reconnect_s)
+    """Follow the job ``read(round_from)`` returns (its API view, with its rounds from that one
+    on) until it ends; return its last view, with every round. A ``read`` that raises
+    ``PlatformUnavailable`` (the controller unreachable, or answering 502-504) is tried again
+    for up to ``reconnect_s`` seconds, saying so, before it is raised."""
+    view = _read_through_outages(read, 0, console, reconnect_s)
     picture = _Picture(rounds=view["job"]["plan"]["rounds"])
+    latest = 0
     try:
         with Live(picture.group, console=console, refresh_per_second=4, transient=False) as live:
             while True:
                 picture.show(view, live.console)
                 if view["job"]["state"] in ("done", "failed", "cancelled"):
-                    return view
+                    if latest == 0:
+                        return view
+                    return _read_through_outages(read, 0, live.console, reconnect_s)
                 time.sleep(POLL_S)
-                view = _read_through_outages(read, live.console, reconnect_s)
+                # The last finished round is all the picture shows of the rounds: a long job's
+                # are not read again at each look.
+                latest = max(0, view["job"]["round"] - 1)
+                view = _read_through_outages(read, latest, live.console, reconnect_s)
     finally:
         if not console.is_terminal:
             console.line()  # Live ends its last picture with a newline on a terminal only
@@ -116,10 +123,11 @@ class _Picture:
 
 
 def _read_through_outages(
-    read: Callable[[], dict[str, Any]], console: Console, reconnect_s: float
+    read: Callable[[int], dict[str, Any]], round_from: int, console: Console, reconnect_s: float
 ) -> dict[str, Any]:
-    """``read()``, tried again while the controller is unavailable, for up to ``reconnect_s``
-    seconds (waits growing from 0.25 s to 2 s); the outage and its end are said once each."""
+    """``read(round_from)``, tried again while the controller is unavailable, for up to
+    ``reconnect_s`` seconds (waits growing from 0.25 s to 2 s); the outage and its end are said
+    once each."""
     began: float | None = None
 
     def say_once(state: RetryCallState) -> None:
@@ -141,7 +149,7 @@ def _read_through_outages(
         before_sleep=say_once,
         reraise=True,
     )
-    view: dict[str, Any] = retrying(read)
+    view: dict[str, Any] = retrying(read, round_from)
     if began is not None:
         console.print(
             f"[yellow]{'reconnected':>15}[/] after {time.monotonic() - began:.1f} s",

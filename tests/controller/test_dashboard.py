@@ -30,6 +30,7 @@ from faasdl.store.records import (
     JobEvent,
     JobInfo,
     JobState,
+    RoundResult,
     UnitState,
     create,
     job_key,
@@ -273,11 +274,11 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
 
 
 def stored_job(
-    controller: Controller, *, rounds: int = 1, **fields: Any
+    controller: Controller, *, epochs: int = 1, **fields: Any
 ) -> tuple[JobInfo, JobPlan]:
-    """A job of the page's spec in ``rounds`` rounds as a store holds one, its record's
-    ``fields`` given."""
-    spec = JobSpec.model_validate({**JOB, "epochs": rounds})
+    """A job of the page's spec of ``epochs`` epochs (a round each) as a store holds one, its
+    record's ``fields`` given."""
+    spec = JobSpec.model_validate({**JOB, "epochs": epochs})
     plan = controller.estimate(spec)
     job = JobInfo(spec=spec.model_dump(mode="json"), plan=plan.model_dump(mode="json"), **fields)
     return job, plan
@@ -422,6 +423,20 @@ def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumpti
     assert 1.7 < widths[0] / widths[1] < 2.3, widths
 
 
+def result(round_: int) -> RoundResult:
+    """A round's result as a job's record holds it."""
+    return RoundResult(
+        round=round_,
+        epochs=1,
+        examples=1_000,
+        loss=1 / (round_ + 1),
+        test_loss=1 / (round_ + 1),
+        accuracy=0.9,
+        started_ms=0,
+        finished_ms=1,
+    )
+
+
 def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_at_a_time(
     served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
 ) -> None:
@@ -432,10 +447,11 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     t = int(time.time() * 1000) - 600_000
     long, plan = stored_job(
         controller,
-        rounds=40,
+        epochs=40,
         job_id="a" * 16,
         state=JobState.RUNNING,
         round=29,
+        rounds=[result(n) for n in range(29)],
         created_ms=t,
         started_ms=t,
         events=[JobEvent(t_ms=t, kind="admitted", message="after 0.0 s in the queue")],
@@ -471,7 +487,7 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     def finish_round(job: JobInfo | None) -> JobInfo:
         assert job is not None
         event = JobEvent(t_ms=t + 300_000, kind="round_finished", message="round 30/40", round=29)
-        return job.with_event(event, kept=100, round=job.round + 1)
+        return job.with_round(result(29), round=30).with_event(event, kept=100)
 
     def cancel(job: JobInfo | None) -> JobInfo:
         assert job is not None
@@ -481,8 +497,11 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     for round_ in range(29):
         book(round_)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    asked: list[str] = []
+    asked: list[str] = []  # the ledger's reads
+    viewed: list[str] = []  # the job's
     page.on("request", lambda r: asked.append(r.url) if "/ledger" in r.url else None)
+    page.on("request", lambda r: viewed.append(r.url) if "/v1/jobs/a" in r.url else None)
+    points = page.locator('[data-kind="curves"] circle.loss-point')
     drawn = page.locator('[data-kind="activation"]')
     window = page.locator('[data-kind="window"]')
     train = page.locator('tr[data-action="train"] td')
@@ -496,12 +515,14 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     window.wait_for(timeout=10_000)
     before = drawn.evaluate_all("gs => gs.map(g => Number(g.dataset.round))")
     said_before, count_before = window.text_content(), train.nth(3).inner_text()
+    points_before = points.count()
     book(29)
     update(store, job_key(long.job_id), JobInfo, finish_round)
     page.locator('[data-kind="activation"][data-round="29"]').first.wait_for(timeout=10_000)
     after = drawn.evaluate_all("gs => gs.map(g => Number(g.dataset.round))")
     said_after, count_after, peak = window.text_content(), train.nth(3).inner_text(), train.nth(2)
     peak_shown = peak.inner_text()
+    points_after = points.count()
     running = len(asked)
     late = ActivationUse(
         job_id=long.job_id,
@@ -525,6 +546,7 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
         timeout=10_000,
     )
     page.close()
+    viewed = [url for url in viewed if "round_from=" in url and "/ledger" not in url]
 
     # Assert: the lanes hold the 20 latest rounds, the one in progress among them; the memory
     # table every activation, the first round's peak too; the ledger was read whole once, then
@@ -541,6 +563,11 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     assert asked[0].endswith("/ledger?round_from=0"), asked
     assert asked[running - 1].endswith("/ledger?round_from=9"), asked
     assert asked[-1].endswith("/ledger?round_from=0"), asked  # the late line with it
+    # Its rounds: whole, then from the last finished one on, merged; whole once it has ended.
+    assert (points_before, points_after) == (29, 30)
+    assert viewed[0].endswith("?round_from=0"), viewed
+    assert viewed[running - 1].endswith("?round_from=28"), viewed
+    assert viewed[-1].endswith("?round_from=0"), viewed
 
 
 def test_a_queued_jobs_page_says_what_it_waits_for(

@@ -815,6 +815,11 @@ def test_a_job_record_keeps_its_newest_rounds_and_its_view_every_round(
             job_id = submit(http, spec)["job_id"]
             follow(http, job_id)
             shown = job(http, job_id)["job"]
+            later = {
+                n: http.get(f"/v1/jobs/{job_id}", params={"round_from": n}).json()["job"]
+                for n in (1, 4, 5)
+            }
+            refused = http.get(f"/v1/jobs/{job_id}", params={"round_from": -1}).status_code
         record = controller.job(job_id)
         kept = [v.value for _, v in store.scan(records.round_prefix(job_id))]
 
@@ -826,6 +831,12 @@ def test_a_job_record_keeps_its_newest_rounds_and_its_view_every_round(
     assert [r["round"] for r in shown["rounds"]] == [0, 1, 2, 3, 4]
     assert shown["rounds"][:3] == kept[:3]
     assert shown["rounds"][3:] == [r.model_dump(mode="json") for r in record.rounds]
+    # A follower that has read the earlier rounds reads the later ones only: from their
+    # records, or from the job's.
+    assert later[1]["rounds"] == shown["rounds"][1:]
+    assert later[4]["rounds"] == shown["rounds"][4:]
+    assert later[5]["rounds"] == []
+    assert refused == 422
 
 
 def test_a_job_whose_data_set_must_wait_its_turn_says_so_and_then_stages(

@@ -135,11 +135,22 @@ def owned(controller: Controller, principal: Principal, job_id: str) -> JobInfo:
 
 @router.get("/{job_id}", response_model=JobView, summary="A job's state, rounds and failures")
 async def get_job(
-    job_id: JobId, controller: ControllerDep, credentials: CredentialsDep
+    job_id: JobId,
+    controller: ControllerDep,
+    credentials: CredentialsDep,
+    round_from: Annotated[
+        int,
+        Query(
+            ge=0,
+            description="Only the rounds from this one on (counted from 0, as each round's "
+            "`round`): what a follower that has read the earlier ones asks for (a 10,000-round "
+            "job's rounds are 1.4 MB).",
+        ),
+    ] = 0,
 ) -> Response:
     def read() -> str:
         principal = principal_of(controller, credentials)
-        view = controller.view(job_id, owned(controller, principal, job_id))
+        view = controller.view(job_id, owned(controller, principal, job_id), round_from)
         return view.model_dump_json()
 
     # The most frequent call goes through the thread pool once for all it does (the key's

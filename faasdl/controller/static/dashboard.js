@@ -17,7 +17,8 @@ const $ = (selector) => document.querySelector(selector);
 let following = null; // the AbortController of the job being followed
 let listTimer = null;
 let refreshTimer = null;
-let current = null; // {id, view, lines: the ledger's lines fetched, by activation id}
+// {id, view, lines: the ledger's lines read, by activation id; rounds: its rounds read, by number}
+let current = null;
 
 // ---- small helpers ------------------------------------------------------------------------
 
@@ -129,7 +130,7 @@ async function refreshList() {
 // ---- one job ------------------------------------------------------------------------------
 
 function openJob(id) {
-  current = { id, view: null, lines: new Map() };
+  current = { id, view: null, lines: new Map(), rounds: new Map() };
   $("#job-title").textContent = `Job ${id}`;
   for (const part of ["#job-summary", "#lanes", "#curves", "#memory tbody", "#events"]) {
     $(part).replaceChildren();
@@ -145,30 +146,33 @@ function soon() {
   }
 }
 
-// A running job's ledger is read from the round before the lanes' first on, merged into what
-// was read before (a line booked late for an older round, outside the lanes, is read once the
-// job has ended); a job not running, in full (with the lines booked as it ended).
-function ledgerFrom(job) {
-  const view = job.view;
-  if (!view || !["running", "queued"].includes(view.job.state)) return 0;
-  return Math.max(0, view.job.round - LANE_ROUNDS);
-}
+// A running job's rounds are read from its last finished one on, and its ledger from the round
+// before the lanes' first on, each merged into what was read before (a line booked late for an
+// older round, outside the lanes, is read once the job has ended); a job not running, in full
+// (with the lines booked as it ended).
+const active = (job) => job.view !== null && ["running", "queued"].includes(job.view.job.state);
+const roundsFrom = (job) => (active(job) ? Math.max(0, job.view.job.round - 1) : 0);
+const ledgerFrom = (job) => (active(job) ? Math.max(0, job.view.job.round - LANE_ROUNDS) : 0);
 
 async function refreshJob() {
   const job = current;
   const signal = following ? following.signal : undefined;
+  const after = roundsFrom(job);
   const from = ledgerFrom(job);
   try {
     const [view, ledger] = await Promise.all([
-      api(`/v1/jobs/${job.id}`, signal).then((r) => r.json()),
+      api(`/v1/jobs/${job.id}?round_from=${after}`, signal).then((r) => r.json()),
       api(`/v1/jobs/${job.id}/ledger?round_from=${from}`, signal).then((r) => r.json()),
     ]);
     if (job !== current) return;
+    if (after === 0) job.rounds.clear();
+    for (const round of view.job.rounds) job.rounds.set(round.round, round);
+    view.job.rounds = [...job.rounds.values()].sort((a, b) => a.round - b.round);
     job.view = view;
     if (from === 0) job.lines.clear();
     for (const line of ledger) job.lines.set(line.activation_id, line);
     render(job);
-    if (from > 0 && ledgerFrom(job) === 0) soon(); // it has just ended: its ledger whole
+    if ((after > 0 || from > 0) && !active(job)) soon(); // it has just ended: read it whole
   } catch (error) {
     if (error.name !== "AbortError" && error.message !== "unauthenticated") say(error.message);
   }
