@@ -412,9 +412,12 @@ def load(store: StateStore, key: str, model: type[R]) -> tuple[R, int] | None:
 def ledger(store: StateStore, job_id: str, round_from: int = 0) -> list[ActivationUse]:
     """The job's ledger: every activation booked (of round ``round_from`` and later), in the
     order they started."""
-    entries = [ActivationUse.model_validate(v.value) for _, v in store.scan(ledger_key(job_id))]
-    kept = [a for a in entries if a.round >= round_from]
-    return sorted(kept, key=lambda a: (a.start_ms, a.activation_id))
+    entries = [
+        ActivationUse.model_validate(v.value)
+        for _, v in store.scan(ledger_key(job_id))
+        if round_from == 0 or v.value.get("round", 0) >= round_from  # parsed only if wanted
+    ]
+    return sorted(entries, key=lambda a: (a.start_ms, a.activation_id))
 
 
 def create(store: StateStore, record: Record) -> bool:
