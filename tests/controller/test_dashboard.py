@@ -111,6 +111,13 @@ def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
     return path
 
 
+def sign_in(page: Any, base: str, key: str) -> None:
+    """Enter the API key on the dashboard's page, as a user does."""
+    page.goto(f"{base}/ui")
+    page.get_by_label("API key").fill(key)
+    page.get_by_label("API key").press("Enter")
+
+
 def has_focus(page: Any, job_id: str) -> bool:
     """Whether the job's link in the list has the focus, asked in one step in the page: the list
     is rebuilt every 2 s, and a locator's `evaluate` takes the element first and evaluates after,
@@ -170,9 +177,7 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
 
     with Chaos(platform, controller.store, job_id, 1, seed=2, delay_s=(0.05, 0.3)) as chaos:
         # Execute: enter the key, find the job in the list, open it with the keyboard alone.
-        page.goto(f"{base}/ui")
-        page.get_by_label("API key").fill(key)
-        page.get_by_label("API key").press("Enter")
+        sign_in(page, base, key)
         row = page.locator(f'tr[data-job="{job_id}"]')
         row.wait_for(timeout=10_000)
         list_violations = accessibility_violations(page)
@@ -261,9 +266,7 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
-    page.goto(f"{base}/ui")
-    page.get_by_label("API key").fill(key)
-    page.get_by_label("API key").press("Enter")
+    sign_in(page, base, key)
     page.get_by_role("status").filter(has_text="the 100 newest jobs").wait_for(timeout=10_000)
     shown = page.locator("#jobs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.job)")
     page.close()
@@ -327,9 +330,7 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
-    page.goto(f"{base}/ui")
-    page.get_by_label("API key").fill(key)
-    page.get_by_label("API key").press("Enter")
+    sign_in(page, base, key)
     page.goto(f"{base}/ui#job={cancelled.job_id}")
     page.locator('[data-kind="lane"]').nth(plan.train.containers).wait_for(timeout=10_000)
     page.locator("#events li").nth(2).wait_for(timeout=10_000)
@@ -408,9 +409,7 @@ def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumpti
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
-    page.goto(f"{base}/ui")
-    page.get_by_label("API key").fill(key)
-    page.get_by_label("API key").press("Enter")
+    sign_in(page, base, key)
     page.goto(f"{base}/ui#job={resumed.job_id}")
     bars = page.locator('[data-kind="running"] rect.running')
     bars.nth(1).wait_for(timeout=10_000)
@@ -508,9 +507,7 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
 
     # Execute: the page, then round 30 finishing, then the job cancelled and an attempt of round
     # 4 booked late (one that could not be stopped, booked as it ended)
-    page.goto(f"{base}/ui")
-    page.get_by_label("API key").fill(key)
-    page.get_by_label("API key").press("Enter")
+    sign_in(page, base, key)
     page.goto(f"{base}/ui#job={long.job_id}")
     window.wait_for(timeout=10_000)
     before = drawn.evaluate_all("gs => gs.map(g => Number(g.dataset.round))")
@@ -585,9 +582,7 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
-    page.goto(f"{base}/ui")
-    page.get_by_label("API key").fill(key)
-    page.get_by_label("API key").press("Enter")
+    sign_in(page, base, key)
     page.goto(f"{base}/ui#job={queued.job_id}")
     fact = page.locator("#job-summary div").filter(has_text="Waiting for")
     fact.wait_for(timeout=10_000)
