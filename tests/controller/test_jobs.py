@@ -174,7 +174,7 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert [a["start_ms"] for a in ledger] == sorted(a["start_ms"] for a in ledger)
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
     assert all(0 < a["peak_memory_mb"] <= a["memory_mb"] for a in ledger)
-    # A long job's view reads its latest rounds only.
+    # A long job's page reads its ledger from its latest rounds on.
     latest = client.get(f"/v1/jobs/{job_id}/ledger", params={"round_from": 2}).json()
     assert latest == [a for a in ledger if a["round"] == 2]
     assert len(latest) == 4 + 3 + 1
