@@ -464,24 +464,28 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
         ("evaluate", 1),
     ]
 
+    def line(
+        kind: Literal["train", "aggregate", "evaluate"], round_: int, unit: int, **fields: Any
+    ) -> ActivationUse:
+        return ActivationUse(
+            job_id=long.job_id,
+            activation_id=f"{kind}{round_}x{unit}",
+            kind=kind,
+            round=round_,
+            unit=unit,
+            memory_mb=plan.train.memory_mb,
+            start_ms=t + 10_000 * round_ + 1_000 * unit,
+            duration_ms=900,
+            peak_memory_mb=500.0 if round_ == 0 else 300.0,
+            outcome="success",
+            gb_s=1.0,
+            cost_usd=0.0,
+        ).model_copy(update=fields)
+
     def book(round_: int) -> None:
         for kind, units in kinds:
             for unit in range(units):
-                line = ActivationUse(
-                    job_id=long.job_id,
-                    activation_id=f"{kind}{round_}x{unit}",
-                    kind=kind,
-                    round=round_,
-                    unit=unit,
-                    memory_mb=plan.train.memory_mb,
-                    start_ms=t + 10_000 * round_ + 1_000 * unit,
-                    duration_ms=900,
-                    peak_memory_mb=500.0 if round_ == 0 else 300.0,
-                    outcome="success",
-                    gb_s=1.0,
-                    cost_usd=0.0,
-                )
-                assert create(store, line)
+                assert create(store, line(kind, round_, unit))
 
     def finish_round(job: JobInfo | None) -> JobInfo:
         assert job is not None
@@ -521,18 +525,14 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     peak_shown = peak.inner_text()
     points_after = points.count()
     running = len(asked)
-    late = ActivationUse(
-        job_id=long.job_id,
+    late = line(
+        "train",
+        3,
+        0,
         activation_id="late",
-        kind="train",
-        round=3,
-        unit=0,
-        memory_mb=plan.train.memory_mb,
-        start_ms=t + 30_000,
         duration_ms=280_000,
+        peak_memory_mb=None,  # a stopped attempt says none
         outcome="stopped",
-        gb_s=1.0,
-        cost_usd=0.0,
     )
     assert create(store, late)
     update(store, job_key(long.job_id), JobInfo, cancel)
