@@ -359,6 +359,29 @@ def mid_round(store: StateStore, job_id: str) -> list[FunctionInfo]:
     return running
 
 
+def round_under_way(store: StateStore, job_id: str) -> list[FunctionInfo]:
+    """Once a round past the job's first has each of its units committed or running with a
+    checkpoint (one running at least), its running units: every attempt of the round has
+    started, and none needs the controller or its platform any more to commit."""
+    running: list[FunctionInfo] = []
+
+    def found() -> bool:
+        units = [FunctionInfo.model_validate(v.value) for _, v in store.scan(f"fn/{job_id}/")]
+        latest = max((u.round for u in units), default=0)
+        units = [u for u in units if u.round == latest]
+        running[:] = [u for u in units if u.state is UnitState.RUNNING]
+        return (
+            latest >= 1
+            and len(units) == JOB["workers"]
+            and bool(running)
+            and all(u.heads and u.activation_id for u in running)
+            and all(u.state in (UnitState.RUNNING, UnitState.COMMITTED) for u in units)
+        )
+
+    eventually(found, timeout_s=300, what="a round past the first with every attempt under way")
+    return running
+
+
 class ControllerProcess:
     """``faasdl serve`` in a process of its own on a SQLite file, with a tenant's API key made
     beforehand with the store as ``faasdl keys create`` does; its platform is the REST one of
@@ -394,6 +417,7 @@ class ControllerProcess:
             }
         )
         self.process: subprocess.Popen[bytes] | None = None
+        self.watchers: list[subprocess.Popen[str]] = []
         self.client = ControllerClient(url=self.url, api_key=key, timeout_s=30)
 
     def start(self) -> None:
@@ -419,8 +443,18 @@ class ControllerProcess:
 
     def close(self) -> None:
         """Stop the controller as a service manager does (SIGTERM), so that its embedded platform
-        removes what it and one killed before it left; SIGKILL if it has not exited in a minute."""
+        removes what it and one killed before it left; SIGKILL if it has not exited in a minute.
+        A frozen one is woken first; the watchers still watching (a test that failed) are
+        killed."""
+        for watcher in self.watchers:
+            if watcher.poll() is None:
+                watcher.kill()
+                watcher.wait(timeout=30)
+            for stream in (watcher.stdout, watcher.stderr):
+                if stream is not None:
+                    stream.close()
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=60)
@@ -482,13 +516,15 @@ class ControllerProcess:
     def watcher(self, job_id: str) -> subprocess.Popen[str]:
         """``faasdl status JOB --watch`` in a process of its own, its output piped."""
         faasdl = Path(sys.executable).with_name("faasdl")
-        return subprocess.Popen(
+        watcher = subprocess.Popen(
             [str(faasdl), "status", job_id, "--watch", "--url", self.url],
             env=os.environ | {"FAASDL_CLIENT__API_KEY": self.key},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
+        self.watchers.append(watcher)
+        return watcher
 
 
 @pytest.fixture
@@ -728,9 +764,10 @@ def test_a_job_cancelled_on_openwhisk_that_cannot_stop_activations_books_them_on
 def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_that_finishes(
     tmp_path: Path, embedded_controller_process: ControllerProcess, reference: bytes
 ) -> None:
-    # Arrange: `faasdl serve` with its embedded platform, frozen mid-round while its trainers
-    # run on and commit with no controller to see them; then killed, its platform and the
-    # platform's records of those activations with it. A user watches the job throughout.
+    # Arrange: `faasdl serve` with its embedded platform, frozen mid-round once each trainer of
+    # the round has started, while they run on and commit with no controller to see them; then
+    # killed, its platform and the platform's records of those activations with it. A user
+    # watches the job throughout.
     ctl = embedded_controller_process
     ctl.start()
     job_id = ctl.client.submit(CHECKPOINTED_JOB)["job"]["job_id"]
@@ -738,7 +775,7 @@ def test_a_controller_that_died_with_its_embedded_platform_is_followed_by_one_th
     with make_store(
         StoreSettings(spill_dir=str(tmp_path / "spill")), ctl.env["FAASDL_STORE__URL"]
     ) as store:
-        running = mid_round(store, job_id)
+        running = round_under_way(store, job_id)
         ctl.freeze()
         round_ = running[0].round
         units = [fn_key(job_id, round_, shard) for shard in range(JOB["workers"])]
