@@ -64,6 +64,7 @@ def test_bad_option_is_refused() -> None:
 def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAASDL_PLATFORM", "openwhisk")
     monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", "http://127.0.0.1:9")
+    monkeypatch.setenv("FAASDL_OPENWHISK__RETRY_MAX_WAIT_S", "0.1")  # the eight attempts' waits
 
     result = runner.invoke(app, ["platform", "info"])
 

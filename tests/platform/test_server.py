@@ -470,7 +470,8 @@ def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=url, request_timeout_s=0.2))
+        settings = OpenWhiskSettings(api_host=url, request_timeout_s=0.2, retry_max_wait_s=0.1)
+        client = OpenWhiskPlatform(settings=settings)
 
         with pytest.raises(PlatformUnavailable) as raised:
             client.open()
