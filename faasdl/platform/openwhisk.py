@@ -20,6 +20,7 @@ from tenacity import (
     before_sleep_log,
     retry,
     retry_if_exception_type,
+    retry_if_not_exception_type,
     stop_after_attempt,
     wait_random_exponential,
 )
@@ -58,6 +59,13 @@ class _Missing(PlatformError):
     status_code = 404
 
 
+class _NotOpen(PlatformUnavailable):
+    """A call on a client not opened, or closed: no retry makes it answer."""
+
+    def __init__(self) -> None:
+        super().__init__("the OpenWhisk client is not open (call open() first)")
+
+
 def _error_text(response: requests.Response) -> str:
     try:
         body = response.json()
@@ -80,7 +88,8 @@ class OpenWhiskPlatform(Platform):
         self._limits: PlatformLimits | None = None
         self._timeouts: dict[str, int] = {}
         retrying = retry(
-            retry=retry_if_exception_type((Throttled, PlatformUnavailable)),
+            retry=retry_if_exception_type((Throttled, PlatformUnavailable))
+            & retry_if_not_exception_type(_NotOpen),
             wait=wait_random_exponential(multiplier=0.1, max=self.settings.retry_max_wait_s),
             stop=stop_after_attempt(self.settings.retry_attempts),
             before_sleep=before_sleep_log(log, logging.WARNING),
@@ -128,7 +137,7 @@ class OpenWhiskPlatform(Platform):
     ) -> requests.Response:
         """One HTTP call; a status outside ``ok`` is translated into the faasdl tree."""
         if self._session is None:
-            raise PlatformUnavailable("the OpenWhisk client is not open (call open() first)")
+            raise _NotOpen
         try:
             response = self._session.request(
                 method, url, json=json_body, params=params, timeout=self.settings.request_timeout_s
@@ -215,7 +224,7 @@ class OpenWhiskPlatform(Platform):
 
     def limits(self) -> PlatformLimits:
         if self._limits is None:
-            raise PlatformUnavailable("the OpenWhisk client is not open (call open() first)")
+            raise _NotOpen
         return self._limits
 
     def ping(self) -> None:

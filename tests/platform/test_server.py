@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -480,6 +481,28 @@ def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
         f"cannot read OpenWhisk's limits from {url}/: "
         "no answer in 0.2 s (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)"
     )
+
+
+def test_a_closed_client_says_so_at_once_without_retrying(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Arrange: a client opened and closed (a controller that has stopped, whose replicas'
+    # warm-up thread calls it once more).
+    settings = OpenWhiskSettings(api_host=served.url, auth=served.server_settings.auth)
+    client = OpenWhiskPlatform(settings=settings)
+    client.open()
+    client.close()
+
+    # Act
+    with (
+        caplog.at_level(logging.WARNING, logger="faasdl.platform.openwhisk"),
+        pytest.raises(PlatformUnavailable, match="not open"),
+    ):
+        client.get_activation("0" * 32)
+
+    # Assert: no retry, which would wait up to FAASDL_OPENWHISK__RETRY_MAX_WAIT_S between eight
+    # attempts, each of them logged, for a call that cannot succeed.
+    assert caplog.records == []
 
 
 def test_client_cannot_kill_without_an_admin_endpoint(served: Served) -> None:
