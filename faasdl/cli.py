@@ -32,6 +32,7 @@ from faasdl.config import (
     http_url_problem,
     image_problem,
 )
+from faasdl.controller.watch import SUMMARY_ROUNDS
 from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
 
 if TYPE_CHECKING:
@@ -999,6 +1000,13 @@ def status(
             "it is done)."
         ),
     ] = False,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            help="The rounds the table lists, the latest (0: every one); the JSON lists every one.",
+            min=0,
+        ),
+    ] = SUMMARY_ROUNDS,
 ) -> None:
     """A job's state, rounds and cost; its record as JSON last (its ledger: ``faasdl ledger``)."""
     from faasdl.controller.watch import progress, summary
@@ -1008,7 +1016,7 @@ def status(
             view, ledger = _watched(client, job_id)
         else:
             view, ledger = client.job(job_id), client.ledger(job_id)
-    console.print(summary(view, ledger), width=140)
+    console.print(summary(view, ledger, rounds=rounds), width=140)
     if line := progress(view):
         console.print(line, highlight=False)
     if view["job"]["state"] == "done":

@@ -701,3 +701,31 @@ def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_fail
     caption = str(summary(ended_view("cancelled"), ledger).caption).splitlines()
 
     assert caption[1].startswith("4 activations (1 failed, 3 stopped), 28.0 GB·s")
+
+
+@pytest.mark.parametrize(("rounds", "listed"), [(20, list(range(41, 61))), (0, list(range(1, 61)))])
+def test_a_long_jobs_summary_lists_its_latest_rounds_unless_asked_for_every_one(
+    rounds: int, listed: list[int]
+) -> None:
+    from faasdl.controller.watch import summary
+
+    view = ended_view("done")
+    one = {"epochs": 1, "loss": 0.5, "test_loss": 0.6, "accuracy": 0.9}
+    view["job"]["rounds"] = [
+        one | {"round": r, "started_ms": 1_000 * r, "finished_ms": 1_000 * r + 500}
+        for r in range(60)
+    ]
+
+    table = summary(view, [], rounds=rounds)
+
+    assert [int(str(cell)) for cell in table.columns[0].cells] == listed
+    caption = str(table.caption).splitlines()
+    said = f"the latest 20 of 60 rounds listed: faasdl status {'0' * 16} --rounds 0 lists every one"
+    assert (caption[-1] == said) == (rounds == 20)
+
+
+def test_status_refuses_a_negative_count_of_rounds_before_asking_the_controller() -> None:
+    result = runner.invoke(app, ["status", "0" * 16, "--rounds", "-1"])
+
+    assert result.exit_code == 2
+    assert "Invalid value for '--rounds'" in " ".join(result.output.split())

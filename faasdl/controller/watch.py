@@ -28,6 +28,9 @@ from faasdl.errors import PlatformUnavailable
 
 #: How often the job is read while it runs.
 POLL_S = 0.5
+#: The rounds a finished job's summary lists, its latest: every round of a long job would be
+#: screens of rows (its JSON lists them all, and ``faasdl status --rounds 0`` does).
+SUMMARY_ROUNDS = 20
 _UNIT_DONE = {"pending": 0, "running": 1, "failed": 1, "committed": 2}
 _STYLE = {
     "unit_failed": "bold red",
@@ -171,13 +174,17 @@ def progress(view: dict[str, Any]) -> str | None:
     return line
 
 
-def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
-    """The finished job: its rounds, and what its activations (its ``ledger``) used."""
+def summary(
+    view: dict[str, Any], ledger: list[dict[str, Any]], *, rounds: int = SUMMARY_ROUNDS
+) -> Table:
+    """The finished job: its latest ``rounds`` rounds (0: every one), and what its activations
+    (its ``ledger``) used."""
     job = view["job"]
     table = Table(title=f"job {job['job_id']}: {job['state']}")
     for column in ("round", "epochs", "train loss", "test loss", "test accuracy", "seconds"):
         table.add_column(column, justify="right")
-    for r in job["rounds"]:
+    listed = job["rounds"][-rounds:] if rounds else job["rounds"]
+    for r in listed:
         table.add_row(
             str(r["round"] + 1),
             str(r["epochs"]),
@@ -197,6 +204,11 @@ def summary(view: dict[str, Any], ledger: list[dict[str, Any]]) -> Table:
         f"{sum(a['gb_s'] for a in ledger):.1f} GB·s, ${job['cost_usd']:.6f}"
         + (f"; error: {job['error']}" if job["error"] else "")
     )
+    if len(listed) < len(job["rounds"]):
+        table.caption += (
+            f"\nthe latest {len(listed)} of {len(job['rounds'])} rounds listed: "
+            f"faasdl status {job['job_id']} --rounds 0 lists every one"
+        )
     ended = [e["message"] for e in job.get("events", []) if e["kind"] == "done"]
     if job.get("stopped_early") and ended:  # before its last round: why
         table.caption += f"\n{ended[-1]}"
