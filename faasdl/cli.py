@@ -32,7 +32,6 @@ from faasdl.config import (
     http_url_problem,
     image_problem,
 )
-from faasdl.controller.watch import SUMMARY_ROUNDS
 from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
 
 if TYPE_CHECKING:
@@ -1001,22 +1000,27 @@ def status(
         ),
     ] = False,
     rounds: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="The rounds the table lists, the latest (0: every one); the JSON lists every one.",
+            help="The rounds the table lists, the latest (default: 20; 0: every one); the JSON "
+            "lists every one.",
             min=0,
+            show_default=False,
         ),
-    ] = SUMMARY_ROUNDS,
+    ] = None,
 ) -> None:
     """A job's state, rounds and cost; its record as JSON last (its ledger: ``faasdl ledger``)."""
-    from faasdl.controller.watch import progress, summary
+    # The summary's module is imported here, as by every command that shows one: its rich and
+    # tenacity parts are ~20 ms of every command's start otherwise.
+    from faasdl.controller.watch import SUMMARY_ROUNDS, progress, summary
 
     with _controller(url) as client:
         if watch:
             view, ledger = _watched(client, job_id)
         else:
             view, ledger = client.job(job_id), client.ledger(job_id)
-    console.print(summary(view, ledger, rounds=rounds), width=140)
+    listed = SUMMARY_ROUNDS if rounds is None else rounds
+    console.print(summary(view, ledger, rounds=listed), width=140)
     if line := progress(view):
         console.print(line, highlight=False)
     if view["job"]["state"] == "done":

@@ -729,3 +729,13 @@ def test_status_refuses_a_negative_count_of_rounds_before_asking_the_controller(
 
     assert result.exit_code == 2
     assert "Invalid value for '--rounds'" in " ".join(result.output.split())
+
+
+def test_status_help_says_the_summarys_default_count_of_rounds() -> None:
+    # The option's default is the summary's, whose module the CLI imports only when it shows one.
+    from faasdl.controller.watch import SUMMARY_ROUNDS
+
+    status = typer.main.get_command(app).commands["status"]  # type: ignore[attr-defined]
+    (option,) = [p for p in status.params if p.name == "rounds"]
+
+    assert f"(default: {SUMMARY_ROUNDS}; 0: every one)" in (option.help or "")
