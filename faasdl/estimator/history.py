@@ -52,12 +52,20 @@ def record_run(
     overhead_ms: int,
     epoch_ms: int,
     timeout_ms: int = 0,
+    runtime_id: str = "",
 ) -> None:
-    """Add one successful run (under a time limit of ``timeout_ms``): the peak is the largest
-    seen, durations the latest few."""
+    """Add one successful run (under a time limit of ``timeout_ms``, on runtime ``runtime_id``):
+    the peak is the largest seen on that runtime, durations the latest few. A run on another
+    runtime than the peak's starts the peak and the memory floor again: what an older runtime
+    needed says nothing of this one (a lighter one would otherwise be planned as the old for good,
+    the history only raising a peak)."""
 
     def change(old: ExecutionHistory | None) -> ExecutionHistory:
-        old = old or ExecutionHistory(signature=sig)
+        old = old or ExecutionHistory(signature=sig, runtime_id=runtime_id)
+        if old.runtime_id != runtime_id:
+            old = old.model_copy(
+                update={"runtime_id": runtime_id, "peak_memory_mb": 0.0, "memory_floor_mb": 0}
+            )
         return old.model_copy(
             update={
                 "runs": old.runs + 1,
@@ -106,16 +114,37 @@ def read_baseline(store: StateStore, runtime: str) -> BaselineRecord | None:
 
 
 def write_baseline(
-    store: StateStore, runtime: str, *, peak_memory_mb: float, init_ms: int | None
+    store: StateStore,
+    runtime: str,
+    *,
+    peak_memory_mb: float,
+    init_ms: int | None,
+    runtime_id: str = "",
 ) -> BaselineRecord:
     record = BaselineRecord(
         runtime=runtime,
+        runtime_id=runtime_id,
         peak_memory_mb=peak_memory_mb,
         init_ms=[init_ms] if init_ms is not None else [],
         measured_ms=int(time.time() * 1000),
     )
     store.put(record.key(), record.model_dump(mode="json"))
     return record
+
+
+def note_runtime(store: StateStore, runtime: str, runtime_id: str) -> None:
+    """A run reported ``runtime_id``: where the runtime's record was measured on another, mark it
+    stale, so that the next plan measures the runtime again (one read where it is the same)."""
+    known = read_baseline(store, runtime)
+    if known is None or known.stale or known.runtime_id == runtime_id:
+        return
+
+    def change(old: BaselineRecord | None) -> BaselineRecord:
+        if old is None:
+            raise StoreError(f"no baseline recorded for runtime {runtime!r}")
+        return old.model_copy(update={"stale": old.stale or old.runtime_id != runtime_id})
+
+    update(store, baseline_key(runtime), BaselineRecord, change)
 
 
 def record_init(store: StateStore, runtime: str, init_ms: int) -> None:

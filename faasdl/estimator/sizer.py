@@ -2,11 +2,13 @@
 
 The controller has no TensorFlow, so a model's profile and the runtime's baseline are measured by
 the training action itself (``mode: profile`` / ``mode: baseline``) and kept in the store's
-history; each is measured once. After a run, :meth:`Sizer.learn` records what it really used.
+history; each is measured once (the baseline once per runtime). After a run, :meth:`Sizer.learn`
+records what it really used.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import threading
@@ -32,6 +34,8 @@ from faasdl.training.datasets import (
     npz_sha256,
 )
 from faasdl.training.models import ModelProfile, check_model
+
+log = logging.getLogger(__name__)
 
 #: Time limit of a profiling activation (building InceptionV3 takes a few seconds).
 PROBE_TIMEOUT_MS = 120_000
@@ -163,20 +167,33 @@ class Sizer:
         return profile
 
     def baseline(self) -> BaselineRecord:
-        """The runtime's memory floor and cold-start times, measured by a probe the first time."""
+        """The runtime's memory floor and cold-start times, measured by a probe the first time and
+        again once a run has reported another runtime than the one measured (``stale``)."""
         runtime = self.settings.estimator.baseline_runtime
         known = history.read_baseline(self.store, runtime)
-        if known is not None:
+        if known is not None and not known.stale:
             return known
         params = {"mode": "baseline"}
         record = self._probe_record(params)
         result = self._checked(record, params)
-        return history.write_baseline(
+        measured = history.write_baseline(
             self.store,
             runtime,
             peak_memory_mb=float(result["peak_rss_mb"]),
             init_ms=record.init_time,
+            runtime_id=str(result.get("runtime_id", "")),
         )
+        if known is not None:
+            log.info(
+                "runtime %s measured again, its runs having reported another than the one "
+                "measured: %.1f MB (%s), was %.1f MB (%s)",
+                runtime,
+                measured.peak_memory_mb,
+                measured.runtime_id or "unnamed",
+                known.peak_memory_mb,
+                known.runtime_id or "unnamed",
+            )
+        return measured
 
     def learn(self, plan: ActionPlan, activation: Activation, failure: Failure | None) -> None:
         """Record what a training activation of ``plan`` used, or the limits it failed under."""
@@ -185,6 +202,8 @@ class Sizer:
             history.record_init(self.store, self.settings.estimator.baseline_runtime, init_ms)
         if failure is None:
             result: dict[str, Any] = activation.response.result or {}
+            runtime_id = str(result.get("runtime_id", ""))
+            history.note_runtime(self.store, self.settings.estimator.baseline_runtime, runtime_id)
             phases = result.get("phases_s", {})
             epochs = max(1, len(result.get("epochs", [])))
             train_ms = 1000 * float(phases.get("train", 0.0))
@@ -195,6 +214,7 @@ class Sizer:
                 overhead_ms=max(0, int((activation.duration or 0) - init_ms - train_ms)),
                 epoch_ms=math.ceil(train_ms / epochs),
                 timeout_ms=plan.timeout_ms,
+                runtime_id=runtime_id,
             )
         elif failure.kind is FailureKind.OUT_OF_MEMORY:
             history.record_failure(self.store, plan.signature, memory_floor_mb=plan.memory_mb)

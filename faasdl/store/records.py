@@ -294,10 +294,14 @@ class ExecutionHistory(Record):
     out of time): the next estimate for the signature must exceed them. ``timeout_ms`` is the time
     limit of the latest successful run: the next estimate keeps it while it is enough and not
     twice what is needed, so that jobs keep one action variant and its warm containers.
+    ``runtime_id`` is the runtime whose runs measured the peak (:func:`.usage.runtime_id`; empty:
+    one from before runtimes reported it): a run on another starts the peak and the memory floor
+    again.
     """
 
     signature: str
     runs: int = 0
+    runtime_id: str = ""
     peak_memory_mb: float = 0.0
     overhead_ms: list[int] = Field(default_factory=list)
     epoch_ms: list[int] = Field(default_factory=list)
@@ -324,9 +328,14 @@ class ProfileRecord(Record):
 
 class BaselineRecord(Record):
     """The training runtime itself: its peak memory with a tiny model trained (the floor of every
-    memory estimate) and its cold starts' init times (OpenWhisk's time limit covers ``/init``)."""
+    memory estimate) and its cold starts' init times (OpenWhisk's time limit covers ``/init``).
+    ``runtime_id`` is what measured them (:func:`.usage.runtime_id`; empty: a record from before
+    runtimes reported it); ``stale``: a run has reported another since, so the next plan measures
+    the runtime again."""
 
     runtime: str
+    runtime_id: str = ""
+    stale: bool = False
     peak_memory_mb: float
     init_ms: list[int] = Field(default_factory=list)
     measured_ms: int

@@ -9,7 +9,8 @@ that all of it happens in the container's ``/init``: a warm or prewarmed contain
   this container takes over starts training at once;
 * ``{"mode": "profile", "model", "input_shape", "classes"}``: the model's sizes for the estimator;
 * ``{"mode": "baseline"}``: this runtime's peak memory when it trains a tiny model in memory, the
-  floor of every estimate (measured once per environment);
+  floor of every estimate (measured once per runtime: its ``runtime_id``, which every training
+  result reports too);
 * ``{"mode": "train", ...}`` (:class:`TrainArgs`): read the shard and the global weights from the
   store (or resume from the unit's latest checkpoint), train, write the new weights, commit the
   unit through Canary's fenced API, and report losses, peak memory, phase durations and
@@ -40,7 +41,7 @@ from faasdl.training.datasets import Shard
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
 from faasdl.training.models import architecture, build_model, profile_model
 from faasdl.training.tensors import TrainState, pack, unpack
-from faasdl.training.usage import Phases, peak_rss_mb
+from faasdl.training.usage import Phases, peak_rss_mb, runtime_id
 
 # Keras imports scikit-learn as TensorFlow loads it, for its scikit-learn wrappers, which no
 # action uses (its data come from the store): without it a cold start's /init took 2.9 s here
@@ -164,7 +165,7 @@ def baseline() -> dict[str, Any]:
         build_model("mlp", (8, 8, 1), 10, seed=0), TrainConfig(batch_size=16, epochs=1)
     )
     trainer.train(x, y, trainer.initial_state())
-    return {"peak_rss_mb": peak_rss_mb()}
+    return {"peak_rss_mb": peak_rss_mb(), "runtime_id": runtime_id()}
 
 
 def evaluate(args: EvaluateArgs) -> dict[str, Any]:
@@ -329,6 +330,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         "stopped_early": report.stopped_early,
         "weights": args.weights_out,
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        "runtime_id": runtime_id(),
         "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},
         "first_step_at": first_step_at,
         "trainer_reused": reused,

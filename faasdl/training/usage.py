@@ -9,12 +9,17 @@ reported, which can only overstate.
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
+import platform
 import resource
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import faasdl
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -41,6 +46,28 @@ def peak_rss_mb() -> float:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+@functools.cache
+def runtime_id() -> str:
+    """What this runtime is, as far as its memory goes: Python's, TensorFlow's and NumPy's versions
+    and a digest of faasdl's sources (its version alone does not change as its code does).
+
+    The estimator keeps the runtime's baseline and each signature's measured peaks with the id that
+    measured them, and learns them again when a run reports another: a runtime that became lighter
+    (the training action's import of TensorFlow without scikit-learn: 626 → 570 MB) would
+    otherwise keep every plan a memory class larger for good. ~10 ms, once a process."""
+    import numpy as np
+    import tensorflow as tf  # loaded already by every action that asks
+
+    root = Path(faasdl.__file__).parent
+    sources = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        sources.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return (
+        f"python {platform.python_version()}, tensorflow {tf.__version__}, numpy "
+        f"{np.__version__}, faasdl {faasdl.__version__} ({sources.hexdigest()[:12]})"
+    )
 
 
 def map_large_allocations(threshold_bytes: int = 1 << 20) -> bool:

@@ -35,6 +35,8 @@ from faasdl.controller.datasets import uploads as uploads_of
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import JobNotFound, PlatformUnavailable
+from faasdl.estimator import history
+from faasdl.estimator.planner import HISTORY_MEMORY_SLACK
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store, records
@@ -837,6 +839,63 @@ def test_a_job_record_keeps_its_newest_rounds_and_its_view_every_round(
     assert later[4]["rounds"] == shown["rounds"][4:]
     assert later[5]["rounds"] == []
     assert refused == 422
+
+
+def test_what_an_older_runtime_measured_is_measured_again_once_a_run_reports_another(
+    tmp_path: Path, tf_platform: LocalPlatform, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Arrange: a store whose runtime baseline and the job's peak were measured before runtimes
+    # said what they are, by a heavier runtime (every store from before the training action's
+    # lighter import kept 626.7 MB, its plans a memory class larger for good).
+    caplog.set_level(logging.INFO, logger="faasdl.estimator")
+    settings = Settings(controller={"scheduler_tick_s": 0.1}, api={"auth": "none"})
+    runtime = settings.estimator.baseline_runtime
+    spec = {**DIGITS_JOB, "workers": 2, "epochs": 1}
+    with served(tmp_path, tf_platform, settings) as (store, controller, api_url):
+        history.write_baseline(store, runtime, peak_memory_mb=1100.0, init_ms=3900)
+        with httpx.Client(base_url=api_url, timeout=300) as http:
+            sig = http.post("/v1/estimate", json=spec).json()["train"]["signature"]
+            history.record_run(store, sig, peak_memory_mb=1000.0, overhead_ms=900, epoch_ms=90)
+            history.record_failure(store, sig, memory_floor_mb=900)
+            old = http.post("/v1/estimate", json=spec).json()["train"]
+
+            # Execute: a job planned so, then a plan of the same job again.
+            job_id = submit(http, spec)["job_id"]
+            follow(http, job_id)
+            ran = controller.job(job_id)
+            stale = history.read_baseline(store, runtime)
+            learned = history.read(store, sig)
+            new = http.post("/v1/estimate", json=spec).json()["train"]
+            measured = history.read_baseline(store, runtime)
+
+    # Assert: the job ran as the old measures planned it; its runs reported this runtime, which
+    # marked the old baseline stale and started the signature's peak (and the floor a heavier
+    # runtime had failed under) from their own; the next plan measured the runtime again and
+    # sized the job from what it used, smaller.
+    assert ran.state is JobState.DONE
+    assert ran.plan is not None
+    assert ran.plan["train"]["memory_mb"] == old["memory_mb"] >= 1100
+    assert stale is not None
+    assert stale.stale
+    assert stale.peak_memory_mb == 1100.0
+    assert learned is not None
+    assert learned.runtime_id.startswith("python ")
+    assert "tensorflow " in learned.runtime_id
+    assert learned.runs == 3
+    assert learned.memory_floor_mb == 0
+    assert 0 < learned.peak_memory_mb < 900
+    assert measured is not None
+    assert not measured.stale
+    assert measured.runtime_id == learned.runtime_id
+    assert 0 < measured.peak_memory_mb < 1100
+    assert measured.measured_ms > stale.measured_ms
+    assert new["memory_source"] == "history"
+    assert learned.peak_memory_mb * HISTORY_MEMORY_SLACK <= new["memory_mb"] < old["memory_mb"]
+    assert (
+        f"runtime {runtime} measured again, its runs having reported another than the one "
+        f"measured: {measured.peak_memory_mb:.1f} MB ({measured.runtime_id}), was 1100.0 MB "
+        "(unnamed)"
+    ) in caplog.messages
 
 
 def test_a_job_whose_data_set_must_wait_its_turn_says_so_and_then_stages(

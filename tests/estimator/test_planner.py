@@ -143,6 +143,44 @@ def test_workers_that_make_an_action_too_large_are_an_estimation_error() -> None
         plan(request(workers=2), limits=small)
 
 
+def test_a_run_on_another_runtime_starts_the_peak_and_memory_floor_again(tmp_path: Path) -> None:
+    with SqliteStore(path=tmp_path / "s.db") as store:
+        # Measured before runtimes reported what they are (runtime_id ""), then on runtime "b".
+        history.record_run(store, "sig", peak_memory_mb=700.0, overhead_ms=1, epoch_ms=1)
+        history.record_failure(store, "sig", memory_floor_mb=640)
+        old = history.read(store, "sig")
+        for i, peak in enumerate([560.0, 550.0], start=2):
+            history.record_run(
+                store, "sig", peak_memory_mb=peak, overhead_ms=i, epoch_ms=i, runtime_id="b"
+            )
+        found = history.read(store, "sig")
+
+    assert old is not None
+    assert (old.peak_memory_mb, old.memory_floor_mb) == (700.0, 640)
+    assert found is not None
+    assert (found.runtime_id, found.peak_memory_mb, found.memory_floor_mb) == ("b", 560.0, 0)
+    assert found.runs == 3
+    assert found.epoch_ms == [1, 2, 3]  # durations follow the latest runs whichever runtime's
+
+
+def test_a_baseline_is_stale_once_a_run_reports_another_runtime(tmp_path: Path) -> None:
+    with SqliteStore(path=tmp_path / "s.db") as store:
+        history.write_baseline(store, "tf", peak_memory_mb=600.0, init_ms=3000, runtime_id="a")
+        history.note_runtime(store, "tf", "a")
+        same = history.read_baseline(store, "tf")
+        history.note_runtime(store, "tf", "b")
+        other = history.read_baseline(store, "tf")
+        history.note_runtime(store, "absent", "b")  # no record: nothing to mark
+        absent = history.read_baseline(store, "absent")
+
+    assert same is not None
+    assert not same.stale
+    assert other is not None
+    assert other.stale
+    assert (other.runtime_id, other.peak_memory_mb, other.init_ms) == ("a", 600.0, [3000])
+    assert absent is None
+
+
 def test_history_updates_by_compare_and_set_lose_nothing(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
