@@ -889,7 +889,7 @@ def submit(
 ) -> None:
     """Submit a training job; prints its id (with --watch: its progress, then its result)."""
     from faasdl.controller.validator import JobSpec
-    from faasdl.controller.watch import summary
+    from faasdl.controller.watch import needs_ledger, summary
 
     fields = _read_spec(spec, given_as="spec")
     try:
@@ -901,7 +901,8 @@ def submit(
         typer.echo(job["job_id"])
         if not watch:
             return
-        view, ledger = _watched(client, job["job_id"])
+        view = _watched(client, job["job_id"])
+        ledger = client.ledger(job["job_id"]) if needs_ledger(view) else None
     stderr_console().print(summary(view, ledger))
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
@@ -912,8 +913,8 @@ def _model_hint(job_id: str) -> str:
     return f"its model: faasdl model {job_id} -o model.safetensors"
 
 
-def _watched(client: ControllerClient, job_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Follow the job until it ends (``--watch``); its last view and its ledger. Interrupted
+def _watched(client: ControllerClient, job_id: str) -> dict[str, Any]:
+    """Follow the job until it ends (``--watch``); its last view. Interrupted
     (Ctrl-C), or with the controller gone past ``FAASDL_CLIENT__RECONNECT_S``, it says that the
     job goes on and how to follow it again."""
     from faasdl.controller.watch import watch
@@ -937,7 +938,7 @@ def _watched(client: ControllerClient, job_id: str) -> tuple[dict[str, Any], lis
         raise typer.Exit(130) from None
     except PlatformUnavailable as exc:
         fail(f"{exc}; job {job_id} goes on there if it is up: {again}")
-    return view, client.ledger(job_id)
+    return view
 
 
 @app.command()
@@ -1012,13 +1013,11 @@ def status(
     """A job's state, rounds and cost; its record as JSON last (its ledger: ``faasdl ledger``)."""
     # The summary's module is imported here, as by every command that shows one: its rich and
     # tenacity parts are ~20 ms of every command's start otherwise.
-    from faasdl.controller.watch import SUMMARY_ROUNDS, progress, summary
+    from faasdl.controller.watch import SUMMARY_ROUNDS, needs_ledger, progress, summary
 
     with _controller(url) as client:
-        if watch:
-            view, ledger = _watched(client, job_id)
-        else:
-            view, ledger = client.job(job_id), client.ledger(job_id)
+        view = _watched(client, job_id) if watch else client.job(job_id)
+        ledger = client.ledger(job_id) if needs_ledger(view) else None
     listed = SUMMARY_ROUNDS if rounds is None else rounds
     console.print(summary(view, ledger, rounds=listed), width=140)
     if line := progress(view):

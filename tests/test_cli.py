@@ -693,14 +693,31 @@ def test_a_job_trained_on_from_another_says_so_in_its_summary() -> None:
     )
 
 
-def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_failures() -> None:
+@pytest.mark.parametrize("kept", [True, False], ids=["its record's totals", "its ledger's"])
+def test_a_cancelled_jobs_summary_counts_its_stopped_activations_apart_from_failures(
+    kept: bool,
+) -> None:
+    from faasdl.controller.watch import needs_ledger, summary
+
+    view = ended_view("cancelled")
+    ledger = [{"outcome": "stopped", "gb_s": 9.0}] * 3 + [{"outcome": "crash", "gb_s": 1.0}]
+    if kept:  # a job's record keeps its ledger's totals; one from before they were kept does not
+        view["job"] |= {
+            "activation_count": 4,
+            "ledger_totals": {"failed": 1, "stopped": 3, "gb_s": 28.0},
+        }
+
+    caption = str(summary(view, None if kept else ledger).caption).splitlines()
+
+    assert needs_ledger(view) is not kept
+    assert caption[1].startswith("4 activations (1 failed, 3 stopped), 28.0 GB·s")
+
+
+def test_the_summary_of_a_record_without_totals_and_no_ledger_is_refused_saying_so() -> None:
     from faasdl.controller.watch import summary
 
-    ledger = [{"outcome": "stopped", "gb_s": 9.0}] * 3 + [{"outcome": "crash", "gb_s": 1.0}]
-
-    caption = str(summary(ended_view("cancelled"), ledger).caption).splitlines()
-
-    assert caption[1].startswith("4 activations (1 failed, 3 stopped), 28.0 GB·s")
+    with pytest.raises(ValueError, match="keeps no totals: its summary needs its ledger"):
+        summary(ended_view("done"))
 
 
 @pytest.mark.parametrize(("rounds", "listed"), [(20, list(range(41, 61))), (0, list(range(1, 61)))])

@@ -62,6 +62,7 @@ from faasdl.store.records import (
     JobEvent,
     JobInfo,
     JobState,
+    LedgerTotals,
     RoundResult,
     UnitState,
     create,
@@ -1123,18 +1124,27 @@ class JobRunner:
         # next one settles them from the ledger (_settle_totals) before it goes on.
         self._change(
             lambda j: j.model_copy(
-                update={"activation_count": j.activation_count + 1, "cost_usd": j.cost_usd + cost}
+                update={
+                    "activation_count": j.activation_count + 1,
+                    "cost_usd": j.cost_usd + cost,
+                    "ledger_totals": (
+                        j.ledger_totals.plus(use.outcome, use.gb_s)
+                        if j.ledger_totals is not None
+                        else None
+                    ),
+                }
             ),
             event=event,
             ended_too=stopped,
         )
 
     def _settle_totals(self) -> list[ActivationUse]:
-        """Set the job's activation count and cost to what its ledger says (they are added to
-        line by line, and a controller may have died between a line and its addition); the
-        ledger."""
+        """Set the job's totals (activations, cost, ``ledger_totals``) to what its ledger says
+        (they are added to line by line, and a controller may have died between a line and its
+        addition; a record from before ``ledger_totals`` has none); the ledger."""
         entries = ledger(self.rt.store, self.job_id)
-        if self._job().activation_count != len(entries):
+        job = self._job()
+        if job.activation_count != len(entries) or job.ledger_totals is None:
             cost = sum(a.cost_usd for a in entries)
             price = self.rt.settings.price_per_gb_s
             self._change(
@@ -1142,6 +1152,7 @@ class JobRunner:
                     update={
                         "activation_count": len(entries),
                         "cost_usd": cost + j.replica_gb_s * price,
+                        "ledger_totals": LedgerTotals.of((a.outcome, a.gb_s) for a in entries),
                     }
                 )
             )

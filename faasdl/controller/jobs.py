@@ -66,6 +66,7 @@ from faasdl.store.records import (
     JobEvent,
     JobInfo,
     JobState,
+    LedgerTotals,
     RoundResult,
     create,
     fn_prefix,
@@ -424,6 +425,7 @@ class Controller:
             idempotency_key=idempotency,
             created_ms=created,
             updated_ms=created,
+            ledger_totals=LedgerTotals(),
             events=[
                 JobEvent(
                     t_ms=created,

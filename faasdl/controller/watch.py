@@ -25,6 +25,7 @@ from tenacity import (
 )
 
 from faasdl.errors import PlatformUnavailable
+from faasdl.store.records import LedgerTotals
 
 #: How often the job is read while it runs.
 POLL_S = 0.5
@@ -174,12 +175,29 @@ def progress(view: dict[str, Any]) -> str | None:
     return line
 
 
+def needs_ledger(view: dict[str, Any]) -> bool:
+    """Whether :func:`summary` of the job needs its ledger: its record keeps the ledger's totals,
+    but one from before they were kept does not."""
+    return view["job"].get("ledger_totals") is None
+
+
 def summary(
-    view: dict[str, Any], ledger: list[dict[str, Any]], *, rounds: int = SUMMARY_ROUNDS
+    view: dict[str, Any],
+    ledger: list[dict[str, Any]] | None = None,
+    *,
+    rounds: int = SUMMARY_ROUNDS,
 ) -> Table:
     """The finished job: its latest ``rounds`` rounds (0: every one), and what its activations
-    (its ``ledger``) used."""
+    used (the totals its record keeps; its ``ledger``'s, where :func:`needs_ledger`)."""
     job = view["job"]
+    if not needs_ledger(view):
+        count, totals = job["activation_count"], LedgerTotals.model_validate(job["ledger_totals"])
+    elif ledger is not None:
+        count, totals = len(ledger), LedgerTotals.of((a["outcome"], a["gb_s"]) for a in ledger)
+    else:
+        raise ValueError(
+            f"job {job['job_id']}'s record keeps no totals: its summary needs its ledger"
+        )
     table = Table(title=f"job {job['job_id']}: {job['state']}")
     for column in ("round", "epochs", "train loss", "test loss", "test accuracy", "seconds"):
         table.add_column(column, justify="right")
@@ -193,15 +211,13 @@ def summary(
             f"{r['accuracy']:.4f}",
             f"{(r['finished_ms'] - r['started_ms']) / 1000:.1f}",
         )
-    failed = sum(a["outcome"] not in ("success", "stopped") for a in ledger)
     recovered = " and recovered" if job["state"] == "done" else ""  # a failed job's last was not
-    stopped = sum(a["outcome"] == "stopped" for a in ledger)  # by a cancel, or the job's failure
     table.caption = (
         f"{_what(job)}\n"
-        f"{len(ledger)} activations ({failed} failed{recovered}"
-        + (f", {stopped} stopped" if stopped else "")
+        f"{count} activations ({totals.failed} failed{recovered}"
+        + (f", {totals.stopped} stopped" if totals.stopped else "")
         + "), "
-        f"{sum(a['gb_s'] for a in ledger):.1f} GB·s, ${job['cost_usd']:.6f}"
+        f"{totals.gb_s:.1f} GB·s, ${job['cost_usd']:.6f}"
         + (f"; error: {job['error']}" if job["error"] else "")
     )
     if len(listed) < len(job["rounds"]):

@@ -173,6 +173,9 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert [a["kind"] for a in ledger].count("aggregate") == 9  # 3 rounds × 3 aggregators
     assert [a["kind"] for a in ledger].count("evaluate") == 3
     assert record["activation_count"] == len(ledger) == 12 + 9 + 3
+    totals = record["ledger_totals"]  # kept as each line is booked: no summary reads the ledger
+    assert (totals["failed"], totals["stopped"]) == (0, 0)
+    assert totals["gb_s"] == pytest.approx(sum(a["gb_s"] for a in ledger))
     assert [a["start_ms"] for a in ledger] == sorted(a["start_ms"] for a in ledger)
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
     assert all(0 < a["peak_memory_mb"] <= a["memory_mb"] for a in ledger)
@@ -1100,11 +1103,17 @@ def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
     assert len(whole.events) == 50  # the record itself keeps it
 
 
+@pytest.mark.parametrize(
+    "before",
+    ["a line its totals lack", "a record without ledger_totals"],
+    ids=["died between", "older record"],
+)
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(
-    tmp_path: Path, tf_platform: LocalPlatform
+    tmp_path: Path, tf_platform: LocalPlatform, before: str
 ) -> None:
     # Arrange: a queued job whose ledger already holds a line its record's totals lack, as a
-    # controller that died between booking an activation and adding it to the job leaves it.
+    # controller that died between booking an activation and adding it to the job leaves it;
+    # or one counted in a record from before the ledger's totals were kept with the job.
     url = f"sqlite:///{tmp_path / 'state.db'}"
     settings = Settings(controller={"scheduler_tick_s": 0.1})
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
@@ -1113,6 +1122,11 @@ def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_
         job_id = controller.submit(spec).job.job_id
         orphan = ledger_line(job_id, "platform_error")
         assert create(store, orphan)
+        if before == "a record without ledger_totals":
+            older = controller.job(job_id).model_copy(
+                update={"activation_count": 1, "cost_usd": orphan.cost_usd, "ledger_totals": None}
+            )
+            update(store, job_key(job_id), JobInfo, lambda _: older)
 
         # Execute
         with controller:
@@ -1123,6 +1137,9 @@ def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_
     assert job.state is JobState.DONE, job.error
     assert ledger[0] == orphan
     assert job.activation_count == len(ledger) == 1 + 1 + 1  # orphan, trainer, evaluation
+    assert job.ledger_totals is not None
+    assert (job.ledger_totals.failed, job.ledger_totals.stopped) == (1, 0)  # the orphan's failure
+    assert job.ledger_totals.gb_s == pytest.approx(sum(a.gb_s for a in ledger))
     replicas = job.replica_gb_s * settings.price_per_gb_s
     assert job.cost_usd == pytest.approx(sum(a.cost_usd for a in ledger) + replicas)
     assert job.cost_usd > orphan.cost_usd
