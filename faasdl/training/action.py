@@ -56,6 +56,7 @@ try:
 finally:
     if _hidden:
         del sys.modules["sklearn"]
+runtime_id()  # cached: its ~10 ms in the cold start's /init, not in a first activation
 
 
 class _Args(BaseModel):
