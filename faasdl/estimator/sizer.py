@@ -122,6 +122,9 @@ class Sizer:
         self.platform = platform
         self.store = store
         self.settings = settings
+        # The runtime id the stored baseline was last read or written with: a run that reports
+        # it needs no read of the record to tell it is the same runtime.
+        self._baseline_id: str | None = None
 
     def plan(self, request: EstimateRequest, facts: DataFacts | None = None) -> ActionPlan:
         """The plan for ``request``, whose data set's facts are ``facts`` (by default those
@@ -172,6 +175,7 @@ class Sizer:
         runtime = self.settings.estimator.baseline_runtime
         known = history.read_baseline(self.store, runtime)
         if known is not None and not known.stale:
+            self._baseline_id = known.runtime_id
             return known
         params = {"mode": "baseline"}
         record = self._probe_record(params)
@@ -183,6 +187,7 @@ class Sizer:
             init_ms=record.init_time,
             runtime_id=str(result.get("runtime_id", "")),
         )
+        self._baseline_id = measured.runtime_id
         if known is not None:
             log.info(
                 "runtime %s measured again, its runs having reported another than the one "
@@ -203,7 +208,9 @@ class Sizer:
         if failure is None:
             result: dict[str, Any] = activation.response.result or {}
             runtime_id = str(result.get("runtime_id", ""))
-            history.note_runtime(self.store, self.settings.estimator.baseline_runtime, runtime_id)
+            if runtime_id != self._baseline_id:
+                runtime = self.settings.estimator.baseline_runtime
+                history.note_runtime(self.store, runtime, runtime_id)
             phases = result.get("phases_s", {})
             epochs = max(1, len(result.get("epochs", [])))
             train_ms = 1000 * float(phases.get("train", 0.0))
