@@ -889,7 +889,6 @@ def submit(
 ) -> None:
     """Submit a training job; prints its id (with --watch: its progress, then its result)."""
     from faasdl.controller.validator import JobSpec
-    from faasdl.controller.watch import needs_ledger, summary
 
     fields = _read_spec(spec, given_as="spec")
     try:
@@ -902,8 +901,8 @@ def submit(
         if not watch:
             return
         view = _watched(client, job["job_id"])
-        ledger = client.ledger(job["job_id"]) if needs_ledger(view) else None
-    stderr_console().print(summary(view, ledger))
+        table = _summary(client, view)
+    stderr_console().print(table)
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
     stderr_console().print(_model_hint(job["job_id"]), highlight=False)
@@ -911,6 +910,15 @@ def submit(
 
 def _model_hint(job_id: str) -> str:
     return f"its model: faasdl model {job_id} -o model.safetensors"
+
+
+def _summary(client: ControllerClient, view: dict[str, Any], rounds: int | None = None) -> Table:
+    """The job's summary (its latest ``rounds`` rounds; default: the summary's), with its ledger
+    read only for a record that keeps no totals (one from before they were kept)."""
+    from faasdl.controller.watch import SUMMARY_ROUNDS, needs_ledger, summary
+
+    ledger = client.ledger(view["job"]["job_id"]) if needs_ledger(view) else None
+    return summary(view, ledger, rounds=SUMMARY_ROUNDS if rounds is None else rounds)
 
 
 def _watched(client: ControllerClient, job_id: str) -> dict[str, Any]:
@@ -1013,13 +1021,12 @@ def status(
     """A job's state, rounds and cost; its record as JSON last (its ledger: ``faasdl ledger``)."""
     # The summary's module is imported here, as by every command that shows one: its rich and
     # tenacity parts are ~20 ms of every command's start otherwise.
-    from faasdl.controller.watch import SUMMARY_ROUNDS, needs_ledger, progress, summary
+    from faasdl.controller.watch import progress
 
     with _controller(url) as client:
         view = _watched(client, job_id) if watch else client.job(job_id)
-        ledger = client.ledger(job_id) if needs_ledger(view) else None
-    listed = SUMMARY_ROUNDS if rounds is None else rounds
-    console.print(summary(view, ledger, rounds=listed), width=140)
+        table = _summary(client, view, rounds)
+    console.print(table, width=140)
     if line := progress(view):
         console.print(line, highlight=False)
     if view["job"]["state"] == "done":
