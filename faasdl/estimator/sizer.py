@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import threading
 from collections import OrderedDict
 from dataclasses import fields
@@ -136,7 +135,7 @@ class Sizer:
             facts,
             profile=self.profile(request.model, facts.input_shape, facts.classes),
             baseline_mb=runtime.peak_memory_mb,
-            init_ms=int(statistics.median(runtime.init_ms or [0])),
+            init_ms=max(runtime.init_ms, default=0),
             limits=self.platform.limits(),
             history=lambda sig: history.read(self.store, sig),
             step_mb=self.settings.estimator.memory_step_mb,

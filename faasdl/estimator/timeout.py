@@ -38,8 +38,9 @@ def estimate_timeout(
 ) -> TimeoutEstimate:
     """The action timeout in ms, within ``[min_ms, max_ms]``.
 
-    With history: a cold start (``init_ms``: OpenWhisk's limit covers ``/init`` too) plus the
-    slowest recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.3, at least
+    With history: the slowest recorded cold start (``init_ms``: OpenWhisk's limit covers
+    ``/init`` too, and cold starts at once on one node take longer each) plus the slowest
+    recorded overhead plus ``epochs`` of the slowest recorded epoch, × 1.3, at least
     ``least_ms`` (the planner's: more than any timeout a run failed under), rounded up to a time
     class (:func:`time_class_ms`); or ``previous_ms``, the limit the latest run had, while it is
     enough and less than twice that (hysteresis: an estimate that wavers around a class boundary

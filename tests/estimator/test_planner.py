@@ -3,15 +3,18 @@ from typing import Any
 
 import pytest
 
+from faasdl.config import Settings
 from faasdl.errors import EstimationError, ValidationError
 from faasdl.estimator import history
 from faasdl.estimator.failures import Limits, correct
 from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
+from faasdl.estimator.sizer import Sizer, checked_facts
 from faasdl.platform.base import PlatformLimits
 from faasdl.platform.classify import Failure, FailureKind
+from faasdl.platform.local import LocalPlatform
 from faasdl.store.records import ExecutionHistory
 from faasdl.store.sqlite import SqliteStore
-from faasdl.training.datasets import SyntheticSpec
+from faasdl.training.datasets import DigitsSpec, SyntheticSpec
 from faasdl.training.models import ModelProfile
 
 LIMITS = PlatformLimits(
@@ -200,3 +203,32 @@ def test_history_updates_by_compare_and_set_lose_nothing(tmp_path: Path) -> None
     assert found.peak_memory_mb == 39.0
     assert len(found.epoch_ms) == history.KEEP_DURATIONS
     assert found.memory_floor_mb == 512
+
+
+def test_a_timeout_from_history_covers_the_slowest_cold_start_on_record(tmp_path: Path) -> None:
+    # Arrange: the runtime's cold starts: nine alone (3 s) and one of four at once on a node
+    # (6.6 s, the four took 6.3-6.7 s each on 2 cores); a signature whose runs took 0.1 s and
+    # two epochs of 0.5 s. The platform is never opened: a probe would fail the test.
+    settings = Settings()
+    runtime = settings.estimator.baseline_runtime
+    request = EstimateRequest(model="mlp", dataset=DigitsSpec(), batch_size=16, epochs=2)
+    facts = checked_facts(request)
+    with SqliteStore(path=tmp_path / "s.db") as store:
+        history.write_baseline(store, runtime, peak_memory_mb=570.0, init_ms=6600)
+        for _ in range(9):
+            history.record_init(store, runtime, 3000)
+        name = history.profile_name(request.model, facts.input_shape, facts.classes)
+        history.write_profile(store, name, PROFILE)
+        sizer = Sizer(platform=LocalPlatform(), store=store, settings=settings)
+        first = sizer.plan(request)
+        history.record_run(
+            store, first.signature, peak_memory_mb=580.0, overhead_ms=100, epoch_ms=500
+        )
+
+        # Execute
+        learned = sizer.plan(request)
+
+    # Assert: 1.3 × (6.6 + 0.1 + 2 × 0.5) s, rounded up to a time class (the median cold start
+    # gave 1.3 × 4.1 s: a 6 s limit that the four at once outlast).
+    assert learned.timeout_source == "history"
+    assert learned.timeout_ms == 12_000
