@@ -8,6 +8,7 @@ compare-and-set, so concurrent jobs of one model never lose each other's measure
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from faasdl.errors import StoreError
@@ -120,12 +121,18 @@ def write_baseline(
     peak_memory_mb: float,
     init_ms: int | None,
     runtime_id: str = "",
+    earlier_init_ms: Sequence[int] = (),
 ) -> BaselineRecord:
+    """Write the runtime's measured record. Its cold starts are ``earlier_init_ms`` (those the
+    record it replaces kept: like a signature's durations they follow the latest whichever
+    runtime's, for the slowest may be of several at once on a node, which the probe's alone
+    cannot show, and a limit that allows for one costs nothing) then the probe's ``init_ms``."""
+    started = [init_ms] if init_ms is not None else []
     record = BaselineRecord(
         runtime=runtime,
         runtime_id=runtime_id,
         peak_memory_mb=peak_memory_mb,
-        init_ms=[init_ms] if init_ms is not None else [],
+        init_ms=[*earlier_init_ms, *started][-KEEP_DURATIONS:],
         measured_ms=int(time.time() * 1000),
     )
     store.put(record.key(), record.model_dump(mode="json"))

@@ -185,6 +185,7 @@ class Sizer:
             peak_memory_mb=float(result["peak_rss_mb"]),
             init_ms=record.init_time,
             runtime_id=str(result.get("runtime_id", "")),
+            earlier_init_ms=known.init_ms if known is not None else (),
         )
         self._baseline_id = measured.runtime_id
         if known is not None:

@@ -892,6 +892,9 @@ def test_what_an_older_runtime_measured_is_measured_again_once_a_run_reports_ano
     assert measured.runtime_id == learned.runtime_id
     assert 0 < measured.peak_memory_mb < 1100
     assert measured.measured_ms > stale.measured_ms
+    # Its cold starts are kept (some may be of several at once): the probe's is added to them.
+    assert measured.init_ms[: len(stale.init_ms)] == stale.init_ms
+    assert stale.init_ms[0] == 3900
     assert new["memory_source"] == "history"
     assert learned.peak_memory_mb * HISTORY_MEMORY_SLACK <= new["memory_mb"] < old["memory_mb"]
     assert (
