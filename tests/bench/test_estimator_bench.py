@@ -28,9 +28,10 @@ def test_the_quick_matrix_runs_first_time_within_the_targets() -> None:
     assert result["later_round_failures"] == 0, shown
     assert 1.0 <= result["overprovision_min"] <= result["overprovision_max"] <= 1.6, shown
     assert result["second_run_failures"] == 0, shown
-    # Timeouts ≤ 2× the durations they were learned from. Against the second run's own duration
-    # (the bench's figure, 1.80 in the full run) the ratio also carries the machine's change of
-    # speed between a configuration's two runs, a few seconds apart: cold runs of 8.3 s and then
-    # 5.4 s on these 2 cores gave a learned 12 s against 5.4 s (2.2), with the estimator's slack
-    # of 1.3 × a time class (at most 1.73) unchanged.
-    assert result["second_run_timeout_over_first_duration_max"] <= 2.0, shown
+    # Timeouts ≤ 2× what they were learned from: the first run's duration, its cold start
+    # replaced by the slowest on record (the estimator's slack of 1.3 × a time class: at most
+    # 1.73). Against the second run's own duration (the bench's figure, 1.75 in the full run)
+    # the ratio also carries the machine's change of speed between a configuration's two runs, a
+    # few seconds apart: cold runs of 8.3 s and then 5.4 s on these 2 cores gave a learned 12 s
+    # against 5.4 s (2.2).
+    assert result["second_run_timeout_over_learned_max"] <= 2.0, shown
