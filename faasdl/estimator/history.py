@@ -126,7 +126,7 @@ def write_baseline(
     """Write the runtime's measured record. Its cold starts are ``earlier_init_ms`` (those the
     record it replaces kept: like a signature's durations they follow the latest whichever
     runtime's, for the slowest may be of several at once on a node, which the probe's alone
-    cannot show, and a limit that allows for one costs nothing) then the probe's ``init_ms``."""
+    cannot show) then the probe's ``init_ms``."""
     started = [init_ms] if init_ms is not None else []
     record = BaselineRecord(
         runtime=runtime,

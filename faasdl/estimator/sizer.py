@@ -203,7 +203,11 @@ class Sizer:
     def learn(self, plan: ActionPlan, activation: Activation, failure: Failure | None) -> None:
         """Record what a training activation of ``plan`` used, or the limits it failed under."""
         init_ms = activation.init_time or 0
-        if init_ms:
+        # A cold start that ran out of time measured its limit, not itself (a hung or frozen
+        # start, or one slower than any on record): the signature's floor keeps that lesson
+        # (below); kept with the starts, it would raise the next limit of every signature past
+        # it, and again at each such failure.
+        if 0 < init_ms < plan.timeout_ms:
             history.record_init(self.store, self.settings.estimator.baseline_runtime, init_ms)
         if failure is None:
             result: dict[str, Any] = activation.response.result or {}

@@ -9,7 +9,7 @@ from faasdl.estimator import history
 from faasdl.estimator.failures import Limits, correct
 from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
 from faasdl.estimator.sizer import Sizer, checked_facts
-from faasdl.platform.base import PlatformLimits
+from faasdl.platform.base import Activation, ActivationResponse, KeyValue, PlatformLimits
 from faasdl.platform.classify import Failure, FailureKind
 from faasdl.platform.local import LocalPlatform
 from faasdl.store.records import ExecutionHistory
@@ -232,3 +232,50 @@ def test_a_timeout_from_history_covers_the_slowest_cold_start_on_record(tmp_path
     # gave 1.3 × 4.1 s: a 6 s limit that the four at once outlast).
     assert learned.timeout_source == "history"
     assert learned.timeout_ms == 12_000
+
+
+def activation(*, init_ms: int, timed_out: bool) -> Activation:
+    """A failed training activation of a cold start of ``init_ms``."""
+    return Activation(
+        namespace="guest",
+        name="train",
+        activationId="a" * 32,
+        start=0,
+        duration=init_ms + 100,
+        annotations=[
+            KeyValue(key="initTime", value=init_ms),
+            KeyValue(key="timeout", value=timed_out),
+        ],
+        response=ActivationResponse(status="action developer error", success=False),
+    )
+
+
+def test_a_cold_start_that_ran_out_of_time_is_not_kept_as_one(tmp_path: Path) -> None:
+    # Arrange: a start of 3 s on record, and a unit planned with a 10 s limit.
+    settings = Settings()
+    runtime = settings.estimator.baseline_runtime
+    plan = ActionPlan(
+        containers=4, shard_examples=450, signature="sig", memory_mb=640, memory_estimate_mb=600,
+        memory_parts={}, memory_source="history", timeout_ms=10_000, timeout_source="history",
+    )  # fmt: skip
+    with SqliteStore(path=tmp_path / "s.db") as store:
+        history.write_baseline(store, runtime, peak_memory_mb=570.0, init_ms=3000)
+        sizer = Sizer(platform=LocalPlatform(), store=store, settings=settings)
+
+        # Execute: one attempt's start ran out of its 10 s (frozen, say); another's took 6.6 s
+        # (four at once) before the attempt was killed.
+        sizer.learn(
+            plan,
+            activation(init_ms=10_020, timed_out=True),
+            Failure(FailureKind.OUT_OF_TIME, "exceeded its time limits during initialization."),
+        )
+        sizer.learn(plan, activation(init_ms=6600, timed_out=False), Failure(FailureKind.CRASH, ""))
+        runtime_record = history.read_baseline(store, runtime)
+        signature = history.read(store, "sig")
+
+    # Assert: the start that ended at the limit measured the limit: the signature's floor keeps
+    # it, the runtime's starts do not (the next limit of every signature would rise past it).
+    assert runtime_record is not None
+    assert runtime_record.init_ms == [3000, 6600]
+    assert signature is not None
+    assert signature.timeout_floor_ms == 10_000
