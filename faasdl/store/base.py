@@ -234,15 +234,20 @@ class StateStore(Resource):
             check_version(expected_version)
         return self._delete(check_key(key), expected_version)
 
-    def scan(self, prefix: str) -> list[tuple[str, Versioned]]:
-        """Every record whose key starts with ``prefix``, each exactly once, sorted by key."""
-        return [(k, Versioned(decode(v.value), v.version)) for k, v in self.scan_raw(prefix)]
+    def scan(self, prefix: str, *, from_key: str = "") -> list[tuple[str, Versioned]]:
+        """Every record whose key starts with ``prefix``, each exactly once, sorted by key; with
+        ``from_key``, only those from that key on (the keys sort as text, by code point)."""
+        return [
+            (k, Versioned(decode(v.value), v.version))
+            for k, v in self.scan_raw(prefix, from_key=from_key)
+        ]
 
-    def scan_raw(self, prefix: str) -> list[tuple[str, Versioned]]:
+    def scan_raw(self, prefix: str, *, from_key: str = "") -> list[tuple[str, Versioned]]:
         """As :meth:`scan`, with the values as stored (JSON bytes, not decoded)."""
+        low = max(_checked_prefix(prefix), _checked_prefix(from_key, field="from_key"))
         seen: dict[str, Versioned] = {}
-        for key, data, version in self._scan(_checked_prefix(prefix)):
-            if key.startswith(prefix):
+        for key, data, version in self._scan(prefix, low):
+            if key.startswith(prefix) and key >= low:
                 seen[key] = Versioned(data, version)
         return sorted(seen.items())
 
@@ -535,12 +540,13 @@ class StateStore(Resource):
     def _delete(self, key: str, expected_version: int | None) -> bool: ...
 
     @abstractmethod
-    def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
-        """Records under ``prefix`` (duplicates and extra keys are fine: the caller filters)."""
+    def _scan(self, prefix: str, low: str) -> Iterable[tuple[str, bytes, int]]:
+        """Records under ``prefix`` from key ``low`` on (``prefix`` itself or a key after it;
+        duplicates and extra keys are fine: the caller filters)."""
 
     def _scan_versions(self, prefix: str) -> Iterable[tuple[str, int]]:
         """As :meth:`_scan`, keys and versions; a backend that can leave the values out does."""
-        return ((key, version) for key, _, version in self._scan(prefix))
+        return ((key, version) for key, _, version in self._scan(prefix, prefix))
 
     @abstractmethod
     def _write_chunks(
@@ -559,9 +565,9 @@ class StateStore(Resource):
     def _chunk_keys(self, prefix: str) -> Iterator[str]: ...
 
 
-def _checked_prefix(prefix: str) -> str:
+def _checked_prefix(prefix: str, *, field: str = "prefix") -> str:
     if not isinstance(prefix, str) or "\x00" in prefix:
-        raise ValidationError("must be a string without NUL characters", field="prefix")
+        raise ValidationError("must be a string without NUL characters", field=field)
     return prefix
 
 

@@ -202,12 +202,12 @@ class IgniteStore(StateStore):
             return False
         return bool(self._call(lambda: self._records.remove_if_equals(key, current)))
 
-    def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
+    def _scan(self, prefix: str, low: str) -> Iterable[tuple[str, bytes, int]]:
         def collect() -> list[tuple[str, bytes, int]]:
             out = []
             with self._records.scan(page_size=1000) as cursor:
                 for key, raw in cursor:
-                    if isinstance(key, str) and key.startswith(prefix):
+                    if isinstance(key, str) and key.startswith(prefix) and key >= low:
                         raw = bytes(raw)
                         out.append((key, raw[_VERSION.size :], _VERSION.unpack_from(raw)[0]))
             return out

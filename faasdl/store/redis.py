@@ -255,29 +255,29 @@ class RedisStore(StateStore):
             return self._script("delete", [RECORD + key, INDEX], []) == 1
         return self._script("delete_if", [RECORD + key, INDEX], [str(expected_version)]) == 1
 
-    def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
+    def _scan(self, prefix: str, low: str) -> Iterable[tuple[str, bytes, int]]:
         return [
             (key, bytes(data), int(version))
-            for key, (version, data) in self._fields(prefix, ["v", "d"])
+            for key, (version, data) in self._fields(prefix, ["v", "d"], low)
             if version is not None  # deleted between the index's read and the fields'
         ]
 
     def _scan_versions(self, prefix: str) -> Iterable[tuple[str, int]]:
         return [
             (key, int(version))
-            for key, (version,) in self._fields(prefix, ["v"])
+            for key, (version,) in self._fields(prefix, ["v"], prefix)
             if version is not None
         ]
 
-    def _fields(self, prefix: str, fields: list[str]) -> Iterator[tuple[str, list[Any]]]:
-        """``fields`` of each record under ``prefix``, found in the index, 500 at a time."""
+    def _fields(self, prefix: str, fields: list[str], low: str) -> Iterator[tuple[str, list[Any]]]:
+        """``fields`` of each record under ``prefix`` from key ``low`` on, found in the index,
+        500 at a time."""
         client = self._redis()
-        # Keys from the prefix up to the prefix followed by 0xFF, a byte no UTF-8 text holds.
-        low = (RECORD + prefix).encode()
-        keys = cast(
-            list[bytes],
-            self._retried(lambda: client.zrangebylex(INDEX, b"[" + low, b"(" + low + b"\xff")),
-        )
+        # Keys from ``low`` up to the prefix followed by 0xFF, a byte no UTF-8 text holds (the
+        # index sorts by bytes: UTF-8's order is the code points').
+        start = b"[" + (RECORD + low).encode()
+        end = b"(" + (RECORD + prefix).encode() + b"\xff"
+        keys = cast(list[bytes], self._retried(lambda: client.zrangebylex(INDEX, start, end)))
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
 

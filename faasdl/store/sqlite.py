@@ -130,24 +130,24 @@ class SqliteStore(StateStore):
             )
         return cursor.rowcount == 1
 
-    def _scan(self, prefix: str) -> Iterable[tuple[str, bytes, int]]:
-        rows = self._range("key, value, version", prefix)
+    def _scan(self, prefix: str, low: str) -> Iterable[tuple[str, bytes, int]]:
+        rows = self._range("key, value, version", prefix, low)
         return [(str(k), bytes(v), int(n)) for k, v, n in rows]
 
     def _scan_versions(self, prefix: str) -> Iterable[tuple[str, int]]:
-        return [(str(k), int(n)) for k, n in self._range("key, version", prefix)]
+        return [(str(k), int(n)) for k, n in self._range("key, version", prefix, prefix)]
 
-    def _range(self, columns: str, prefix: str) -> list[Any]:
-        """``columns`` of the records under ``prefix``: a range scan on the primary key, from the
-        prefix to the first text after all it starts."""
+    def _range(self, columns: str, prefix: str, low: str) -> list[Any]:
+        """``columns`` of the records under ``prefix`` from key ``low`` on: a range scan on the
+        primary key, up to the first text after all that start with the prefix."""
         end = _prefix_end(prefix)
         if end is None:
             return self._execute(
-                f"SELECT {columns} FROM records WHERE key >= ? ORDER BY key", (prefix,)
+                f"SELECT {columns} FROM records WHERE key >= ? ORDER BY key", (low,)
             ).fetchall()
         return self._execute(
             f"SELECT {columns} FROM records WHERE key >= ? AND key < ? ORDER BY key",
-            (prefix, end),
+            (low, end),
         ).fetchall()
 
     def _chunk_path(self, key: str) -> Path:

@@ -125,6 +125,34 @@ def test_scan_follows_deletes_and_non_ascii_keys(store: StateStore) -> None:
     ]
 
 
+def test_a_scan_from_a_key_has_the_prefix_s_records_from_that_key_on(store: StateStore) -> None:
+    # Arrange: a job's lines under their rounds (over the Redis backend's batch of 500), a key
+    # after the rounds', a non-ASCII one, and neighbours under other prefixes.
+    for i in range(620):
+        store.put(f"ledger/j/{i:05d}/a", {"i": i})
+    store.put("ledger/j/zz", {"i": -1})
+    store.put("ledger/j/é", {"i": -2})
+    store.put("ledger/i/99999/a", {})
+    store.put("ledger/k/00000/a", {})
+
+    # Execute
+    found = store.scan("ledger/j/", from_key="ledger/j/00600/")
+
+    # Assert
+    rest = [f"ledger/j/{i:05d}/a" for i in range(600, 620)] + ["ledger/j/zz", "ledger/j/é"]
+    assert [k for k, _ in found] == rest
+    assert [v.value["i"] for _, v in found] == [*range(600, 620), -1, -2]
+    assert store.scan_raw("ledger/j/", from_key="ledger/j/00600/") == [
+        (k, v) for k, v in store.scan_raw("ledger/j/") if k in rest
+    ]
+    assert [k for k, _ in store.scan("ledger/j/", from_key="ledger/j/zz")] == rest[-2:]
+    assert [k for k, _ in store.scan("ledger/j/", from_key="ledger/j/z")] == rest[-2:]
+    assert [k for k, _ in store.scan("ledger/j/", from_key="ledger/j/é")] == rest[-1:]
+    # A key before the prefix's reads it whole, one after its none.
+    assert store.scan("ledger/j/", from_key="ledger/") == store.scan("ledger/j/")
+    assert store.scan("ledger/j/", from_key="ledger/k/") == []
+
+
 def test_a_scan_of_versions_has_the_keys_and_versions_a_scan_of_records_has(
     store: StateStore,
 ) -> None:
@@ -436,6 +464,7 @@ def test_typed_records(store: StateStore) -> None:
         (lambda s: s.put_blob("b", "text, not bytes"), "data"),
         (lambda s: s.put_blob("b", (b"bytes", 5)), "data"),
         (lambda s: s.scan("a\x00"), "prefix"),
+        (lambda s: s.scan("a", from_key="a\x00"), "from_key"),
     ],
 )
 def test_bad_input_names_the_problem(store: StateStore, call: object, field: str) -> None:
