@@ -65,7 +65,6 @@ from faasdl.store.records import (
     LedgerTotals,
     RoundResult,
     UnitState,
-    create,
     fn_key,
     fn_prefix,
     fn_round_prefix,
@@ -73,6 +72,7 @@ from faasdl.store.records import (
     job_key,
     ledger,
     ledger_key,
+    ledger_prefix,
     load,
     round_key,
     round_prefix,
@@ -264,7 +264,7 @@ def delete_job(store: StateStore, job: JobInfo) -> None:
             store.delete(key, found[1])
     for name in store.blob_names(job_blobs(job.job_id)):
         store.delete_blob(name)
-    for prefix in (ledger_key(job.job_id), fn_prefix(job.job_id), round_prefix(job.job_id)):
+    for prefix in (ledger_prefix(job.job_id), fn_prefix(job.job_id), round_prefix(job.job_id)):
         for key, version in store.scan_versions(prefix):
             store.delete(key, version)
     store.delete(job_key(job.job_id))
@@ -302,6 +302,7 @@ class JobRunner:
         self.spec: JobSpec
         self.plan: JobPlan
         self.strategy: RecoveryStrategy
+        self._ledger_by_round: bool  # how its lines are kept: read with the spec
         self._variants: dict[tuple[str, int, int], tuple[str, float]] = {}
         self._train_s = 0.0  # training activations' time, for the observed MTBF
         self._train_attempts = 0
@@ -430,6 +431,7 @@ class JobRunner:
         self.spec = JobSpec.model_validate(job.spec)
         self.plan = JobPlan.model_validate(job.plan)
         self.strategy = self.spec.fault_tolerance.strategy()
+        self._ledger_by_round = job.ledger_by_round
         train = [a for a in self._settle_totals() if a.kind == "train"]
         self._train_s = sum(a.duration_ms for a in train) / 1000
         self._train_attempts = len(train)
@@ -554,7 +556,7 @@ class JobRunner:
             if unit.state is UnitState.COMMITTED and unit.committed_result and unit.examples:
                 done[(0, shard)] = (unit.committed_result, unit.examples)
                 losses[shard] = (unit.loss or 0.0, unit.examples)
-                if unit.activation_id is not None and not self._booked(unit.activation_id):
+                if unit.activation_id is not None and not self._booked(unit.activation_id, round_):
                     self._book_unseen(task, unit, unit.activation_id)
                 continue
             if unit.state is UnitState.RUNNING and unit.activation_id is not None:
@@ -986,7 +988,7 @@ class JobRunner:
         limits: str | None,
     ) -> None:
         task = ended.task
-        booked = self._booked(ended.activation_id)
+        booked = self._booked(ended.activation_id, task.round)
         report = FailureReport(
             t_ms=now_ms(),
             kind=task.kind,
@@ -1066,8 +1068,11 @@ class JobRunner:
         )
         return change, 0
 
-    def _booked(self, activation_id: str) -> ActivationUse | None:
-        found = load(self.rt.store, ledger_key(self.job_id, activation_id), ActivationUse)
+    def _ledger_key(self, activation_id: str, round_: int) -> str:
+        return ledger_key(self.job_id, activation_id, round_ if self._ledger_by_round else None)
+
+    def _booked(self, activation_id: str, round_: int) -> ActivationUse | None:
+        found = load(self.rt.store, self._ledger_key(activation_id, round_), ActivationUse)
         return found[0] if found else None
 
     def _book(
@@ -1100,7 +1105,9 @@ class JobRunner:
             gb_s=round(gb_s, 6),
             cost_usd=cost,
         )
-        if not create(self.rt.store, use):
+        if not self.rt.store.put_if_absent(
+            self._ledger_key(use.activation_id, use.round), use.model_dump(mode="json")
+        ):
             return
         m = self.rt.metrics
         m.activations.labels(kind=task.kind, outcome=outcome).inc()
@@ -1142,8 +1149,8 @@ class JobRunner:
         """Set the job's totals (activations, cost, ``ledger_totals``) to what its ledger says
         (they are added to line by line, and a controller may have died between a line and its
         addition; a record from before ``ledger_totals`` has none); the ledger."""
-        entries = ledger(self.rt.store, self.job_id)
         job = self._job()
+        entries = ledger(self.rt.store, job)
         if job.activation_count != len(entries) or job.ledger_totals is None:
             cost = sum(a.cost_usd for a in entries)
             price = self.rt.settings.price_per_gb_s

@@ -426,6 +426,7 @@ class Controller:
             created_ms=created,
             updated_ms=created,
             ledger_totals=LedgerTotals(),
+            ledger_by_round=True,
             events=[
                 JobEvent(
                     t_ms=created,
@@ -634,8 +635,7 @@ class Controller:
     def ledger(self, job_id: str, round_from: int = 0) -> list[ActivationUse]:
         """The job's ledger: each activation it has run (in round ``round_from`` and later),
         what it used and cost, in the order they started. Raises ``JobNotFound``."""
-        self.job(job_id)
-        return ledger(self.store, job_id, round_from)
+        return ledger(self.store, self.job(job_id), round_from)
 
     # ---- scheduling -------------------------------------------------------------------------
 

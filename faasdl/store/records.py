@@ -61,7 +61,8 @@ class JobState(StrEnum):
 class ActivationUse(Record):
     """What one activation of a job used and cost: a line of the job's ledger.
 
-    Each is a record of its own (``ledger/{job}/{activation}``): booking an activation is one
+    Each is a record of its own (``ledger/{job}/{round}/{activation}``; ``ledger/{job}/
+    {activation}`` in jobs from before lines were kept by round): booking an activation is one
     put-if-absent, done at most once however often a controller restarts, and the job record,
     rewritten at every step of the job, does not grow with every activation."""
 
@@ -82,7 +83,7 @@ class ActivationUse(Record):
     cost_usd: float
 
     def key(self) -> str:
-        return ledger_key(self.job_id, self.activation_id)
+        return ledger_key(self.job_id, self.activation_id, self.round)
 
 
 class LedgerTotals(BaseModel):
@@ -178,6 +179,9 @@ class JobInfo(Record):
     model: str | None = None
     stopped_early: bool = False
     activation_count: int = 0  # lines in the job's ledger
+    # Its lines are kept by round (:func:`ledger_key`), so that its latest rounds' are read alone;
+    # false in records from before, whose lines are kept by activation alone.
+    ledger_by_round: bool = False
     # The rest of its totals; none in records from before they were kept (read the ledger).
     ledger_totals: LedgerTotals | None = None
     failures: list[FailureReport] = Field(default_factory=list)
@@ -380,9 +384,17 @@ def job_key(job_id: str) -> str:
     return f"job/{job_id}"
 
 
-def ledger_key(job_id: str, activation_id: str = "") -> str:
-    """An activation's line of the job's ledger; without one, the prefix of the whole ledger."""
-    return f"ledger/{job_id}/{activation_id}"
+def ledger_key(job_id: str, activation_id: str, round_: int | None) -> str:
+    """An activation's line of the job's ledger, under its round; ``round_`` None: under the job
+    alone, as in a job from before lines were kept by round (``JobInfo.ledger_by_round``)."""
+    if round_ is None:
+        return f"{ledger_prefix(job_id)}{activation_id}"
+    return f"{ledger_prefix(job_id)}{round_:05d}/{activation_id}"
+
+
+def ledger_prefix(job_id: str) -> str:
+    """The prefix of the job's whole ledger."""
+    return f"ledger/{job_id}/"
 
 
 def round_key(job_id: str, round_: int) -> str:
@@ -446,13 +458,19 @@ def load(store: StateStore, key: str, model: type[R]) -> tuple[R, int] | None:
         raise StoreError(f"record {key!r} is not a valid {model.__name__}: {exc}") from exc
 
 
-def ledger(store: StateStore, job_id: str, round_from: int = 0) -> list[ActivationUse]:
+def ledger(store: StateStore, job: JobInfo, round_from: int = 0) -> list[ActivationUse]:
     """The job's ledger: every activation booked (of round ``round_from`` and later), in the
-    order they started."""
+    order they started. A job's lines kept by round are read from that round's on; a job's from
+    before, whole (a 10,000-round job's ~60,000 lines: 0.7 s on SQLite)."""
+    prefix = ledger_prefix(job.job_id)
+    if job.ledger_by_round:
+        found = store.scan(prefix, from_key=ledger_key(job.job_id, "", round_from))
+    else:
+        found = store.scan(prefix)
     entries = [
         ActivationUse.model_validate(v.value)
-        for _, v in store.scan(ledger_key(job_id))
-        if round_from == 0 or v.value.get("round", 0) >= round_from  # parsed only if wanted
+        for _, v in found
+        if v.value.get("round", 0) >= round_from  # parsed only if wanted
     ]
     return sorted(entries, key=lambda a: (a.start_ms, a.activation_id))
 

@@ -275,9 +275,9 @@ class RedisStore(StateStore):
         client = self._redis()
         # Keys from ``low`` up to the prefix followed by 0xFF, a byte no UTF-8 text holds (the
         # index sorts by bytes: UTF-8's order is the code points').
-        start = b"[" + (RECORD + low).encode()
-        end = b"(" + (RECORD + prefix).encode() + b"\xff"
-        keys = cast(list[bytes], self._retried(lambda: client.zrangebylex(INDEX, start, end)))
+        first = b"[" + (RECORD + low).encode()
+        past = b"(" + (RECORD + prefix).encode() + b"\xff"
+        keys = cast(list[bytes], self._retried(lambda: client.zrangebylex(INDEX, first, past)))
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
 

@@ -454,6 +454,7 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
         created_ms=t,
         started_ms=t,
         events=[JobEvent(t_ms=t, kind="admitted", message="after 0.0 s in the queue")],
+        ledger_by_round=True,  # its lines read from a round on, as the store keeps them
     )
     assert create(store, long)
     workers = plan.train.containers

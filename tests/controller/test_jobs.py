@@ -1108,38 +1108,55 @@ def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
 
 @pytest.mark.parametrize(
     "before",
-    ["a line its totals lack", "a record without ledger_totals"],
-    ids=["died between", "older record"],
+    [
+        "a line its totals lack",
+        "a record without ledger_totals",
+        "a record from before lines were kept by round",
+    ],
+    ids=["died between", "older record", "lines by activation"],
 )
 def test_a_line_booked_by_a_controller_that_died_before_adding_it_up_is_counted_once(
     tmp_path: Path, tf_platform: LocalPlatform, before: str
 ) -> None:
-    # Arrange: a queued job whose ledger already holds a line its record's totals lack, as a
-    # controller that died between booking an activation and adding it to the job leaves it;
-    # or one counted in a record from before the ledger's totals were kept with the job.
+    # Arrange: a queued two-round job whose ledger already holds a line its record's totals
+    # lack, as a controller that died between booking an activation and adding it to the job
+    # leaves it; or one counted in a record from before the ledger's totals were kept with the
+    # job; or one booked by a controller that kept a job's lines by activation alone.
     url = f"sqlite:///{tmp_path / 'state.db'}"
     settings = Settings(controller={"scheduler_tick_s": 0.1})
+    by_round = before != "a record from before lines were kept by round"
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
         controller = Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
-        spec = JobSpec.model_validate({**DIGITS_JOB, "workers": 1, "epochs": 1})
+        spec = JobSpec.model_validate({**DIGITS_JOB, "workers": 1, "epochs": 2, "sync_every": 1})
         job_id = controller.submit(spec).job.job_id
         orphan = ledger_line(job_id, "platform_error")
-        assert create(store, orphan)
+        key = records.ledger_key(job_id, orphan.activation_id, orphan.round if by_round else None)
+        assert store.put_if_absent(key, orphan.model_dump(mode="json"))
         if before == "a record without ledger_totals":
             older = controller.job(job_id).model_copy(
                 update={"activation_count": 1, "cost_usd": orphan.cost_usd, "ledger_totals": None}
             )
             update(store, job_key(job_id), JobInfo, lambda _: older)
+        if not by_round:  # the record as such a controller wrote it: without the field
+            written = controller.job(job_id).model_dump(mode="json")
+            store.put(job_key(job_id), {k: v for k, v in written.items() if k != "ledger_by_round"})
 
         # Execute
         with controller:
             job = controller.wait(job_id, timeout_s=300)
             ledger = controller.ledger(job_id)
+            latest = controller.ledger(job_id, round_from=1)
+            keys = [k for k, _ in store.scan_versions(records.ledger_prefix(job_id))]
 
     # Assert: the totals are the ledger's, the orphan counted once, the rest of the job too.
     assert job.state is JobState.DONE, job.error
     assert ledger[0] == orphan
-    assert job.activation_count == len(ledger) == 1 + 1 + 1  # orphan, trainer, evaluation
+    assert job.activation_count == len(ledger) == 1 + 2 + 2  # orphan, trainers, evaluations
+    # Its lines are kept by round, or as the job's first were, and read from a round on either way.
+    assert job.ledger_by_round is by_round
+    assert [k.count("/") for k in keys] == [3 if by_round else 2] * len(ledger)
+    assert latest == [a for a in ledger if a.round >= 1]
+    assert [a.kind for a in latest] == ["train", "evaluate"]
     assert job.ledger_totals is not None
     assert (job.ledger_totals.failed, job.ledger_totals.stopped) == (1, 0)  # the orphan's failure
     assert job.ledger_totals.gb_s == pytest.approx(sum(a.gb_s for a in ledger))
