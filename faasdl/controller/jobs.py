@@ -74,6 +74,7 @@ from faasdl.store.records import (
     job_key,
     ledger,
     load,
+    round_key,
     round_prefix,
     update,
 )
@@ -510,7 +511,9 @@ class Controller:
             return job if len(kept) == len(job.rounds) else job.model_copy(update={"rounds": kept})
         found = [
             RoundResult.model_validate(v.value)
-            for _, v in self.store.scan(round_prefix(job.job_id))
+            for _, v in self.store.scan(
+                round_prefix(job.job_id), from_key=round_key(job.job_id, round_from)
+            )
         ]
         earlier = sorted((r for r in found if round_from <= r.round < first), key=lambda r: r.round)
         return job.model_copy(update={"rounds": [*earlier, *kept]})
