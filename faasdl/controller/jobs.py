@@ -467,8 +467,8 @@ class Controller:
         return Submitted(job=found[0], created=False) if found else None
 
     def jobs(self, *, tenant: str | None = None, state: JobState | None = None) -> list[JobInfo]:
-        """Jobs, newest first: their records without log or failure reports (as
-        :meth:`_all_jobs` reads them)."""
+        """Jobs, newest first: their records without log or failure reports and with their last
+        round only (as :meth:`_all_jobs` reads them)."""
         found = [
             j
             for j in self._all_jobs()
@@ -735,9 +735,11 @@ class Controller:
 
     def _all_jobs(self) -> list[JobInfo]:
         """Every job's record without its log and failure reports (``events`` and ``failures``
-        empty): what admission passes, the job list and housekeeping read, every second for
-        every job the store holds. A record is read and parsed again only once its version has
-        changed (one scan of versions finds which); the heads of the rest are kept."""
+        empty) and with its last round only (what the job list shows of them; a record keeps
+        up to ``ROUNDS_KEPT``, ~120 KB in memory): what admission passes, the job list and
+        housekeeping read, every second for every job the store holds. A record is read and
+        parsed again only once its version has changed (one scan of versions finds which); the
+        heads of the rest are kept."""
         versions = self.store.scan_versions("job/")
         with self._parsed_lock:
             kept = {key: self._heads.get(key) for key, _ in versions}
@@ -750,7 +752,8 @@ class Controller:
             found = self.store.get_raw(key)
             if found is not None:  # else deleted since the scan
                 job = self._parsed(key, found)
-                heads[key] = (found.version, job.model_copy(update={"events": [], "failures": []}))
+                head = {"events": [], "failures": [], "rounds": job.rounds[-1:]}
+                heads[key] = (found.version, job.model_copy(update=head))
         with self._parsed_lock:
             self._heads = heads
         return [head for _, head in heads.values()]

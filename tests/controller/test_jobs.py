@@ -47,6 +47,7 @@ from faasdl.store.records import (
     JobEvent,
     JobInfo,
     JobState,
+    RoundResult,
     create,
     job_key,
     update,
@@ -1073,12 +1074,28 @@ def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
 def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
     tmp_path: Path, tf_platform: LocalPlatform
 ) -> None:
-    # Arrange: more ended jobs than the controller keeps whole records of, each with a log.
+    # Arrange: more ended jobs than the controller keeps whole records of, each with a log and
+    # rounds.
     url = f"sqlite:///{tmp_path / 'state.db'}"
     events = [JobEvent(t_ms=i, kind="log", message=f"line {i}") for i in range(50)]
+    rounds = [
+        RoundResult(
+            round=n,
+            epochs=1,
+            examples=10,
+            loss=1 / (n + 1),
+            test_loss=1 / (n + 1),
+            accuracy=0.9,
+            started_ms=n,
+            finished_ms=n,
+        )
+        for n in range(30)
+    ]
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
         for i in range(1100):
-            job = JobInfo(job_id=f"{i:016x}", state=JobState.DONE, events=events, created_ms=i)
+            job = JobInfo(
+                job_id=f"{i:016x}", state=JobState.DONE, events=events, rounds=rounds, created_ms=i
+            )
             assert create(store, job)
         controller = Controller(
             settings=Settings(), platform=tf_platform, store=store, store_url=url
@@ -1096,14 +1113,15 @@ def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
         whole = controller.job(f"{7:016x}")
 
     # Assert: the second pass parsed nothing again, the third only the changed job; the heads
-    # hold no log.
+    # hold no log and only the last round (what the job list shows).
     assert len(first) == 1100
     assert all(a is b for a, b in zip(first, second, strict=True))
     again = [b.job_id for a, b in zip(second, third, strict=True) if a is not b]
     assert again == [f"{7:016x}"]
     assert next(j for j in third if j.job_id == f"{7:016x}").round == 1
-    assert all(j.events == [] for j in third)
-    assert len(whole.events) == 50  # the record itself keeps it
+    assert all(j.events == [] and j.rounds == rounds[-1:] for j in third)
+    assert len(whole.events) == 50  # the record itself keeps them
+    assert whole.rounds == rounds
 
 
 @pytest.mark.parametrize(
