@@ -13,6 +13,7 @@ from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
+from faasdl.store.records import RoundResult
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +59,17 @@ def own_store(tmp_path: Path) -> Iterator[tuple[StateStore, str]]:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
         yield store, url
+
+
+def round_result(round_: int) -> RoundResult:
+    """A round's result as a job's record holds it (its loss 1 / (round + 1))."""
+    return RoundResult(
+        round=round_,
+        epochs=1,
+        examples=1_000,
+        loss=1 / (round_ + 1),
+        test_loss=1 / (round_ + 1),
+        accuracy=0.9,
+        started_ms=0,
+        finished_ms=1,
+    )

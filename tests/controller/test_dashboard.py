@@ -30,13 +30,13 @@ from faasdl.store.records import (
     JobEvent,
     JobInfo,
     JobState,
-    RoundResult,
     UnitState,
     create,
     job_key,
     update,
 )
 from tests.conftest import eventually
+from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
 
@@ -422,20 +422,6 @@ def test_a_resumed_jobs_running_attempt_is_drawn_from_its_claim_not_the_resumpti
     assert 1.7 < widths[0] / widths[1] < 2.3, widths
 
 
-def result(round_: int) -> RoundResult:
-    """A round's result as a job's record holds it."""
-    return RoundResult(
-        round=round_,
-        epochs=1,
-        examples=1_000,
-        loss=1 / (round_ + 1),
-        test_loss=1 / (round_ + 1),
-        accuracy=0.9,
-        started_ms=0,
-        finished_ms=1,
-    )
-
-
 def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_at_a_time(
     served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
 ) -> None:
@@ -450,7 +436,7 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
         job_id="a" * 16,
         state=JobState.RUNNING,
         round=29,
-        rounds=[result(n) for n in range(29)],
+        rounds=[round_result(n) for n in range(29)],
         created_ms=t,
         started_ms=t,
         events=[JobEvent(t_ms=t, kind="admitted", message="after 0.0 s in the queue")],
@@ -491,7 +477,7 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     def finish_round(job: JobInfo | None) -> JobInfo:
         assert job is not None
         event = JobEvent(t_ms=t + 300_000, kind="round_finished", message="round 30/40", round=29)
-        return job.with_round(result(29), round=30).with_event(event, kept=100)
+        return job.with_round(round_result(29), round=30).with_event(event, kept=100)
 
     def cancel(job: JobInfo | None) -> JobInfo:
         assert job is not None

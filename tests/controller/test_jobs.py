@@ -47,7 +47,6 @@ from faasdl.store.records import (
     JobEvent,
     JobInfo,
     JobState,
-    RoundResult,
     create,
     job_key,
     update,
@@ -55,6 +54,7 @@ from faasdl.store.records import (
 from faasdl.training.datasets import ONE_DATA_SET
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually, write_and_die
+from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
 
@@ -1078,19 +1078,7 @@ def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
     # rounds.
     url = f"sqlite:///{tmp_path / 'state.db'}"
     events = [JobEvent(t_ms=i, kind="log", message=f"line {i}") for i in range(50)]
-    rounds = [
-        RoundResult(
-            round=n,
-            epochs=1,
-            examples=10,
-            loss=1 / (n + 1),
-            test_loss=1 / (n + 1),
-            accuracy=0.9,
-            started_ms=n,
-            finished_ms=n,
-        )
-        for n in range(30)
-    ]
+    rounds = [round_result(n) for n in range(30)]
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
         for i in range(1100):
             job = JobInfo(
