@@ -461,7 +461,7 @@ def load(store: StateStore, key: str, model: type[R]) -> tuple[R, int] | None:
 def ledger(store: StateStore, job: JobInfo, round_from: int = 0) -> list[ActivationUse]:
     """The job's ledger: every activation booked (of round ``round_from`` and later), in the
     order they started. A job's lines kept by round are read from that round's on; a job's from
-    before, whole (a 10,000-round job's ~60,000 lines: 0.7 s on SQLite)."""
+    before, whole (a 10,000-round job's ~60,000 lines: ~0.6 s on SQLite)."""
     prefix = ledger_prefix(job.job_id)
     if job.ledger_by_round:
         found = store.scan(prefix, from_key=ledger_key(job.job_id, "", round_from))

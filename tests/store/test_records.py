@@ -74,31 +74,29 @@ def test_a_ledger_read_from_a_round_on_fetches_only_those_rounds_lines_where_kep
     # Arrange: a 50-round job's three lines a round, kept by round or, as a job from before
     # lines were kept by round kept them, by activation alone (ids that do not sort by round).
     job = JobInfo(job_id="a" * 16, ledger_by_round=by_round)
-    store = CountingStore(path=tmp_path / "state.db")
-    store.open()
-    for round_ in range(50):
-        for unit in range(3):
-            use = ActivationUse(
-                job_id=job.job_id,
-                activation_id=f"{(unit * 50 + round_) * 7919 % 150:032x}",
-                kind="train",
-                round=round_,
-                unit=unit,
-                memory_mb=512,
-                start_ms=1_000 * round_ + unit,
-                duration_ms=900,
-                outcome="success",
-                gb_s=0.45,
-                cost_usd=0.0,
-            )
-            key = ledger_key(job.job_id, use.activation_id, round_ if by_round else None)
-            assert store.put_if_absent(key, use.model_dump(mode="json"))
+    with CountingStore(path=tmp_path / "state.db") as store:
+        for round_ in range(50):
+            for unit in range(3):
+                use = ActivationUse(
+                    job_id=job.job_id,
+                    activation_id=f"{(unit * 50 + round_) * 7919 % 150:032x}",
+                    kind="train",
+                    round=round_,
+                    unit=unit,
+                    memory_mb=512,
+                    start_ms=1_000 * round_ + unit,
+                    duration_ms=900,
+                    outcome="success",
+                    gb_s=0.45,
+                    cost_usd=0.0,
+                )
+                key = ledger_key(job.job_id, use.activation_id, round_ if by_round else None)
+                assert store.put_if_absent(key, use.model_dump(mode="json"))
 
-    # Execute
-    latest = ledger(store, job, round_from=48)
-    fetched = store.fetched
-    whole = ledger(store, job)
-    store.close()
+        # Execute
+        latest = ledger(store, job, round_from=48)
+        fetched = store.fetched
+        whole = ledger(store, job)
 
     # Assert
     assert [(a.round, a.unit) for a in latest] == [(r, u) for r in (48, 49) for u in range(3)]
