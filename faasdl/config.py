@@ -170,7 +170,13 @@ class OpenWhiskSettings(Section):
     )
     namespace: str = Field("_", description="Namespace; '_' is the key's default namespace.")
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
-    request_timeout_s: float = Field(70.0, gt=0, description="Socket timeout of one HTTP request.")
+    request_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Socket timeout of one HTTP request; a blocking invoke's is its blocking "
+        "window (`blocking_wait_ms`) longer. A call that times out is retried as an unavailable "
+        "one is, so an API that stops answering pauses the jobs after `retry_attempts` of them.",
+    )
     blocking_wait_ms: int = Field(
         60_000, ge=1, le=60_000, description="How long a blocking invoke waits before polling."
     )

@@ -134,17 +134,22 @@ class OpenWhiskPlatform(Platform):
         json_body: Any = None,
         params: Mapping[str, Any] | None = None,
         ok: tuple[int, ...] = (200,),
+        waits_s: float = 0.0,
     ) -> requests.Response:
-        """One HTTP call; a status outside ``ok`` is translated into the faasdl tree."""
+        """One HTTP call; a status outside ``ok`` is translated into the faasdl tree. ``waits_s``:
+        how long the server may hold its answer by design (a blocking invoke's window), allowed
+        beyond the request timeout."""
         if self._session is None:
             raise _NotOpen
+        timeout_s = waits_s + self.settings.request_timeout_s
         try:
             response = self._session.request(
-                method, url, json=json_body, params=params, timeout=self.settings.request_timeout_s
+                method, url, json=json_body, params=params, timeout=timeout_s
             )
         except requests.RequestException as exc:
             raise PlatformUnavailable(
-                f"cannot reach OpenWhisk at {self.settings.api_host}: {self._failure(exc)}"
+                f"cannot reach OpenWhisk at {self.settings.api_host}: "
+                f"{self._failure(exc, timeout_s)}"
             ) from exc
         if response.status_code in ok:
             return response
@@ -169,10 +174,9 @@ class OpenWhiskPlatform(Platform):
             error = PlatformError(f"OpenWhisk answered {status}: {text}")
         raise error
 
-    def _failure(self, exc: Exception) -> str:
+    def _failure(self, exc: Exception, timeout_s: float) -> str:
         """What failed, in a line: requests' own messages wrap it in the connection pool's."""
         if isinstance(exc, requests.Timeout):
-            timeout_s = self.settings.request_timeout_s
             return f"no answer in {timeout_s:g} s (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)"
         return reason(exc)
 
@@ -191,7 +195,7 @@ class OpenWhiskPlatform(Platform):
         except (requests.RequestException, ValueError) as exc:
             raise PlatformUnavailable(
                 f"cannot read OpenWhisk's limits from {self.settings.api_host}/: "
-                f"{self._failure(exc)}"
+                f"{self._failure(exc, self.settings.request_timeout_s)}"
             ) from exc
         limits = info.get("limits") or {}
         runtimes = info.get("runtimes") or {}
@@ -329,6 +333,7 @@ class OpenWhiskPlatform(Platform):
                 json_body=dict(params or {}),
                 params={"blocking": "true", "timeout": wait_ms},
                 ok=(200, 202, 500, 502),
+                waits_s=wait_ms / 1000,
             )
         except _Missing as exc:
             raise ActionNotFound(name) from exc

@@ -483,6 +483,25 @@ def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
     )
 
 
+def test_a_blocking_invoke_waits_its_window_beyond_the_request_timeout(
+    make_served: Callable[..., Served], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Arrange: requests time out after 0.3 s, and the action answers after 1.5 s, inside the
+    # blocking window: the server holds that answer by design, so it is no outage.
+    served = make_served(client={"request_timeout_s": 0.3, "blocking_wait_ms": 10_000})
+    served.client.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
+
+    # Act
+    with caplog.at_level(logging.WARNING, logger="faasdl.platform.openwhisk"):
+        record = served.client.call("sleep", {"seconds": 1.5}, timeout_s=30)
+
+    # Assert: answered by the blocking invoke itself, asked once.
+    assert record.success
+    assert record.response.result == {"slept": 1.5}
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
+    assert len(served.local.list_activations(name="sleep")) == 1
+
+
 def test_a_closed_client_says_so_at_once_without_retrying(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
