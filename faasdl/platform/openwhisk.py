@@ -51,6 +51,10 @@ from faasdl.platform.base import (
 log = logging.getLogger(__name__)
 
 _MB = 1024 * 1024
+#: The longest a ping waits for an answer (``request_timeout_s`` where that is shorter): the
+#: controller's readiness probe asks it, and a probe must answer within its own timeout, a
+#: platform that hangs or not (Kubernetes' default: 1 s; the chart gives it 5).
+PING_TIMEOUT_S = 2.0
 
 
 class _Missing(PlatformError):
@@ -135,13 +139,15 @@ class OpenWhiskPlatform(Platform):
         params: Mapping[str, Any] | None = None,
         ok: tuple[int, ...] = (200,),
         waits_s: float = 0.0,
+        timeout_s: float | None = None,
     ) -> requests.Response:
         """One HTTP call; a status outside ``ok`` is translated into the faasdl tree. ``waits_s``:
         how long the server may hold its answer by design (a blocking invoke's window), allowed
-        beyond the request timeout."""
+        beyond the request timeout (or ``timeout_s``, where given)."""
         if self._session is None:
             raise _NotOpen
-        timeout_s = waits_s + self.settings.request_timeout_s
+        setting = timeout_s is None  # a timeout of the setting's names it
+        timeout_s = waits_s + (self.settings.request_timeout_s if timeout_s is None else timeout_s)
         try:
             response = self._session.request(
                 method, url, json=json_body, params=params, timeout=timeout_s
@@ -149,7 +155,7 @@ class OpenWhiskPlatform(Platform):
         except requests.RequestException as exc:
             raise PlatformUnavailable(
                 f"cannot reach OpenWhisk at {self.settings.api_host}: "
-                f"{self._failure(exc, timeout_s)}"
+                f"{self._failure(exc, timeout_s, setting=setting)}"
             ) from exc
         if response.status_code in ok:
             return response
@@ -174,10 +180,12 @@ class OpenWhiskPlatform(Platform):
             error = PlatformError(f"OpenWhisk answered {status}: {text}")
         raise error
 
-    def _failure(self, exc: Exception, timeout_s: float) -> str:
-        """What failed, in a line: requests' own messages wrap it in the connection pool's."""
+    def _failure(self, exc: Exception, timeout_s: float, *, setting: bool = True) -> str:
+        """What failed, in a line: requests' own messages wrap it in the connection pool's. A
+        timeout names ``request_timeout_s`` where that ``setting`` set it."""
         if isinstance(exc, requests.Timeout):
-            return f"no answer in {timeout_s:g} s (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)"
+            named = " (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)" if setting else ""
+            return f"no answer in {timeout_s:g} s{named}"
         return reason(exc)
 
     def _call(self, method: str, url: str, **kwargs: Any) -> requests.Response:
@@ -232,7 +240,11 @@ class OpenWhiskPlatform(Platform):
         return self._limits
 
     def ping(self) -> None:
-        self._request("GET", self.settings.api_host.rstrip("/") + "/api/v1/namespaces")
+        self._request(
+            "GET",
+            self.settings.api_host.rstrip("/") + "/api/v1/namespaces",
+            timeout_s=min(PING_TIMEOUT_S, self.settings.request_timeout_s),
+        )
 
     # -- actions ---------------------------------------------------------------------------
 

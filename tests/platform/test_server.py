@@ -4,9 +4,11 @@ input, and response shapes checked against OpenWhisk's own swagger (apiv1swagger
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -481,6 +483,53 @@ def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
         f"cannot read OpenWhisk's limits from {url}/: "
         "no answer in 0.2 s (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)"
     )
+
+
+class _Hung(http.server.BaseHTTPRequestHandler):
+    """An OpenWhisk API that answers its limits (``/``) and nothing else (a controller whose
+    backend hangs): the other requests wait until the server closes."""
+
+    released = threading.Event()
+
+    def do_GET(self) -> None:
+        if self.path != "/":
+            self.released.wait()
+            return
+        body = json.dumps({"limits": {}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        pass
+
+
+def test_a_ping_of_a_platform_that_does_not_answer_ends_within_the_probes_timeout() -> None:
+    # Arrange: opened (its limits read) against an API that then hangs; requests' own timeout
+    # is 30 s.
+    _Hung.released.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hung)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=url, request_timeout_s=30))
+    client.open()
+    started = time.monotonic()
+    try:
+        # Act
+        with pytest.raises(PlatformUnavailable) as raised:
+            client.ping()
+        took_s = time.monotonic() - started
+    finally:
+        client.close()
+        _Hung.released.set()
+        server.shutdown()
+        server.server_close()
+
+    # Assert: it says how long it waited, within the chart's readiness probe's 5 s.
+    assert str(raised.value) == f"cannot reach OpenWhisk at {url}: no answer in 2 s"
+    assert took_s < 5
 
 
 def test_a_blocking_invoke_waits_its_window_beyond_the_request_timeout(
