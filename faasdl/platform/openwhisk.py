@@ -240,10 +240,11 @@ class OpenWhiskPlatform(Platform):
         return self._limits
 
     def ping(self) -> None:
+        shorter = self.settings.request_timeout_s > PING_TIMEOUT_S  # than the setting's
         self._request(
             "GET",
             self.settings.api_host.rstrip("/") + "/api/v1/namespaces",
-            timeout_s=min(PING_TIMEOUT_S, self.settings.request_timeout_s),
+            timeout_s=PING_TIMEOUT_S if shorter else None,
         )
 
     # -- actions ---------------------------------------------------------------------------
