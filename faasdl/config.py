@@ -289,6 +289,13 @@ class StoreSettings(Section):
         None, description="A file holding the password (a mounted secret); replaces `password`."
     )
     tls_ca_file: str | None = Field(None, description="CA bundle to verify a rediss:// server.")
+    timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="How long a Redis or Ignite request waits for an answer (its socket "
+        "timeout). One that times out is not asked again, so a store that stops answering is "
+        "unavailable after this long: the API answers 503 naming it, the jobs pause.",
+    )
     ignite_replicated: bool = Field(
         True, description="Ignite caches REPLICATED (else PARTITIONED with ignite_backups)."
     )

@@ -17,7 +17,7 @@ from redis.commands.core import Script
 from tenacity import (
     before_sleep_log,
     retry,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     wait_random_exponential,
 )
@@ -66,6 +66,11 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
+def _lost_not_timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is a lost connection worth asking again: not one that timed out."""
+    return isinstance(exc, StoreUnavailable) and not isinstance(exc.__cause__, redis.TimeoutError)
+
+
 class RedisStore(StateStore):
     """A store on a Redis server at ``url`` (``redis://[:password@]host:port/db``, ``rediss://``
     for TLS)."""
@@ -78,7 +83,7 @@ class RedisStore(StateStore):
         url: str,
         password: str | None = None,
         tls_ca_file: str | None = None,
-        socket_timeout_s: float = 30.0,
+        timeout_s: float = 10.0,
         retry_attempts: int = 5,
         **kw: Any,
     ) -> None:
@@ -86,7 +91,7 @@ class RedisStore(StateStore):
         self.url = url
         self._password = password
         self._tls_ca_file = tls_ca_file
-        self._socket_timeout_s = socket_timeout_s
+        self._timeout_s = timeout_s
         self._retry_attempts = retry_attempts
         self._client: redis.Redis | None = None
         self._scripts: dict[str, Script] = {}
@@ -95,8 +100,8 @@ class RedisStore(StateStore):
         if self._client is not None:
             return
         options: dict[str, Any] = {
-            "socket_timeout": self._socket_timeout_s,
-            "socket_connect_timeout": self._socket_timeout_s,
+            "socket_timeout": self._timeout_s,
+            "socket_connect_timeout": self._timeout_s,
         }
         if self._password is not None:
             options["password"] = self._password
@@ -208,7 +213,12 @@ class RedisStore(StateStore):
         ``StoreFull``."""
         try:
             return op()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except redis.TimeoutError as exc:
+            raise StoreUnavailable(
+                f"Redis at {self._safe_url()} did not answer in {self._timeout_s:g} s "
+                f"(FAASDL_STORE__TIMEOUT_S): {exc}"
+            ) from exc
+        except redis.ConnectionError as exc:
             raise StoreUnavailable(
                 f"lost the connection to Redis at {self._safe_url()}: {exc}"
             ) from exc
@@ -220,9 +230,12 @@ class RedisStore(StateStore):
             ) from exc
 
     def _retried(self, op: Callable[[], T]) -> T:
-        """Run an idempotent ``op``, retrying a lost connection with jittered backoff."""
+        """Run an idempotent ``op``, retrying a lost connection with jittered backoff. Not one
+        that timed out: a server that does not answer in ``timeout_s`` (stopped, or cut off
+        without a reset) would hold the caller that long again at each attempt, an API request
+        or a readiness probe among them."""
         attempt = retry(
-            retry=retry_if_exception_type(StoreUnavailable),
+            retry=retry_if_exception(_lost_not_timed_out),
             wait=wait_random_exponential(multiplier=0.05, max=2.0),
             stop=stop_after_attempt(self._retry_attempts),
             before_sleep=before_sleep_log(log, logging.WARNING),
