@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -29,23 +28,21 @@ def test_a_redis_that_stops_answering_is_unavailable_after_one_timeout(
         assert server.process is not None
         os.kill(server.process.pid, signal.SIGSTOP)
         try:
-            started = time.monotonic()
             # Act
             with (
                 caplog.at_level(logging.WARNING, logger="faasdl.store.redis"),
                 pytest.raises(StoreUnavailable) as raised,
             ):
                 store.get("job/a")
-            took_s = time.monotonic() - started
         finally:
             os.kill(server.process.pid, signal.SIGCONT)
         answered = store.get("job/a")
 
-    # Assert: asked once, for 0.5 s, saying so; and read again once the server answers.
+    # Assert: asked once (five times before, 0.5 s each), saying for how long; and read again
+    # once the server answers.
     assert str(raised.value).startswith(
         f"Redis at {server.url} did not answer in 0.5 s (FAASDL_STORE__TIMEOUT_S)"
     )
-    assert took_s < 1.5  # five attempts took 2.5 s and more
     assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
     assert answered is not None
     assert answered.value == {"n": 1}
