@@ -231,6 +231,12 @@ class KubernetesSettings(Section):
     retry_s: float = Field(
         5.0, gt=0, description="Wait before watching again after the cluster was unreachable."
     )
+    request_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="How long a call to the Kubernetes API waits for its answer, and the pod "
+        "watch for its next line beyond its 30 s renewal; then the cluster is unreachable.",
+    )
 
 
 class ServerSettings(Section):

@@ -3,10 +3,14 @@ talking to the embedded platform's OpenWhisk-compatible server on loopback."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,6 +72,39 @@ def kill_when_running(platform: Platform, activation_id: str) -> None:
         return True
 
     eventually(killed, what=f"kill {activation_id}")
+
+
+@contextlib.contextmanager
+def hung_http_server(answers: dict[str, Any] | None = None) -> Iterator[str]:
+    """An HTTP server on loopback (its URL) that answers a GET of each path in ``answers`` with
+    its JSON, and holds every other request unanswered until it closes: an API cut off without a
+    reset, or whose backend hangs."""
+    released = threading.Event()
+    known = answers or {}
+
+    class Hung(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path not in known:
+                released.wait()
+                return
+            body = json.dumps(known[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hung)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        released.set()
+        server.shutdown()
+        server.server_close()
 
 
 DEFAULTS: dict[str, Any] = {"pool_memory_mb": 2048, "memory_max_mb": 1024}

@@ -283,6 +283,7 @@ class Controller:
             namespace=k8s.namespace,
             release=k8s.release,
             kubeconfig=str(k8s.kubeconfig) if k8s.kubeconfig else None,
+            request_timeout_s=k8s.request_timeout_s,
         )
         while not shutdown.is_set():
             try:

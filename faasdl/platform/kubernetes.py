@@ -253,11 +253,21 @@ class KubernetesCluster:
     kubeconfig file (``kubeconfig``, else ``$KUBECONFIG`` or ``~/.kube/config``)."""
 
     def __init__(
-        self, *, namespace: str = "openwhisk", release: str = "owdev", kubeconfig: str | None = None
+        self,
+        *,
+        namespace: str = "openwhisk",
+        release: str = "owdev",
+        kubeconfig: str | None = None,
+        request_timeout_s: float = 10.0,
     ) -> None:
         self.namespace = namespace
         self.release = release
         self.kubeconfig = kubeconfig
+        #: How long a call waits for the API's answer, and a watch for its next line beyond the
+        #: renewal the API server ends it at (urllib3 asks a GET that timed out three more
+        #: times): the client's own default is forever, so an API server cut off without a
+        #: reset held a watch, and the losses it reports, for good.
+        self.request_timeout_s = request_timeout_s
         self._core: Any = None
 
     @property
@@ -304,14 +314,22 @@ class KubernetesCluster:
             raise PlatformUnavailable(f"cannot reach Kubernetes to {what}: {exc}") from exc
 
     def workers(self) -> list[WorkerInfo]:
-        nodes = self._call("list nodes", lambda api: api.list_node(_preload_content=False))
+        nodes = self._call(
+            "list nodes",
+            lambda api: api.list_node(
+                _preload_content=False, _request_timeout=self.request_timeout_s
+            ),
+        )
         return workers_from_nodes(_json(nodes)["items"])
 
     def action_pods(self) -> list[dict[str, Any]]:
         pods = self._call(
             "list action pods",
             lambda api: api.list_namespaced_pod(
-                self.namespace, label_selector=self.selector, _preload_content=False
+                self.namespace,
+                label_selector=self.selector,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
             ),
         )
         items: list[dict[str, Any]] = _json(pods)["items"]
@@ -338,7 +356,13 @@ class KubernetesCluster:
             stream = watch.Watch()
             try:
                 for raw in _events(
-                    stream, self._api(), self.namespace, self.selector, version, timeout_s
+                    stream,
+                    self._api(),
+                    self.namespace,
+                    self.selector,
+                    version,
+                    timeout_s,
+                    self.request_timeout_s,
                 ):
                     pod = raw["object"]
                     version = pod["metadata"].get("resourceVersion", version)
@@ -372,7 +396,12 @@ class KubernetesCluster:
         """Delete an action pod at once (no grace): a container killed mid-activation."""
         self._call(
             f"delete pod {name}",
-            lambda api: api.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0),
+            lambda api: api.delete_namespaced_pod(
+                name,
+                self.namespace,
+                grace_period_seconds=0,
+                _request_timeout=self.request_timeout_s,
+            ),
         )
 
     def drain(self, node: str) -> list[str]:
@@ -382,7 +411,9 @@ class KubernetesCluster:
 
         self._call(
             f"cordon node {node}",
-            lambda api: api.patch_node(node, {"spec": {"unschedulable": True}}),
+            lambda api: api.patch_node(
+                node, {"spec": {"unschedulable": True}}, _request_timeout=self.request_timeout_s
+            ),
         )
         evicted = []
         for pod in self.action_pods():
@@ -393,14 +424,15 @@ class KubernetesCluster:
                 metadata=client.V1ObjectMeta(name=name, namespace=self.namespace)
             )
             self._call(
-                f"evict pod {name}", functools.partial(_evict, name, self.namespace, eviction)
+                f"evict pod {name}",
+                functools.partial(_evict, name, self.namespace, eviction, self.request_timeout_s),
             )
             evicted.append(name)
         return evicted
 
 
-def _evict(name: str, namespace: str, eviction: Any, api: Any) -> Any:
-    return api.create_namespaced_pod_eviction(name, namespace, eviction)
+def _evict(name: str, namespace: str, eviction: Any, timeout_s: float, api: Any) -> Any:
+    return api.create_namespaced_pod_eviction(name, namespace, eviction, _request_timeout=timeout_s)
 
 
 def _json(response: Any) -> dict[str, Any]:
@@ -409,9 +441,21 @@ def _json(response: Any) -> dict[str, Any]:
 
 
 def _events(
-    stream: Any, api: Any, namespace: str, selector: str, version: str | None, timeout_s: int
+    stream: Any,
+    api: Any,
+    namespace: str,
+    selector: str,
+    version: str | None,
+    timeout_s: int,
+    wait_s: float,
 ) -> Iterator[dict[str, Any]]:
-    kwargs: dict[str, Any] = {"label_selector": selector, "timeout_seconds": timeout_s}
+    """The watch's events; the API server ends it after ``timeout_s``, and one that says nothing
+    for ``wait_s`` longer (cut off) ends it with urllib3's read timeout."""
+    kwargs: dict[str, Any] = {
+        "label_selector": selector,
+        "timeout_seconds": timeout_s,
+        "_request_timeout": timeout_s + wait_s,
+    }
     if version is not None:
         kwargs["resource_version"] = version
     for event in stream.stream(api.list_namespaced_pod, namespace, **kwargs):

@@ -1,7 +1,8 @@
 """The Kubernetes adapter: its logic on API objects in the shape the API serialises them
 (``tests/platform/data/k8s``: nodes and a watch's pod events of an OpenWhisk action, written after
-the Kubernetes API reference and OpenWhisk's pod builder, reference/openwhisk.md §5), and against
-a real cluster wherever a kubeconfig reaches one."""
+the Kubernetes API reference and OpenWhisk's pod builder, reference/openwhisk.md §5), its client
+against an API server that stops answering, and against a real cluster wherever a kubeconfig
+reaches one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from faasdl.errors import ValidationError
+from faasdl.errors import PlatformUnavailable, ValidationError
 from faasdl.platform.classify import FailureKind
 from faasdl.platform.kubernetes import (
     KubernetesCluster,
@@ -26,6 +27,7 @@ from faasdl.platform.kubernetes import (
     worker_from_node,
     workers_from_nodes,
 )
+from tests.conftest import hung_http_server
 
 DATA = Path(__file__).parent / "data" / "k8s"
 NOW_MS = 1_795_000_000_000
@@ -155,6 +157,42 @@ def test_lost_pods_become_container_losses_named_by_the_pod_and_a_pending_pod_do
     assert lost_evicted is not None
     assert lost_evicted.failure.kind is FailureKind.CRASH
     assert container_loss(pending) is None  # it never ran: its activation waits
+
+
+def test_calls_and_the_watch_of_an_api_server_that_stops_answering_end_unavailable(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    # Arrange: a kubeconfig naming an API server that holds every request unanswered (cut off
+    # without a reset); the client's own timeout is none, so both waited for good.
+    with hung_http_server() as url:
+        kubeconfig = tmp_path / "config"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "hung", "cluster": {"server": url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "hung", "user": "u"}}],
+                    "current-context": "c",
+                }
+            )
+        )
+        cluster = KubernetesCluster(kubeconfig=str(kubeconfig), request_timeout_s=0.2)
+        cluster.open()
+
+        # Act
+        with pytest.raises(PlatformUnavailable) as listed:
+            cluster.action_pods()
+        with pytest.raises(PlatformUnavailable) as watched:
+            cluster.watch(lambda _: None, threading.Event(), clock_ms=lambda: NOW_MS, timeout_s=1)
+
+    # Assert: each said so (the controller watches again after FAASDL_KUBERNETES__RETRY_S).
+    assert str(listed.value).startswith("cannot reach Kubernetes to list action pods: ")
+    assert "Read timed out" in str(listed.value)
+    assert str(watched.value).startswith("the pod watch lost Kubernetes: ")
+    assert "Read timed out" in str(watched.value)
 
 
 def _kubeconfig() -> str | None:

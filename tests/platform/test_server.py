@@ -4,11 +4,9 @@ input, and response shapes checked against OpenWhisk's own swagger (apiv1swagger
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +22,7 @@ from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
 from faasdl.platform import messages
 from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec
 from faasdl.platform.openwhisk import OpenWhiskPlatform
-from tests.conftest import Served
+from tests.conftest import Served, hung_http_server
 from tests.platform import actions
 
 SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
@@ -485,45 +483,18 @@ def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
     )
 
 
-class _Hung(http.server.BaseHTTPRequestHandler):
-    """An OpenWhisk API that answers its limits (``/``) and nothing else (a controller whose
-    backend hangs): the other requests wait until the server closes."""
-
-    released = threading.Event()
-
-    def do_GET(self) -> None:
-        if self.path != "/":
-            self.released.wait()
-            return
-        body = json.dumps({"limits": {}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-        pass
-
-
 def test_a_ping_of_a_platform_that_does_not_answer_ends_within_the_probes_timeout() -> None:
     # Arrange: opened (its limits read) against an API that then hangs; requests' own timeout
     # is 30 s.
-    _Hung.released.clear()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hung)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=url, request_timeout_s=30))
-    client.open()
-    try:
-        # Act
-        with pytest.raises(PlatformUnavailable) as raised:
-            client.ping()
-    finally:
-        client.close()
-        _Hung.released.set()
-        server.shutdown()
-        server.server_close()
+    with hung_http_server({"/": {"limits": {}}}) as url:
+        client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=url, request_timeout_s=30))
+        client.open()
+        try:
+            # Act
+            with pytest.raises(PlatformUnavailable) as raised:
+                client.ping()
+        finally:
+            client.close()
 
     # Assert: it waited 2 s, within the chart's readiness probe's 5 s, and says so.
     assert str(raised.value) == f"cannot reach OpenWhisk at {url}: no answer in 2 s"
