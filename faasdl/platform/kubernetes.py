@@ -16,7 +16,6 @@ record (by action and time), it does not replace it.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import threading
@@ -299,14 +298,16 @@ class KubernetesCluster:
             raise PlatformUnavailable("the Kubernetes cluster is not open (call open() first)")
         return self._core
 
-    def _call(self, what: str, op: Callable[[Any], Any]) -> Any:
-        """``op(api)``, its failures as faasdl errors: 5xx and lost connections unavailable,
+    def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The API's ``method`` with ``args`` and ``kwargs``, waiting ``request_timeout_s`` for
+        its answer; its failures as faasdl errors: 5xx and lost connections unavailable,
         anything else the API refused a platform error."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            return op(self._api())
+            call = getattr(self._api(), method)
+            return call(*args, _request_timeout=self.request_timeout_s, **kwargs)
         except ApiException as exc:
             error = PlatformUnavailable if (exc.status or 500) >= 500 else PlatformError
             raise error(f"Kubernetes refused to {what}: {exc.status} {exc.reason}") from exc
@@ -314,23 +315,16 @@ class KubernetesCluster:
             raise PlatformUnavailable(f"cannot reach Kubernetes to {what}: {exc}") from exc
 
     def workers(self) -> list[WorkerInfo]:
-        nodes = self._call(
-            "list nodes",
-            lambda api: api.list_node(
-                _preload_content=False, _request_timeout=self.request_timeout_s
-            ),
-        )
+        nodes = self._call("list nodes", "list_node", _preload_content=False)
         return workers_from_nodes(_json(nodes)["items"])
 
     def action_pods(self) -> list[dict[str, Any]]:
         pods = self._call(
             "list action pods",
-            lambda api: api.list_namespaced_pod(
-                self.namespace,
-                label_selector=self.selector,
-                _preload_content=False,
-                _request_timeout=self.request_timeout_s,
-            ),
+            "list_namespaced_pod",
+            self.namespace,
+            label_selector=self.selector,
+            _preload_content=False,
         )
         items: list[dict[str, Any]] = _json(pods)["items"]
         return items
@@ -396,12 +390,10 @@ class KubernetesCluster:
         """Delete an action pod at once (no grace): a container killed mid-activation."""
         self._call(
             f"delete pod {name}",
-            lambda api: api.delete_namespaced_pod(
-                name,
-                self.namespace,
-                grace_period_seconds=0,
-                _request_timeout=self.request_timeout_s,
-            ),
+            "delete_namespaced_pod",
+            name,
+            self.namespace,
+            grace_period_seconds=0,
         )
 
     def drain(self, node: str) -> list[str]:
@@ -409,12 +401,7 @@ class KubernetesCluster:
         evicted."""
         from kubernetes import client
 
-        self._call(
-            f"cordon node {node}",
-            lambda api: api.patch_node(
-                node, {"spec": {"unschedulable": True}}, _request_timeout=self.request_timeout_s
-            ),
-        )
+        self._call(f"cordon node {node}", "patch_node", node, {"spec": {"unschedulable": True}})
         evicted = []
         for pod in self.action_pods():
             if pod.get("spec", {}).get("nodeName") != node:
@@ -425,14 +412,13 @@ class KubernetesCluster:
             )
             self._call(
                 f"evict pod {name}",
-                functools.partial(_evict, name, self.namespace, eviction, self.request_timeout_s),
+                "create_namespaced_pod_eviction",
+                name,
+                self.namespace,
+                eviction,
             )
             evicted.append(name)
         return evicted
-
-
-def _evict(name: str, namespace: str, eviction: Any, timeout_s: float, api: Any) -> Any:
-    return api.create_namespaced_pod_eviction(name, namespace, eviction, _request_timeout=timeout_s)
 
 
 def _json(response: Any) -> dict[str, Any]:
