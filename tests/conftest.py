@@ -75,16 +75,20 @@ def kill_when_running(platform: Platform, activation_id: str) -> None:
 
 
 @contextlib.contextmanager
-def hung_http_server(answers: dict[str, Any] | None = None) -> Iterator[str]:
+def hung_http_server(
+    answers: dict[str, Any] | None = None, *, held: list[str] | None = None
+) -> Iterator[str]:
     """An HTTP server on loopback (its URL) that answers a GET of each path in ``answers`` with
-    its JSON, and holds every other request unanswered until it closes: an API cut off without a
-    reset, or whose backend hangs."""
+    its JSON, and holds every other request unanswered until it closes (each such path appended
+    to ``held``): an API cut off without a reset, or whose backend hangs."""
     released = threading.Event()
     known = answers or {}
 
     class Hung(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path not in known:
+                if held is not None:
+                    held.append(self.path)
                 released.wait()
                 return
             body = json.dumps(known[self.path]).encode()

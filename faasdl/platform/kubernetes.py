@@ -25,6 +25,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from urllib3.util.retry import Retry
+
 from faasdl.canary.core import ContainerLoss, ContainerLosses
 from faasdl.errors import PlatformError, PlatformUnavailable, ValidationError
 from faasdl.platform.classify import Failure, FailureKind
@@ -36,6 +38,10 @@ ACTION_POD_SELECTOR = "user-action-pod=true"
 ACTION_CONTAINER = "user-action"
 #: The label that marks invoker nodes (openwhisk-deploy-kube's README).
 INVOKER_ROLE = ("openwhisk-role", "invoker")
+#: The client's retries: a refused or failed connection is tried again (urllib3's three), a
+#: request sent and not answered in time is not (urllib3 sent a GET that timed out three more
+#: times, each waiting the request timeout again: a cut-off API server was seen four times late).
+READ_RETRIES = Retry(3, read=False)
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 _FACTORS = {
@@ -263,9 +269,9 @@ class KubernetesCluster:
         self.release = release
         self.kubeconfig = kubeconfig
         #: How long a call waits for the API's answer, and a watch for its next line beyond the
-        #: renewal the API server ends it at (urllib3 asks a GET that timed out three more
-        #: times): the client's own default is forever, so an API server cut off without a
-        #: reset held a watch, and the losses it reports, for good.
+        #: renewal the API server ends it at, asked once (``READ_RETRIES``): the client's own
+        #: default is forever, so an API server cut off without a reset held a watch, and the
+        #: losses it reports, for good.
         self.request_timeout_s = request_timeout_s
         self._core: Any = None
 
@@ -291,7 +297,9 @@ class KubernetesCluster:
                 config.load_kube_config(config_file=self.kubeconfig)
         except (config.ConfigException, OSError) as exc:
             raise PlatformUnavailable(f"no Kubernetes configuration: {exc}") from exc
-        self._core = client.CoreV1Api()
+        configuration = client.Configuration.get_default_copy()
+        configuration.retries = READ_RETRIES
+        self._core = client.CoreV1Api(client.ApiClient(configuration))
 
     def _api(self) -> Any:
         if self._core is None:

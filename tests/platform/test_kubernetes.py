@@ -164,8 +164,10 @@ def test_calls_and_the_watch_of_an_api_server_that_stops_answering_end_unavailab
 ) -> None:
     pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
     # Arrange: a kubeconfig naming an API server that holds every request unanswered (cut off
-    # without a reset); the client's own timeout is none, so both waited for good.
-    with hung_http_server() as url:
+    # without a reset); the client's own timeout is none, so both waited for good, and urllib3
+    # sent each timed-out GET three more times.
+    held: list[str] = []
+    with hung_http_server(held=held) as url:
         kubeconfig = tmp_path / "config"
         kubeconfig.write_text(
             json.dumps(
@@ -185,10 +187,15 @@ def test_calls_and_the_watch_of_an_api_server_that_stops_answering_end_unavailab
         # Act
         with pytest.raises(PlatformUnavailable) as listed:
             cluster.action_pods()
+        asked_to_list = len(held)
         with pytest.raises(PlatformUnavailable) as watched:
             cluster.watch(lambda _: None, threading.Event(), clock_ms=lambda: NOW_MS, timeout_s=1)
 
-    # Assert: each said so (the controller watches again after FAASDL_KUBERNETES__RETRY_S).
+    # Assert: each was asked once and said so (the controller watches again after
+    # FAASDL_KUBERNETES__RETRY_S).
+    assert asked_to_list == 1
+    assert len(held) == 2
+    assert "watch=true" in held[1]
     assert str(listed.value).startswith("cannot reach Kubernetes to list action pods: ")
     assert "Read timed out" in str(listed.value)
     assert str(watched.value).startswith("the pod watch lost Kubernetes: ")
