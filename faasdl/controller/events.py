@@ -51,7 +51,13 @@ from faasdl.errors import (
 from faasdl.estimator.failures import Limits, correct
 from faasdl.estimator.planner import DataFacts
 from faasdl.estimator.sizer import Sizer, facts_of, load_checked
-from faasdl.platform.base import WHISK_ERROR, Activation, ActivationResponse, Platform
+from faasdl.platform.base import (
+    WHISK_ERROR,
+    Activation,
+    ActivationResponse,
+    Platform,
+    retries_told,
+)
 from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
 from faasdl.store.records import (
@@ -312,7 +318,8 @@ class JobRunner:
 
     def run(self) -> None:
         try:
-            self._run()
+            with retries_told(self._retried):
+                self._run()
         except Stopped:
             self._kill_in_flight()
             if not self._ended(None):
@@ -372,6 +379,12 @@ class JobRunner:
                     self.job_id,
                     time.monotonic() - since,
                 )
+
+    def _retried(self, line: str) -> None:
+        """A platform call failed and is asked again: the job's log says so at once (it pauses
+        only once every try has failed, a minute or more later)."""
+        with contextlib.suppress(StoreError, Stopped):
+            self._event(_line("platform_retried", line))
 
     def _platform_answers(self, cancelled: threading.Event | None = None) -> bool:
         """Wait until the platform answers; false where the controller stops first (or the

@@ -39,6 +39,7 @@ _STYLE = {
     "limits_raised": "yellow",
     "staging_waits": "yellow",
     "resumed": "yellow",
+    "platform_retried": "yellow",
     "paused": "yellow",
     "failed": "bold red",
     "cancelled": "yellow",

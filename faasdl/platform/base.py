@@ -9,11 +9,13 @@ from a real OpenWhisk and one made by the embedded platform are the same type.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from enum import IntEnum
 from typing import Any
 
@@ -21,6 +23,29 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.errors import InvalidAction
 from faasdl.lifecycle import Resource
+
+#: Who hears, in this thread, that a platform's call failed and is asked again (a line saying
+#: so): a job's runner tells its log, where the pause shows only once every try has failed.
+_RETRIED: ContextVar[Callable[[str], None] | None] = ContextVar("faasdl_retried", default=None)
+
+
+@contextlib.contextmanager
+def retries_told(listener: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, this thread's platform calls tell ``listener`` when one that failed
+    is asked again."""
+    token = _RETRIED.set(listener)
+    try:
+        yield
+    finally:
+        _RETRIED.reset(token)
+
+
+def tell_retried(line: str) -> None:
+    """Tell the listener of :func:`retries_told`, if there is one, that a call is asked again."""
+    listener = _RETRIED.get()
+    if listener is not None:
+        listener(line)
+
 
 #: How deep arrays and objects may nest in the JSON the platform reads: well inside what Python's
 #: recursion can encode again within a response.

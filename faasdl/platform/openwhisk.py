@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import requests
 from tenacity import (
+    RetryCallState,
     before_sleep_log,
     retry,
     retry_if_exception_type,
@@ -46,9 +47,11 @@ from faasdl.platform.base import (
     Activation,
     Platform,
     PlatformLimits,
+    tell_retried,
 )
 
 log = logging.getLogger(__name__)
+_log_retry = before_sleep_log(log, logging.WARNING)
 
 _MB = 1024 * 1024
 #: The longest a ping waits for an answer (``request_timeout_s`` where that is shorter): the
@@ -96,11 +99,22 @@ class OpenWhiskPlatform(Platform):
             & retry_if_not_exception_type(_NotOpen),
             wait=wait_random_exponential(multiplier=0.1, max=self.settings.retry_max_wait_s),
             stop=stop_after_attempt(self.settings.retry_attempts),
-            before_sleep=before_sleep_log(log, logging.WARNING),
+            before_sleep=self._retrying,
             reraise=True,
         )
         self._request_retrying = retrying(self._request)
         self._read_limits_retrying = retrying(self._read_limits)
+
+    def _retrying(self, state: RetryCallState) -> None:
+        """Before a failed call is asked again: logged, and at a call's first unanswered try
+        told to whoever listens in this thread (a job's log; a throttled call is answered)."""
+        _log_retry(state)
+        error = state.outcome.exception() if state.outcome is not None else None
+        if state.attempt_number == 1 and isinstance(error, PlatformUnavailable):
+            tell_retried(
+                f"{error}; asking again ({self.settings.retry_attempts} tries in all, "
+                "FAASDL_OPENWHISK__RETRY_ATTEMPTS)"
+            )
 
     # -- HTTP ------------------------------------------------------------------------------
 

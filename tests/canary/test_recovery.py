@@ -607,9 +607,15 @@ def test_an_openwhisk_api_outage_pauses_the_job_which_then_finishes_bit_identica
     finally:
         ctl.close()
 
-    # Assert: the platform reported down (the controller ready: it served the job's status);
-    # then done with the model of the run without the outage, the trainers that ran through it
-    # booked once, and no failure.
+    # Assert: the log said the platform was asked again before it said the job paused; the
+    # platform reported down (the controller ready: it served the job's status); then done with
+    # the model of the run without the outage, the trainers that ran through it booked once,
+    # and no failure.
+    kinds = [e.kind for e in job.events]
+    retried = [e.message for e in job.events if e.kind == "platform_retried"]
+    assert kinds.index("platform_retried") < kinds.index("paused")
+    assert retried[0].startswith(f"cannot reach OpenWhisk at {served.url}: "), retried
+    assert retried[0].endswith("asking again (2 tries in all, FAASDL_OPENWHISK__RETRY_ATTEMPTS)")
     assert (ready.status_code, ready.json()["platform"]) == (200, "unavailable")
     waited = [e.message for e in job.events if e.kind == "reattached"]  # no restart in them
     assert all(m.endswith("started before the job was resumed") for m in waited), waited

@@ -20,7 +20,7 @@ from faasdl.actions import TRAIN, deploy_variant
 from faasdl.config import OpenWhiskSettings
 from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
 from faasdl.platform import messages
-from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec
+from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec, retries_told
 from faasdl.platform.openwhisk import OpenWhiskPlatform
 from tests.conftest import Served, hung_http_server
 from tests.platform import actions
@@ -408,9 +408,16 @@ def test_client_gives_up_on_a_persistent_throttle(make_served: Callable[..., Ser
     )
     served.client.deploy(ActionSpec(name="sleep", code=actions.WARMABLE_SLEEP))
     served.client.invoke("sleep", {"seconds": 3})
+    told: list[str] = []
 
-    with pytest.raises(Throttled, match="Too many concurrent requests in flight"):
+    with (
+        pytest.raises(Throttled, match="Too many concurrent requests in flight"),
+        retries_told(told.append),
+    ):
         served.client.invoke("sleep", {"seconds": 0})
+
+    # A throttled call was answered: a job's log is not told of its retries (an outage's are).
+    assert told == []
 
 
 def test_client_reports_bad_credentials(served: Served) -> None:
