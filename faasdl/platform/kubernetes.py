@@ -40,7 +40,7 @@ ACTION_CONTAINER = "user-action"
 INVOKER_ROLE = ("openwhisk-role", "invoker")
 #: The client's retries: a refused or failed connection is tried again (urllib3's three), a
 #: request sent and not answered in time is not (urllib3 sent a GET that timed out three more
-#: times, each waiting the request timeout again: a cut-off API server was seen four times late).
+#: times, each waiting the request timeout again: a cut-off API server showed after four).
 READ_RETRIES = Retry(3, read=False)
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
