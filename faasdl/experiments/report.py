@@ -114,8 +114,10 @@ def write(result: Result, directory: Path) -> Path:
     target = directory / name
     staging = directory / f".{name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    (staging / "plans").mkdir(parents=True)
+    staging.mkdir(parents=True)
     _csv(result.rows, staging / f"{name}.csv")
+    if result.plans:
+        (staging / "plans").mkdir()
     for label, plan in result.plans.items():
         plan.write(staging / "plans" / f"{label}.json")
     for plot in result.plots:
@@ -211,8 +213,8 @@ def _markdown(result: Result) -> str:
         "|" + "---|" * len(columns),
         *("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in result.rows),
         "",
-        f"Data: [`{csv_name}`]({csv_name}); failure plans (seeded, replayable): "
-        "[`plans/`](plans/).",
+        f"Data: [`{csv_name}`]({csv_name})"
+        + ("; failure plans (seeded, replayable): [`plans/`](plans/)." if result.plans else "."),
         "",
     ]
     return "\n".join(lines)

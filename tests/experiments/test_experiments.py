@@ -487,6 +487,9 @@ def test_a_report_is_named_by_its_options_and_keeps_the_whole_ones(tmp_path: Pat
     assert written == tmp_path / "recovery-training-passes4"
     summary = (written / "summary.md").read_text()
     assert "    faasdl experiment recovery --full --workload training --passes 4\n" in summary
+    # No failure plans: no empty folder of them, and no link to one.
+    assert not (written / "plans").exists()
+    assert "Data: [`recovery-training-passes4.csv`](recovery-training-passes4.csv).\n" in summary
     assert (written / "recovery-training-passes4.csv").read_text().splitlines()[1] == "training,2.0"
     assert json.loads((tmp_path / "recovery" / "summary.json").read_text()) == {"a": 1}
 
