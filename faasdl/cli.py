@@ -22,6 +22,7 @@ import typer
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import ErrorDetails
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from faasdl import __version__
@@ -95,7 +96,7 @@ console = stderr_console()
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -164,7 +165,7 @@ def platform_serve(
         f"(namespace '{local.namespace}', pool {local.pool_memory_mb} MB)"
     )
     if warning := _published_key(server):
-        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+        console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     uvicorn.run(create_app(platform, server), host=server.host, port=server.port, log_level="info")
 
 
@@ -269,7 +270,7 @@ def platform_manifest(
     except OSError as exc:
         partial.unlink(missing_ok=True)
         fail(f"--output {output}: {exc.strerror or exc}")
-    console.print(f"wrote {output}")
+    console.print(f"wrote {output}", markup=False)
 
 
 #: The comment on top of a generated wskdeploy manifest.
@@ -1028,12 +1029,14 @@ def status(
         table = _summary(client, view, rounds)
     console.print(table, width=140)
     if line := progress(view):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     if view["job"]["state"] == "done":
         console.print(_model_hint(job_id), highlight=False)
     if view["queue_position"]:
         waiting = f": waits for {view['waiting_for']}" if view.get("waiting_for") else ""
-        console.print(f"queue position {view['queue_position']}{waiting}", highlight=False)
+        console.print(
+            f"queue position {view['queue_position']}{waiting}", highlight=False, markup=False
+        )
     typer.echo(json.dumps(view))
     if watch and view["job"]["state"] != "done":
         raise typer.Exit(1)
@@ -1161,7 +1164,6 @@ def datasets_upload(
 ) -> None:
     """Upload a data set: sent as it is read (with progress), checked by the controller, kept
     whole or not at all; what it holds, then its record as JSON last."""
-    from rich.markup import escape
     from rich.progress import Progress
 
     from faasdl.training.datasets import dims
@@ -1184,7 +1186,7 @@ def datasets_upload(
         )
         for note in contents["notes"]:
             console.print(f"[yellow]note:[/] {escape(note)}")
-    console.print(f"jobs name it as dataset: {{name: npz, path: {uploaded['path']}}}")
+    console.print(f"jobs name it as dataset: {{name: npz, path: {uploaded['path']}}}", markup=False)
     typer.echo(json.dumps(uploaded))
 
 
@@ -1313,6 +1315,6 @@ def experiment(
         fail(str(exc))
     written = report.write(result, directory)
     for finding in result.findings:
-        console.print(f"• {finding}")
-    console.print(f"report: {written / 'summary.md'}")
+        console.print(f"• {finding}", markup=False)
+    console.print(f"report: {written / 'summary.md'}", markup=False)
     typer.echo(json.dumps(result.summary))

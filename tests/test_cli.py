@@ -146,6 +146,8 @@ def test_estimate_plans_the_job_file_submit_takes(
     [
         (b"- not\n- a mapping\n", "must hold a mapping"),
         (b"model: mlp\nepochs: [\n", "is not valid YAML or JSON"),
+        # The parser's own words, brackets and all (rich read "[mlp ... ']" as a style tag).
+        (b"model: [mlp\n", "model: [mlp ^ expected ',' or ']', but got '<stream end>'"),
         (b"model: mlp\n# \xff\n", "is not UTF-8 text: invalid start byte at byte 13"),
         (b"model: mlp\nexpected_cost: .inf\n", "expected_cost: Input should be a finite number"),
         # A field the job does not take is told the one it is closest to, or those it may be.
@@ -173,6 +175,7 @@ def test_estimate_plans_the_job_file_submit_takes(
     ids=[
         "not-a-mapping",
         "not-yaml",
+        "brackets",
         "not-utf-8",
         "infinite-cost",
         "misspelt",
@@ -582,6 +585,27 @@ def test_a_jobs_summary_calls_its_failures_recovered_only_if_it_is_done(
 
     assert caption[0] == "mlp on cancer.npz: 2 worker(s) of 704 MB, 5.4 s"  # what ran, how long
     assert caption[1].startswith(f"3 activations ({said}), 3.0 GB·s")
+
+
+def test_a_jobs_words_are_printed_as_they_are_brackets_and_all() -> None:
+    # rich read "[...]" in a job's error or log line as its own markup: "[red]" went missing and
+    # "[/]", closing nothing, raised.
+    from rich.console import Console
+
+    from faasdl.controller.watch import summary, watch
+
+    said = "application error: ValueError('[red] is not a shape [/]')"
+    view = ended_view("failed", said)
+    view["job"].update(round=0, events=[{"kind": "failed", "message": said}], events_dropped=0)
+    out = io.StringIO()
+    console = Console(file=out, width=300)
+
+    watch(lambda _: {**view, "queue_position": None, "waiting_for": None, "units": []}, console)
+    console.print(summary(view, []))
+
+    lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
+    assert f"failed {said}" in lines  # the log line
+    assert f"$0.000000; error: {said}" in " ".join(lines)  # the summary's caption, wrapped
 
 
 @pytest.mark.parametrize("duration", ["inf", "nan", "4", "3601"])

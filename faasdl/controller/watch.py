@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 from tenacity import (
@@ -99,11 +100,11 @@ class _Picture:
         dropped = job.get("events_dropped", 0)  # absent from a controller before it
         for event in job["events"][max(0, self.printed - dropped) :]:
             style = _STYLE.get(event["kind"], "dim")
-            console.print(f"[{style}]{event['kind']:>15}[/] {event['message']}")
+            console.print(f"[{style}]{event['kind']:>15}[/] {escape(event['message'])}")
         self.printed = dropped + len(job["events"])
         waiting = view.get("waiting_for")  # absent from a controller before it
         if waiting and waiting != self.waiting:
-            console.print(f"[yellow]{'waiting':>15}[/] for {waiting}", highlight=False)
+            console.print(f"[yellow]{'waiting':>15}[/] for {escape(str(waiting))}", highlight=False)
         self.waiting = waiting
         last = job["rounds"][-1] if job["rounds"] else None
         info = (
@@ -141,7 +142,7 @@ def _read_through_outages(
             began = time.monotonic()
             error = state.outcome.exception() if state.outcome else None
             console.print(
-                f"[yellow]{'unreachable':>15}[/] {error}; asking again for up to "
+                f"[yellow]{'unreachable':>15}[/] {escape(str(error))}; asking again for up to "
                 f"{reconnect_s:g} s (FAASDL_CLIENT__RECONNECT_S): the job goes on without "
                 "this watch",
                 highlight=False,
@@ -213,7 +214,7 @@ def summary(
             f"{(r['finished_ms'] - r['started_ms']) / 1000:.1f}",
         )
     recovered = " and recovered" if job["state"] == "done" else ""  # a failed job's last was not
-    table.caption = (
+    caption = (
         f"{_what(job)}\n"
         f"{count} activations ({totals.failed} failed{recovered}"
         + (f", {totals.stopped} stopped" if totals.stopped else "")
@@ -222,13 +223,14 @@ def summary(
         + (f"; error: {job['error']}" if job["error"] else "")
     )
     if len(listed) < len(job["rounds"]):
-        table.caption += (
+        caption += (
             f"\nthe latest {len(listed)} of {len(job['rounds'])} rounds listed: "
             f"faasdl status {job['job_id']} --rounds 0 lists every one"
         )
     ended = [e["message"] for e in job.get("events", []) if e["kind"] == "done"]
     if job.get("stopped_early") and ended:  # before its last round: why
-        table.caption += f"\n{ended[-1]}"
+        caption += f"\n{ended[-1]}"
+    table.caption = escape(caption)  # its words as they are: a path or an error may hold [...]
     return table
 
 
