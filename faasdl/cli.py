@@ -1096,6 +1096,15 @@ def finish(job_id: JobIdArgument, url: UrlOption = None) -> None:
 
 
 @app.command()
+def delete(job_id: JobIdArgument, url: UrlOption = None) -> None:
+    """Delete an ended job whole: its record, log, ledger and model (a queued or running job:
+    cancel it first)."""
+    with _controller(url) as client:
+        client.delete(job_id)
+    typer.echo(json.dumps({"job_id": job_id, "deleted": True}))
+
+
+@app.command()
 def model(
     job_id: JobIdArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write it.")],

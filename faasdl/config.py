@@ -379,7 +379,8 @@ class ControllerSettings(Section):
         0.0,
         ge=0,
         description="Days an ended job is kept after it ended; then housekeeping deletes it "
-        "whole: its record, ledger, unit records, model and Idempotency-Key (0: kept for good).",
+        "whole: its record, ledger, unit records, model and Idempotency-Key (0: kept for good, "
+        "or until `faasdl delete` deletes it).",
     )
     housekeeping_interval_s: float = Field(
         3600.0,

@@ -208,7 +208,7 @@ def test_a_bad_spec_file_is_refused_naming_it(
 
 
 @pytest.mark.parametrize("job_id", ["", "../../etc", "0123456789ABCDEF", "0123456789abcde"])
-@pytest.mark.parametrize("command", ["status", "ledger", "cancel", "finish", "model"])
+@pytest.mark.parametrize("command", ["status", "ledger", "cancel", "finish", "model", "delete"])
 def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
     command: str, job_id: str, tmp_path: Path
 ) -> None:

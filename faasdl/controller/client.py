@@ -151,6 +151,11 @@ class ControllerClient:
         found: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}").json()
         return found
 
+    def delete(self, job_id: str) -> None:
+        """Delete the ended job whole: its record, log, ledger and model (``JobError`` for one
+        that has not ended)."""
+        self._call("DELETE", f"/v1/jobs/{job_id}", params={"purge": "true"})
+
     def finish(self, job_id: str) -> dict[str, Any]:
         """End the running job now, done, with its last finished round's model; its view."""
         found: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/finish").json()

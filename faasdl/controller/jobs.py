@@ -86,6 +86,9 @@ IDEMPOTENCY_KEY_MAX = 255
 #: Parsed job records kept, by job and version: status reads, event streams and admission passes
 #: parse a record again only when it has changed.
 PARSED_JOBS_KEPT = 1024
+#: How long a deletion waits for the job's runner to wrap an ended job up (its data released, the
+#: activations it stopped booked) before it refuses: seconds where the platform answers.
+DELETE_WAIT_S = 10.0
 
 
 class Submitted(BaseModel):
@@ -597,6 +600,27 @@ class Controller:
         log_written(job, lines[0])
         self._stop_runner(job_id)
         self.metrics.jobs_finished.labels(state=str(JobState.DONE)).inc()
+        return job
+
+    def delete(self, job_id: str, *, wait_s: float = DELETE_WAIT_S) -> JobInfo:
+        """Delete an ended job whole, as housekeeping deletes one past ``job_retention_days``
+        (:func:`delete_job`): its ``Idempotency-Key``, its blobs (its model too), ledger, unit
+        and round records, and its record last. Waits up to ``wait_s`` for its runner here, if
+        it has one, to have wrapped it up. Jobs queued to train on from its model fail as they
+        start, saying so. Returns the record deleted. Raises ``JobNotFound``, and ``JobError``
+        for a job that has not ended or whose runner is still booking what it stopped."""
+        job = self.job(job_id)
+        if not job.finished:
+            raise JobError(
+                f"job {job_id} is {job.state}: only an ended job can be deleted; cancel it first"
+            )
+        if not self.wait_stopped(job_id, wait_s):
+            raise JobError(
+                f"job {job_id} has ended, but the activations it could not stop are not booked "
+                "yet (they are once they have ended and the platform answers): delete it then"
+            )
+        delete_job(self.store, job)
+        log.info("job %s deleted whole by request", job_id)
         return job
 
     def _stop_runner(self, job_id: str) -> None:

@@ -28,6 +28,7 @@ from faasdl.controller.auth import create_key
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.controller.validator import JobSpec
+from faasdl.errors import JobError
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, make_store
 from faasdl.store.records import FunctionInfo, JobInfo, JobState, UnitState, fn_key, load
@@ -729,6 +730,8 @@ def test_a_job_cancelled_while_its_attempts_run_on_an_unreachable_platform_fence
             what="the job's data deleted",
         )
         booked_in_the_outage = c.ledger(job_id)
+        with pytest.raises(JobError, match="could not stop are not booked yet"):
+            c.delete(job_id, wait_s=0.1)  # its runner waits for the platform to book them
         served.restart_server()
         assert c.wait_stopped(job_id, timeout_s=60)
 
@@ -742,6 +745,9 @@ def test_a_job_cancelled_while_its_attempts_run_on_an_unreachable_platform_fence
         assert store.blob_names(f"jobs/{job_id}/") == []
         assert booked_in_the_outage == []
         assert_booked_as_stopped(c, job_id, running)
+        # Booked, and deleted whole once they are.
+        c.delete(job_id, wait_s=0.1)
+        assert [key for key, _ in store.scan_versions("") if job_id in key] == []
 
 
 def test_a_job_cancelled_on_openwhisk_that_cannot_stop_activations_books_them_once_fenced(

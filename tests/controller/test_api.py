@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 
 from faasdl.cli import app
 from faasdl.config import LocalPlatformSettings, Settings
+from faasdl.controller.events import delete_job
 from faasdl.controller.jobs import Controller
 from faasdl.controller.metrics import Metrics
 from faasdl.platform.local import LocalPlatform
@@ -157,6 +158,57 @@ def test_a_queued_job_has_no_model_and_a_cancelled_one_cannot_be_cancelled_into_
     assert "has no model" in no_model.json()["detail"]
     assert cancelled.json()["job"]["state"] == "cancelled"
     assert cancelled.json()["queue_position"] is None
+
+
+def test_an_ended_job_is_deleted_whole_and_one_that_has_not_ended_is_refused(
+    client: httpx.Client, controller: Controller
+) -> None:
+    # Arrange: a job submitted with an Idempotency-Key and cancelled (ended), and a queued one.
+    key = {"Idempotency-Key": "purged-1"}
+    ended = client.post("/v1/jobs", json=MLP, headers=key).json()["job"]["job_id"]
+    client.delete(f"/v1/jobs/{ended}")
+    queued = client.post("/v1/jobs", json={**MLP, "seed": 11}).json()["job"]["job_id"]
+    purge = {"purge": "true"}
+
+    # Execute
+    refused = client.delete(f"/v1/jobs/{queued}", params=purge)
+    purged = client.delete(f"/v1/jobs/{ended}", params=purge)
+    again = client.delete(f"/v1/jobs/{ended}", params=purge)
+    replayed = client.post("/v1/jobs", json=MLP, headers=key)
+    for job_id in (queued, replayed.json()["job"]["job_id"]):  # the module's others see none
+        client.delete(f"/v1/jobs/{job_id}")
+
+    # Assert: the queued job refused and kept; the ended one gone, its key with it.
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == (
+        f"job {queued} is queued: only an ended job can be deleted; cancel it first"
+    )
+    assert client.get(f"/v1/jobs/{queued}").json()["job"]["state"] == "cancelled"
+    assert purged.status_code == 204, purged.text
+    assert purged.content == b""
+    assert client.get(f"/v1/jobs/{ended}").status_code == 404
+    assert again.status_code == 404
+    assert not [key for key in stored(controller) if ended in key]
+    assert replayed.status_code == 201  # a new job: the key was deleted with the old one
+    assert replayed.json()["job"]["job_id"] != ended
+
+
+def test_a_job_deleted_while_it_is_followed_ends_its_stream_saying_so(
+    client: httpx.Client, controller: Controller
+) -> None:
+    job_id = client.post("/v1/jobs", json={**MLP, "seed": 12}).json()["job"]["job_id"]
+
+    with client.stream("GET", f"/v1/jobs/{job_id}/events") as stream:
+        lines = stream.iter_lines()
+        first = next(lines)
+        # Act: deleted between two looks (the API deletes only an ended job; this queued one
+        # stands for one that ended and was deleted before the stream looked again).
+        delete_job(controller.store, controller.job(job_id))
+        rest = list(lines)
+
+    assert first == "id: 0"
+    assert ": the job was deleted" in rest
+    assert "event: end" not in rest
 
 
 def test_jobs_are_listed_a_page_at_a_time_newest_first(

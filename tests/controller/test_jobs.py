@@ -517,8 +517,8 @@ def test_an_idempotency_key_replay_returns_the_same_job(client: httpx.Client) ->
     assert sum(j["job_id"] == first.json()["job"]["job_id"] for j in jobs) == 1
 
 
-def test_the_cli_submits_watches_lists_and_downloads(
-    api_url: str, admin_key: str, tmp_path: Path
+def test_the_cli_submits_watches_lists_downloads_and_deletes(
+    api_url: str, admin_key: str, controller: Controller, tmp_path: Path
 ) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({**DIGITS_JOB, "epochs": 1, "seed": 3}))
@@ -539,6 +539,9 @@ def test_the_cli_submits_watches_lists_and_downloads(
     missing = runner.invoke(
         app, ["model", "0123456789abcdef", "-o", str(tmp_path / "none"), "--url", api_url], env=env
     )
+    deleted = runner.invoke(app, ["delete", job_id, "--url", api_url], env=env)
+    gone = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
+    left = [key for key, _ in controller.store.scan_versions("") if job_id in key]
 
     assert keyless.exit_code == 2
     assert "an API key is required" in keyless.output
@@ -568,6 +571,13 @@ def test_the_cli_submits_watches_lists_and_downloads(
     assert not list(tmp_path.glob("none*"))  # its partial file is gone with it
     assert "no job '0123456789abcdef'" in missing.output
     assert not (tmp_path / "none").exists()
+    # Deleted whole once downloaded: its record, ledger, unit and round records and blobs.
+    assert deleted.exit_code == 0, deleted.output
+    assert json.loads(deleted.stdout.splitlines()[-1]) == {"job_id": job_id, "deleted": True}
+    assert gone.exit_code == 2
+    assert f"no job '{job_id}'" in gone.output
+    assert left == []
+    assert controller.store.blob_names(f"jobs/{job_id}/") == []
 
 
 def test_the_python_client_submits_waits_and_saves_the_model(

@@ -1,4 +1,5 @@
-"""``/v1/jobs``: submit, list, inspect, follow, download, finish early and cancel training jobs.
+"""``/v1/jobs``: submit, list, inspect, follow, download, finish early, cancel and delete training
+jobs.
 
 A caller sees only its tenant's jobs (an administrator sees every tenant's): another tenant's job
 is a 404, exactly as one that does not exist, so that ids cannot be probed.
@@ -204,7 +205,11 @@ def events(
                     yield ": the API key is no longer valid\n\n"
                     return
                 checked = time.monotonic()
-            job = await anyio.to_thread.run_sync(controller.job, job_id)
+            try:
+                job = await anyio.to_thread.run_sync(controller.job, job_id)
+            except JobNotFound:  # deleted as it ended, between two looks
+                yield ": the job was deleted\n\n"
+                return
             first = max(sent, job.events_dropped)
             for number, event in enumerate(job.events[first - job.events_dropped :], first):
                 data = event.model_dump_json()
@@ -270,9 +275,28 @@ def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> 
     )
 
 
-@router.delete("/{job_id}", response_model=JobView, summary="Cancel a job (its record stays)")
-def cancel(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> JobView:
+@router.delete(
+    "/{job_id}",
+    response_model=JobView,
+    summary="Cancel a job (its record stays), or delete an ended one whole (purge)",
+    description="Cancel: a queued or running job ends, its activations stopped; its record, "
+    "log, ledger and model stay. `purge=true`: an ended job is deleted whole, its record, log, "
+    "ledger, model and Idempotency-Key (204); 409 for one that has not ended (cancel it first), "
+    "or whose activations that could not be stopped are not booked yet.",
+    responses={204: {"description": "purge=true: the job was deleted whole"}},
+)
+def cancel(
+    job_id: JobId,
+    controller: ControllerDep,
+    principal: PrincipalDep,
+    purge: Annotated[
+        bool, Query(description="Delete the ended job whole instead of cancelling it.")
+    ] = False,
+) -> JobView | Response:
     owned(controller, principal, job_id)
+    if purge:
+        controller.delete(job_id)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
     controller.cancel(job_id)
     return controller.view(job_id)
 
