@@ -42,8 +42,25 @@ def deploy_variant(
     that its warm containers survive. On a platform with an ``action_image``, the variant is a
     blackbox action in that image.
     """
+    return _deploy(platform, name, memory_mb, timeout_ms, parameters or {})[0]
+
+
+def deploy_variants(
+    platform: Platform, memories: Iterable[int], timeouts_s: Iterable[int]
+) -> list[tuple[str, bool]]:
+    """:func:`deploy_variant` for each of :func:`variants`, in their order: each one's name and
+    whether it was deployed (new, or its limits, parameters or image had changed) rather than
+    left alone."""
+    return [
+        _deploy(platform, name, mb, ms, {}) for name, _, mb, ms in variants(memories, timeouts_s)
+    ]
+
+
+def _deploy(
+    platform: Platform, name: str, memory_mb: int, timeout_ms: int, bound: dict[str, Any]
+) -> tuple[str, bool]:
+    """:func:`deploy_variant`'s work: the variant's name, and whether it was deployed."""
     variant = variant_name(PREFIX + name, memory_mb, timeout_ms)
-    bound = parameters or {}
     image = platform.action_image
     try:
         current = platform.get_action(variant)
@@ -66,7 +83,8 @@ def deploy_variant(
                 parameters=bound,
             )
         )
-    return variant
+        return variant, True
+    return variant, False
 
 
 def variants(

@@ -185,7 +185,7 @@ def platform_deploy(memory_mb: MemoryClasses = None, timeout_s: TimeClasses = No
     (OpenWhisk limits are per action), in FAASDL_OPENWHISK__ACTION_IMAGE when set. Idempotent:
     variants already there are left alone (their warm containers with them). The controller
     deploys any other class it needs when a job needs it. JSON last."""
-    from faasdl.actions import MEMORY_CLASSES_MB, TIME_CLASSES_S, deploy_variant, variants
+    from faasdl.actions import MEMORY_CLASSES_MB, TIME_CLASSES_S, deploy_variants
     from faasdl.platform import make_platform
 
     memories, timeouts = memory_mb or MEMORY_CLASSES_MB, timeout_s or TIME_CLASSES_S
@@ -205,15 +205,18 @@ def platform_deploy(memory_mb: MemoryClasses = None, timeout_s: TimeClasses = No
                         f"--timeout-s {s} is outside the platform's "
                         f"{limits.timeout_min_ms / 1000:g}–{limits.timeout_max_ms / 1000:g} s"
                     )
-            deployed = [
-                deploy_variant(platform, name, memory_mb=mb, timeout_ms=ms)
-                for name, _, mb, ms in variants(memories, timeouts)
-            ]
+            done = deploy_variants(platform, memories, timeouts)
             image = platform.action_image
     except FaasdlError as exc:
         fail(str(exc))
-    console.print(f"{len(deployed)} action variants" + (f" in {image}" if image else ""))
-    typer.echo(json.dumps({"actions": deployed, "image": image}))
+    deployed = [name for name, changed in done if changed]
+    console.print(
+        f"{len(done)} action variants" + (f" in {image}" if image else "") + f": "
+        f"{len(deployed)} deployed, {len(done) - len(deployed)} already there as asked",
+        markup=False,
+    )
+    actions = [name for name, _ in done]
+    typer.echo(json.dumps({"actions": actions, "deployed": deployed, "image": image}))
 
 
 def _checked_image(value: str | None) -> str | None:

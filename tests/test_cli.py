@@ -413,20 +413,31 @@ def test_platform_deploy_puts_every_variant_in_the_image_once(
     monkeypatch.setenv("FAASDL_OPENWHISK__ACTION_IMAGE", "faasdl/action:test")
     args = ["platform", "deploy", "--memory-mb", "256", "--memory-mb", "512", "--timeout-s", "30"]
 
-    # Execute
+    # Execute: twice, then with one of the memory classes another.
     first = runner.invoke(app, args)
     versions = {a.name: a.version for a in served.local.list_actions()}
     again = runner.invoke(app, args)
+    after = {a.name: a.version for a in served.local.list_actions()}
+    more = runner.invoke(app, [*args[:2], "--memory-mb", "512", "--memory-mb", "1024", *args[-2:]])
 
-    # Assert: train and aggregate × two memory classes, blackbox in the image, left alone after.
+    # Assert: train and aggregate × two memory classes, blackbox in the image, left alone after,
+    # and the output says which were deployed.
     assert first.exit_code == 0, first.output
     deployed = json.loads(first.stdout.splitlines()[-1])
     assert deployed["image"] == "faasdl/action:test"
-    assert sorted(deployed["actions"]) == sorted(versions)
+    assert sorted(deployed["actions"]) == sorted(deployed["deployed"]) == sorted(versions)
     assert len(versions) == 4
     assert {served.local.get_action(n).exec.kind for n in versions} == {"blackbox"}
+    assert "4 action variants in faasdl/action:test: 4 deployed, 0 already there" in first.output
     assert again.exit_code == 0, again.output
-    assert {a.name: a.version for a in served.local.list_actions()} == versions
+    assert after == versions
+    assert json.loads(again.stdout.splitlines()[-1])["deployed"] == []
+    assert "0 deployed, 4 already there as asked" in again.output
+    assert json.loads(more.stdout.splitlines()[-1])["deployed"] == [
+        "faasdl-train-m1024-t30s",
+        "faasdl-aggregate-m1024-t30s",
+    ]
+    assert "2 deployed, 2 already there as asked" in more.output
 
 
 def test_platform_deploy_refuses_a_class_outside_the_limits_and_deploys_nothing(
