@@ -210,9 +210,10 @@ def platform_deploy(memory_mb: MemoryClasses = None, timeout_s: TimeClasses = No
     except FaasdlError as exc:
         fail(str(exc))
     deployed = [name for name, changed in done if changed]
+    where = f" in {image}" if image else ""
     console.print(
-        f"{len(done)} action variants" + (f" in {image}" if image else "") + f": "
-        f"{len(deployed)} deployed, {len(done) - len(deployed)} already there as asked",
+        f"{len(done)} action variants{where}: {len(deployed)} deployed, "
+        f"{len(done) - len(deployed)} already there as asked",
         markup=False,
     )
     actions = [name for name, _ in done]
