@@ -24,6 +24,7 @@ from pydantic_core import ErrorDetails
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from faasdl import __version__
 from faasdl.config import (
@@ -976,14 +977,16 @@ def jobs(
     from datetime import datetime
 
     table = Table(title="jobs")
+    named = any(j["name"] for j in found)  # a name column where a job of the page has one
     columns = ("job", "submitted", "tenant", "state", "model", "round", "accuracy", "cost (USD)")
-    for column in columns:
+    for column in columns[:1] + ("name",) * named + columns[1:]:
         table.add_column(column)
     for j in found:
         accuracy = "" if j["accuracy"] is None else f"{j['accuracy']:.4f}"
         submitted = datetime.fromtimestamp(j["created_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
             j["job_id"],
+            *([Text(j["name"] or "")] if named else []),  # its words as they are, [...] too
             submitted,  # this machine's time
             j["tenant"],
             j["state"],

@@ -608,6 +608,7 @@ def test_a_jobs_words_are_printed_as_they_are_brackets_and_all() -> None:
     said = "application error: ValueError('[red] is not a shape [/]')"
     view = ended_view("failed", said)
     view["job"].update(round=0, events=[{"kind": "failed", "message": said}], events_dropped=0)
+    view["job"]["spec"]["name"] = "sweep [lr]"
     out = io.StringIO()
     console = Console(file=out, width=300)
 
@@ -617,6 +618,7 @@ def test_a_jobs_words_are_printed_as_they_are_brackets_and_all() -> None:
     lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
     assert f"failed {said}" in lines  # the log line
     assert f"$0.000000; error: {said}" in " ".join(lines)  # the summary's caption, wrapped
+    assert f"job {'0' * 16} (sweep [lr]): failed" in lines  # its title, with the job's name
 
 
 @pytest.mark.parametrize("duration", ["inf", "nan", "4", "3601"])

@@ -123,6 +123,7 @@ class JobLine(BaseModel):
     """A job in a listing."""
 
     job_id: str
+    name: str | None = Field(None, description="The name the job was submitted with, if any.")
     tenant: str
     state: JobState
     model: str | None
@@ -437,7 +438,8 @@ class Controller:
                     t_ms=created,
                     kind="submitted",
                     message=f"{plan.workers} worker(s) of {plan.train.memory_mb} MB, "
-                    f"{plan.rounds} round(s), {len(plan.tree)} aggregation level(s)",
+                    f"{plan.rounds} round(s), {len(plan.tree)} aggregation level(s)"
+                    + (f"; named {spec.name!r}" if spec.name else ""),
                 )
             ],
         )
@@ -833,6 +835,7 @@ def job_line(job: JobInfo) -> JobLine:
     last = job.rounds[-1] if job.rounds else None
     return JobLine(
         job_id=job.job_id,
+        name=job.spec.get("name"),
         tenant=job.tenant,
         state=job.state,
         model=job.spec.get("model"),

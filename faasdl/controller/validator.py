@@ -23,6 +23,8 @@ from faasdl.estimator.planner import EstimateRequest
 from faasdl.store.records import JOB_ID_PATTERN
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: Characters in a job's name at most.
+NAME_MAX = 100
 
 
 class FaultTolerance(BaseModel):
@@ -74,6 +76,13 @@ class FaultTolerance(BaseModel):
 class JobSpec(EstimateRequest):
     """A training job: the sizing request plus how it is trained, merged and kept alive."""
 
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=NAME_MAX,
+        description="A name of your choosing, shown beside the job's id in the job list, its "
+        "status and the dashboard; one line of text, need not be unique.",
+    )
     epochs: int = Field(1, ge=1, le=10_000, description="Epochs of training in all.")
     sync_every: int = Field(
         1,
@@ -105,6 +114,19 @@ class JobSpec(EstimateRequest):
         "optimizer state start the first round, instead of weights drawn from the seed. Its "
         "model, input shape, classes and optimizer must be this job's.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if value != value.strip():
+            raise ValueError("begins or ends with white space")
+        if control := next((c for c in value if not c.isprintable()), None):
+            raise ValueError(
+                f"holds {control!r} at {value.index(control)}: a name is one line of text"
+            )
+        return value
 
     @field_validator("sync_every")
     @classmethod

@@ -200,7 +200,8 @@ def summary(
         raise ValueError(
             f"job {job['job_id']}'s record keeps no totals: its summary needs its ledger"
         )
-    table = Table(title=f"job {job['job_id']}: {job['state']}")
+    named = f" ({job['spec']['name']})" if job["spec"].get("name") else ""
+    table = Table(title=escape(f"job {job['job_id']}{named}: {job['state']}"))
     for column in ("round", "epochs", "train loss", "test loss", "test accuracy", "seconds"):
         table.add_column(column, justify="right")
     listed = job["rounds"][-rounds:] if rounds else job["rounds"]

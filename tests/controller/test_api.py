@@ -89,6 +89,9 @@ def stored(controller: Controller) -> list[str]:
         ({**MLP, "target_loss": math.nan}, "target_loss", "finite number"),  # was a 500
         ({**MLP, "dataset": {"name": "synthetic", "noise": math.nan}}, "noise", "finite number"),
         ({**MLP, "colour": "blue"}, "colour", ""),
+        ({**MLP, "name": "sweep\nlr=3e-4"}, "name", "at 5: a name is one line of text"),
+        ({**MLP, "name": "x" * 101}, "name", "at most 100 characters"),
+        ({**MLP, "name": " sweep"}, "name", "begins or ends with white space"),
         ({**MLP, "worker": 2}, "worker", "not permitted (did you mean 'workers'?)"),
         (
             {**MLP, "dataset": {"name": "digits", "size": 2}},
@@ -158,6 +161,29 @@ def test_a_queued_job_has_no_model_and_a_cancelled_one_cannot_be_cancelled_into_
     assert "has no model" in no_model.json()["detail"]
     assert cancelled.json()["job"]["state"] == "cancelled"
     assert cancelled.json()["queue_position"] is None
+
+
+def test_a_jobs_name_is_listed_beside_its_id_and_printed_as_it_is(
+    client: httpx.Client, api_url: str, admin_key: str
+) -> None:
+    name = "sweep [lr] ✓"
+    job = client.post("/v1/jobs", json={**MLP, "name": name, "seed": 13}).json()["job"]
+    unnamed = client.post("/v1/jobs", json={**MLP, "seed": 14}).json()["job"]
+
+    listed = {j["job_id"]: j["name"] for j in client.get("/v1/jobs").json()}
+    printed = CliRunner().invoke(
+        app, ["jobs", "--url", api_url], env={"FAASDL_CLIENT__API_KEY": admin_key}
+    )
+    for job_id in (job["job_id"], unnamed["job_id"]):  # the module's others see none queued
+        client.delete(f"/v1/jobs/{job_id}")
+
+    assert job["spec"]["name"] == name
+    assert job["events"][0]["message"].endswith(f"; named {name!r}")
+    assert listed[job["job_id"]] == name
+    assert listed[unnamed["job_id"]] is None
+    assert printed.exit_code == 0, printed.output
+    [row] = [line for line in printed.stderr.splitlines() if job["job_id"] in line]
+    assert name in row  # its brackets too: not read as markup
 
 
 def test_an_ended_job_is_deleted_whole_and_one_that_has_not_ended_is_refused(

@@ -167,7 +167,8 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
 ) -> None:
     # Arrange: a job whose training containers are killed once, and a browser on the dashboard.
     controller, base, key = served
-    job_id = controller.submit(JobSpec.model_validate(JOB)).job.job_id
+    name = "<b>CNN</b> & [digits]"  # shown as text, not read as markup
+    job_id = controller.submit(JobSpec.model_validate({**JOB, "name": name})).job.job_id
     platform = controller.platform
     assert isinstance(platform, LocalPlatform)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -182,6 +183,7 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
         row.wait_for(timeout=10_000)
         list_violations = accessibility_violations(page)
         assert row.get_by_role("link", name=job_id).count() == 1, "a link named by the job's id"
+        listed_name = row.locator(".name").text_content()
         for _ in range(20):
             page.keyboard.press("Tab")
             if has_focus(page, job_id):
@@ -195,6 +197,7 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
 
         # The units' lanes appear with the job's training activations in them.
         page.locator('[data-kind="lane"]').nth(JOB["workers"]).wait_for(timeout=10_000)
+        title = page.locator("#job-title").text_content()
         page.locator('[data-kind="running"], [data-kind="activation"]').first.wait_for(
             timeout=30_000
         )
@@ -230,6 +233,8 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
 
     # Assert
     assert job.state is JobState.DONE, job.error
+    assert listed_name == name
+    assert title == f"Job {job_id}: {name}"
     assert failure_shown_s < 10
     assert recovery_shown_s < 10
     rounds = len(job.rounds)

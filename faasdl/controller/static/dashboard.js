@@ -111,7 +111,8 @@ async function refreshList() {
       max: String(job.rounds), value: String(job.round), "aria-label": `${job.job_id} progress`,
     });
     return el("tr", { "data-job": job.job_id },
-      el("td", {}, el("a", { href: `#job=${job.job_id}` }, job.job_id)),
+      el("td", {}, el("a", { href: `#job=${job.job_id}` }, job.job_id),
+        ...(job.name ? [" ", el("span", { class: "name" }, job.name)] : [])),
       el("td", { class: `state state-${job.state}` }, job.state),
       el("td", {}, job.tenant),
       el("td", {}, progress, ` ${job.round}/${job.rounds}`),
@@ -228,6 +229,8 @@ function render(job) {
 
 function renderSummary(view) {
   const job = view.job;
+  const named = job.spec.name ? `: ${job.spec.name}` : "";
+  $("#job-title").textContent = `Job ${job.job_id}${named}`;
   const last = job.rounds[job.rounds.length - 1];
   const rounds = job.plan ? job.plan.rounds : "?";
   const facts = [
