@@ -977,16 +977,17 @@ def jobs(
     from datetime import datetime
 
     table = Table(title="jobs")
-    named = any(j["name"] for j in found)  # a name column where a job of the page has one
-    columns = ("job", "submitted", "tenant", "state", "model", "round", "accuracy", "cost (USD)")
-    for column in columns[:1] + ("name",) * named + columns[1:]:
+    # A name column where a job of the page has one (a controller before names sends none).
+    named = any(j.get("name") for j in found)
+    columns = ["job", *(["name"] if named else []), "submitted", "tenant", "state", "model"]
+    for column in [*columns, "round", "accuracy", "cost (USD)"]:
         table.add_column(column)
     for j in found:
         accuracy = "" if j["accuracy"] is None else f"{j['accuracy']:.4f}"
         submitted = datetime.fromtimestamp(j["created_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
             j["job_id"],
-            *([Text(j["name"] or "")] if named else []),  # its words as they are, [...] too
+            *([Text(j.get("name") or "")] if named else []),  # its words as they are, [...] too
             submitted,  # this machine's time
             j["tenant"],
             j["state"],
