@@ -604,13 +604,13 @@ class Controller:
         self.metrics.jobs_finished.labels(state=str(JobState.DONE)).inc()
         return job
 
-    def delete(self, job_id: str, *, wait_s: float = DELETE_WAIT_S) -> JobInfo:
+    def delete(self, job_id: str, *, wait_s: float = DELETE_WAIT_S) -> None:
         """Delete an ended job whole, as housekeeping deletes one past ``job_retention_days``
         (:func:`delete_job`): its ``Idempotency-Key``, its blobs (its model too), ledger, unit
         and round records, and its record last. Waits up to ``wait_s`` for its runner here, if
         it has one, to have wrapped it up. Jobs queued to train on from its model fail as they
-        start, saying so. Returns the record deleted. Raises ``JobNotFound``, and ``JobError``
-        for a job that has not ended or whose runner is still booking what it stopped."""
+        start, saying so. Raises ``JobNotFound``, and ``JobError`` for a job that has not ended
+        or whose runner is still booking what it stopped."""
         job = self.job(job_id)
         if not job.finished:
             raise JobError(
@@ -623,7 +623,6 @@ class Controller:
             )
         delete_job(self.store, job)
         log.info("job %s deleted whole by request", job_id)
-        return job
 
     def _stop_runner(self, job_id: str) -> None:
         """Have the job's runner, if it has one here, stop its activations and end; then admit
