@@ -38,9 +38,9 @@ def deploy_variant(
 ) -> str:
     """Deploy (or keep) the variant of action ``name`` with these limits; returns its name.
 
-    Idempotent: an existing variant with the same limits, parameters and image is left alone, so
-    that its warm containers survive. On a platform with an ``action_image``, the variant is a
-    blackbox action in that image.
+    Idempotent: an existing variant with the same limits, parameters, image and code is left
+    alone, so that its warm containers survive. On a platform with an ``action_image``, the
+    variant is a blackbox action in that image.
     """
     return _deploy(platform, name, memory_mb, timeout_ms, parameters or {})[0]
 
@@ -49,8 +49,8 @@ def deploy_variants(
     platform: Platform, memories: Iterable[int], timeouts_s: Iterable[int]
 ) -> list[tuple[str, bool]]:
     """:func:`deploy_variant` for each of :func:`variants`, in their order: each one's name and
-    whether it was deployed (new, or its limits, parameters or image had changed) rather than
-    left alone."""
+    whether it was deployed (new, or its limits, parameters, image or code had changed) rather
+    than left alone."""
     return [
         _deploy(platform, name, mb, ms, {}) for name, _, mb, ms in variants(memories, timeouts_s)
     ]
@@ -62,8 +62,9 @@ def _deploy(
     """:func:`deploy_variant`'s work: the variant's name, and whether it was deployed."""
     variant = variant_name(PREFIX + name, memory_mb, timeout_ms)
     image = platform.action_image
+    code = action_code(name)
     try:
-        current = platform.get_action(variant)
+        current = platform.get_action(variant, code=True)
     except ActionNotFound:
         current = None
     if (
@@ -72,11 +73,12 @@ def _deploy(
         or current.limits.timeout != timeout_ms
         or {p.key: p.value for p in current.parameters} != bound
         or current.exec.image != image
+        or current.exec.code != code  # an older faasdl's entry point
     ):
         platform.deploy(
             ActionSpec(
                 name=variant,
-                code=action_code(name),
+                code=code,
                 **({"kind": "blackbox", "image": image} if image else {}),
                 memory_mb=memory_mb,
                 timeout_ms=timeout_ms,

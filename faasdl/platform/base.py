@@ -313,8 +313,9 @@ class Platform(Resource):
         """
 
     @abstractmethod
-    def get_action(self, name: str) -> Action:
-        """The action, without its code. Raises ``ActionNotFound``."""
+    def get_action(self, name: str, *, code: bool = False) -> Action:
+        """The action, with its code only if ``code`` (``exec.code``: the source, or a zip in
+        base64). Raises ``ActionNotFound``."""
 
     @abstractmethod
     def list_actions(self) -> list[Action]:

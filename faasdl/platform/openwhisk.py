@@ -299,10 +299,10 @@ class OpenWhiskPlatform(Platform):
         self._timeouts[spec.name] = action.limits.timeout
         return action.model_copy(update={"exec": action.exec.model_copy(update={"code": None})})
 
-    def get_action(self, name: str) -> Action:
+    def get_action(self, name: str, *, code: bool = False) -> Action:
         try:
             response = self._call(
-                "GET", self._url(f"actions/{quote(name)}"), params={"code": "false"}
+                "GET", self._url(f"actions/{quote(name)}"), params={"code": str(code).lower()}
             )
         except _Missing as exc:
             raise ActionNotFound(name) from exc

@@ -45,6 +45,7 @@ def test_deploy_get_list_update_delete(platform: Platform) -> None:
     # Prepare / Execute
     created = platform.deploy(ActionSpec(name="echo", code=actions.ECHO, memory_mb=128))
     fetched = platform.get_action("echo")
+    with_code = platform.get_action("echo", code=True)
     updated = platform.deploy(ActionSpec(name="echo", code=actions.ECHO, timeout_ms=5000))
     names = [a.name for a in platform.list_actions()]
     platform.delete_action("echo")
@@ -53,6 +54,7 @@ def test_deploy_get_list_update_delete(platform: Platform) -> None:
     assert created.limits.memory == 128
     assert created.exec.kind == fetched.exec.kind
     assert fetched.exec.code is None
+    assert with_code.exec.code == actions.ECHO
     assert updated.version != created.version
     assert updated.limits.timeout == 5000
     assert "echo" in names

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import requests
 
-from faasdl.actions import TRAIN, deploy_variant
+from faasdl.actions import TRAIN, action_code, deploy_variant
 from faasdl.config import OpenWhiskSettings
 from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
 from faasdl.platform import messages
@@ -568,14 +568,31 @@ def test_faasdls_actions_are_deployed_in_the_action_image_once_one_is_set(
     served = make_served(client={"action_image": image}, images=[image])
     plain = make_served().client
 
-    # Execute
+    # Execute; then the variant's entry point replaced by an older faasdl's, and asked again.
     name = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
     first = served.local.get_action(name)
     again = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
+    kept = served.local.get_action(name)
+    served.client.deploy(
+        ActionSpec(
+            name=name,
+            code="from faasdl.old_training_action import main\n",
+            kind="blackbox",
+            image=image,
+            memory_mb=512,
+            timeout_ms=60_000,
+        )
+    )
+    older = served.local.get_action(name)
+    deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
     source = deploy_variant(plain, TRAIN, memory_mb=512, timeout_ms=60_000)
 
-    # Assert: a blackbox action in the image, left alone when asked again; python without one.
+    # Assert: a blackbox action in the image, left alone when asked again, deployed again once
+    # its code was not faasdl's; python without an image.
     assert (first.exec.kind, first.exec.image) == ("blackbox", image)
     assert again == name
-    assert served.local.get_action(name).version == first.version
+    assert kept.version == first.version
+    renewed = served.local.get_action(name, code=True)
+    assert renewed.version not in (first.version, older.version)
+    assert renewed.exec.code == action_code(TRAIN)
     assert plain.get_action(source).exec.kind.startswith("python")
