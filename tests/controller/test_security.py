@@ -172,6 +172,7 @@ def test_a_tenant_cannot_see_or_touch_another_tenants_job(
                 ("GET", "/v1/jobs/{}/events"),
                 ("GET", "/v1/jobs/{}/model"),
                 ("DELETE", "/v1/jobs/{}"),
+                ("DELETE", "/v1/jobs/{}?purge=true"),
             ]
         }
         unknown = alice.get(f"/v1/jobs/{never}")
@@ -188,7 +189,7 @@ def test_a_tenant_cannot_see_or_touch_another_tenants_job(
     assert filtered == []
     assert as_bob.status_code == 403
     assert "tenant" in as_bob.json()["detail"]
-    assert bobs_view.json()["job"]["state"] == "queued"  # alice's DELETE did nothing
+    assert bobs_view.json()["job"]["state"] == "queued"  # alice's DELETEs did nothing
     assert bobs_view.json()["job"]["tenant"] == "bob"
     with client(api, keys["admin"]) as admin:
         assert job_id in {j["job_id"] for j in admin.get("/v1/jobs").json()}
