@@ -472,6 +472,13 @@ class ApiSettings(Section):
     max_streams_per_key: int = Field(
         8, ge=1, description="Event streams one key may hold open at once (429 beyond)."
     )
+    metrics_key_grace_s: float = Field(
+        900.0,
+        ge=0,
+        description="While the store cannot be reached (where the API keys are), `/metrics` "
+        "takes an administrator's key the store accepted within this many seconds, so that an "
+        "outage's metrics can be scraped; a key refused since is not taken; 0: none is.",
+    )
 
 
 class ClientSettings(Section):

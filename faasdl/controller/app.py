@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from faasdl import __version__
 from faasdl.config import Settings
-from faasdl.controller.auth import RateLimiter, StreamSlots
+from faasdl.controller.auth import RateLimiter, StreamSlots, VouchedKeys
 from faasdl.controller.deps import ApiLimits
 from faasdl.controller.jobs import Controller
 from faasdl.controller.routes import datasets, jobs, ops, ui
@@ -110,6 +110,7 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
         uploads=RateLimiter(per_minute=api.uploads_per_minute),
         streams=StreamSlots(per_caller=api.max_streams_per_key),
     )
+    app.state.vouched = VouchedKeys(grace_s=api.metrics_key_grace_s)
 
     @app.exception_handler(FaasdlError)
     async def _faasdl_error(_: Request, exc: FaasdlError) -> JSONResponse:

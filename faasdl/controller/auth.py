@@ -12,6 +12,7 @@ event streams. Quotas per tenant (jobs queued, running, memory held) live in adm
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 import threading
@@ -20,7 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from faasdl.controller.validator import TENANT_PATTERN, JobSpec
-from faasdl.errors import AccessError, LimitExceeded, Unauthenticated, ValidationError
+from faasdl.errors import (
+    AccessError,
+    LimitExceeded,
+    StoreUnavailable,
+    Unauthenticated,
+    ValidationError,
+)
 from faasdl.store import StateStore
 from faasdl.store.records import ApiKeyInfo, apikey_key, create, load, update
 
@@ -32,6 +39,8 @@ KEY_IN_TEXT = re.compile(r"fdl_[0-9a-f]{16}\.[A-Za-z0-9_-]+")
 #: How often an open event stream asks whether its key is still valid: a revoked key's stream
 #: ends within this long, not at ``FAASDL_API__STREAM_MAX_S`` (an hour).
 KEY_RECHECK_S = 2.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,62 @@ def authenticate(store: StateStore, token: str | None) -> Principal:
         raise Unauthenticated("the API key is not valid (unknown, malformed or revoked)")
     record = found[0]
     return Principal(tenant=record.tenant, admin=record.admin, key_id=record.key_id)
+
+
+class VouchedKeys:
+    """Administrators' keys the store accepted lately, by their SHA-256: what lets ``/metrics``
+    answer while the store cannot (an outage is when its metrics are wanted, and the keys are in
+    the store). A key is vouched for ``grace_s`` after the store last accepted it (0: none is);
+    one the store refuses (revoked, gone) is forgotten at once."""
+
+    def __init__(self, *, grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.grace_s = grace_s
+        self._clock = clock
+        self._accepted: dict[str, tuple[Principal, float]] = {}  # digest -> (principal, at)
+        self._lock = threading.Lock()
+
+    def accepted(self, token: str, principal: Principal) -> None:
+        if principal.admin and self.grace_s > 0:
+            with self._lock:
+                self._accepted[_digest(token)] = (principal, self._clock())
+
+    def refused(self, token: str) -> None:
+        with self._lock:
+            self._accepted.pop(_digest(token), None)
+
+    def vouched(self, token: str) -> tuple[Principal, float] | None:
+        """The key's caller and how many seconds ago the store accepted it, within the grace."""
+        with self._lock:
+            found = self._accepted.get(_digest(token))
+        if found is None:
+            return None
+        age = self._clock() - found[1]
+        return (found[0], age) if age <= self.grace_s else None
+
+
+def authenticate_vouched(store: StateStore, token: str | None, vouched: VouchedKeys) -> Principal:
+    """:func:`authenticate`, except that while the store is unavailable a key it accepted within
+    ``vouched``'s grace is taken (said in the log); otherwise the store's error is raised."""
+    if not token:
+        return authenticate(store, token)  # refused, without asking the store
+    try:
+        principal = authenticate(store, token)
+    except Unauthenticated:
+        vouched.refused(token)
+        raise
+    except StoreUnavailable as exc:
+        found = vouched.vouched(token)
+        if found is None:
+            raise
+        log.warning(
+            "the store is unavailable (%s): key %s taken as the store accepted it %.0f s ago",
+            exc,
+            found[0].key_id,
+            found[1],
+        )
+        return found[0]
+    vouched.accepted(token, principal)
+    return principal
 
 
 class RateLimiter:

@@ -8,7 +8,15 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from faasdl.controller.auth import LOCAL, Principal, RateLimiter, StreamSlots, authenticate
+from faasdl.controller.auth import (
+    LOCAL,
+    Principal,
+    RateLimiter,
+    StreamSlots,
+    VouchedKeys,
+    authenticate,
+    authenticate_vouched,
+)
 from faasdl.controller.jobs import Controller
 from faasdl.errors import AccessError
 
@@ -48,6 +56,14 @@ async def get_limits(request: Request) -> ApiLimits:
 LimitsDep = Annotated[ApiLimits, Depends(get_limits)]
 
 
+async def get_vouched(request: Request) -> VouchedKeys:
+    vouched: VouchedKeys = request.app.state.vouched
+    return vouched
+
+
+VouchedDep = Annotated[VouchedKeys, Depends(get_vouched)]
+
+
 CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
@@ -73,4 +89,15 @@ def get_admin(principal: PrincipalDep) -> Principal:
     return principal
 
 
-AdminDep = Annotated[Principal, Depends(get_admin)]
+def get_scraper(
+    controller: ControllerDep, credentials: CredentialsDep, vouched: VouchedDep
+) -> Principal:
+    """An administrator, as :func:`get_admin` asks; while the store is unavailable, one whose key
+    the store accepted lately (``FAASDL_API__METRICS_KEY_GRACE_S``): ``/metrics``' caller."""
+    if controller.settings.api.auth == "none":
+        return LOCAL
+    token = credentials.credentials if credentials else None
+    return get_admin(authenticate_vouched(controller.store, token, vouched))
+
+
+ScraperDep = Annotated[Principal, Depends(get_scraper)]

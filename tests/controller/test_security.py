@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import socket
 import zipfile
 from collections.abc import Iterator
@@ -28,12 +29,13 @@ from typer.testing import CliRunner
 from faasdl.cli import app as cli
 from faasdl.config import Settings
 from faasdl.controller.app import create_app
-from faasdl.controller.auth import create_key, revoke_key
+from faasdl.controller.auth import LOCAL, Principal, VouchedKeys, create_key, revoke_key
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore
+from faasdl.store import StateStore, make_store
+from faasdl.store.redis_server import RedisServer
 
 pytestmark = pytest.mark.tensorflow
 
@@ -631,6 +633,73 @@ def test_an_event_stream_ends_once_its_key_is_revoked(
     assert after[-2:] == [": the API key is no longer valid", ""]
     assert not any(line.startswith("event: ") for line in after)
     assert again.status_code == 401
+
+
+def test_metrics_take_a_key_the_store_accepted_lately_while_it_is_down_and_nothing_else(
+    tf_platform: LocalPlatform, tmp_path: Path
+) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    with RedisServer(directory=tmp_path) as redis, make_store(Settings().store, redis.url) as store:
+        scraper = create_key(store, tenant="ops", admin=True)[1]
+        unused = create_key(store, tenant="ops", admin=True)[1]  # never shown to the controller
+        record, revoked = create_key(store, tenant="ops", admin=True)
+        tenant = create_key(store, tenant="alice")[1]
+        with serve(tf_platform, (store, redis.url)) as api:
+
+            def scrape(key: str) -> httpx.Response:
+                with client(api, key) as http:
+                    return http.get("/metrics")
+
+            before = {
+                name: scrape(key).status_code
+                for name, key in [("scraper", scraper), ("revoked", revoked), ("tenant", tenant)]
+            }
+            revoke_key(store, record.key_id)
+            refused = scrape(revoked).status_code
+            redis.stop()
+            during = scrape(scraper)
+            with client(api, scraper) as http:
+                jobs = http.get("/v1/jobs")
+            others = {
+                name: scrape(key)
+                for name, key in [("unused", unused), ("revoked", revoked), ("tenant", tenant)]
+            }
+
+    assert before == {"scraper": 200, "revoked": 200, "tenant": 403}
+    assert refused == 401
+    assert during.status_code == 200
+    assert "faasdl_admission_last_pass_timestamp_seconds" in during.text
+    assert jobs.status_code == 503  # the key lets in the metrics only
+    for name, answer in others.items():
+        assert answer.status_code == 503, name
+        assert "Redis" in answer.json()["detail"], name
+
+
+def test_a_key_is_vouched_for_its_grace_after_the_store_last_accepted_it() -> None:
+    now = [100.0]
+    vouched = VouchedKeys(grace_s=60.0, clock=lambda: now[0])
+    admin = Principal(tenant="ops", admin=True, key_id="0123456789abcdef")
+    tenant = Principal(tenant="alice", admin=False, key_id="fedcba9876543210")
+    vouched.accepted("fdl_admin", admin)
+    vouched.accepted("fdl_tenant", tenant)
+
+    now[0] = 160.0
+    at_the_grace = vouched.vouched("fdl_admin")
+    now[0] = 160.5
+    past_it = vouched.vouched("fdl_admin")
+    vouched.accepted("fdl_admin", admin)  # accepted again: vouched anew
+    renewed = vouched.vouched("fdl_admin")
+    vouched.refused("fdl_admin")
+    none = VouchedKeys(grace_s=0.0)
+    none.accepted("fdl_admin", LOCAL)
+
+    assert at_the_grace == (admin, 60.0)
+    assert past_it is None
+    assert renewed == (admin, 0.0)
+    assert vouched.vouched("fdl_admin") is None
+    assert vouched.vouched("fdl_tenant") is None  # only administrators' keys are kept
+    assert none.vouched("fdl_admin") is None
 
 
 def test_keys_are_made_listed_and_revoked_from_the_command_line(tmp_path: Path) -> None:

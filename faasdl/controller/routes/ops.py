@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from faasdl.controller.auth import caller_id, spec_for
-from faasdl.controller.deps import AdminDep, ControllerDep, LimitsDep, PrincipalDep
+from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep, ScraperDep
 from faasdl.controller.plan import JobPlan
 from faasdl.controller.routes import AUTHENTICATED
 from faasdl.controller.validator import JobSpec
@@ -79,9 +79,10 @@ def readyz(controller: ControllerDep) -> JSONResponse:
 @router.get(
     "/metrics",
     tags=["ops"],
-    summary="Prometheus metrics (an administrator's key)",
+    summary="Prometheus metrics (an administrator's key; while the store is unavailable, one it "
+    "accepted within FAASDL_API__METRICS_KEY_GRACE_S)",
     response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **AUTHENTICATED},
 )
-def metrics(controller: ControllerDep, _: AdminDep) -> Response:
+def metrics(controller: ControllerDep, _: ScraperDep) -> Response:
     return Response(controller.metrics.render(), media_type=CONTENT_TYPE_LATEST)
