@@ -1106,7 +1106,7 @@ def finish(job_id: JobIdArgument, url: UrlOption = None) -> None:
 @app.command()
 def delete(job_id: JobIdArgument, url: UrlOption = None) -> None:
     """Delete an ended job whole: its record, log, ledger and model (a queued or running job:
-    cancel it first)."""
+    cancel it first; refused while a job yet to stage trains on from its model)."""
     with _controller(url) as client:
         client.delete(job_id)
     typer.echo(json.dumps({"job_id": job_id, "deleted": True}))

@@ -36,6 +36,7 @@ from faasdl.controller.events import (
     Runtime,
     delete_job,
     delete_job_data,
+    global_blob,
     init_model_of,
     log_written,
     now_ms,
@@ -608,13 +609,21 @@ class Controller:
         """Delete an ended job whole, as housekeeping deletes one past ``job_retention_days``
         (:func:`delete_job`): its ``Idempotency-Key``, its blobs (its model too), ledger, unit
         and round records, and its record last. Waits up to ``wait_s`` for its runner here, if
-        it has one, to have wrapped it up. Jobs queued to train on from its model fail as they
-        start, saying so. Raises ``JobNotFound``, and ``JobError`` for a job that has not ended
-        or whose runner is still booking what it stopped."""
+        it has one, to have wrapped it up. Raises ``JobNotFound``, and ``JobError`` for a job
+        that has not ended, whose model a job yet to copy it starts from (``init_model``), or
+        whose runner is still booking what it stopped."""
         job = self.job(job_id)
         if not job.finished:
             raise JobError(
                 f"job {job_id} is {job.state}: only an ended job can be deleted; cancel it first"
+            )
+        waiting = self._starting_from(job)
+        if waiting:
+            named = ", ".join(waiting)
+            who = f"job {named} starts" if len(waiting) == 1 else f"jobs {named} start"
+            raise JobError(
+                f"{who} from job {job_id}'s model (init_model), not copied yet: delete it once "
+                "they have started training, or cancel them"
             )
         if not self.wait_stopped(job_id, wait_s):
             raise JobError(
@@ -623,6 +632,23 @@ class Controller:
             )
         delete_job(self.store, job)
         log.info("job %s deleted whole by request", job_id)
+
+    def _starting_from(self, job: JobInfo) -> list[str]:
+        """The jobs that train on from ``job``'s model (``init_model``) and have not copied it
+        yet: queued, or running but not staged."""
+        return [
+            other.job_id
+            for other in self._all_jobs()
+            if other.spec.get("init_model") == job.job_id
+            and other.tenant == job.tenant
+            and (
+                other.state is JobState.QUEUED
+                or (
+                    other.state is JobState.RUNNING
+                    and self.store.blob_manifest(global_blob(other.job_id, 0)) is None
+                )
+            )
+        ]
 
     def _stop_runner(self, job_id: str) -> None:
         """Have the job's runner, if it has one here, stop its activations and end; then admit

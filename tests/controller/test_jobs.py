@@ -340,14 +340,31 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
         "another tenant's": {**DIGITS_JOB, "tenant": "other", "init_model": source_id},
     }
 
-    # Execute: one round on from its model; then what cannot train on from it.
+    # Execute: one round on from its model, queued at first behind another tenant's long job
+    # (two do not fit the pool together), while the source is asked to be deleted; then what
+    # cannot train on from it.
+    blocker = submit(client, {**DIGITS_JOB, "epochs": 1000, "sync_every": 0, "tenant": "other"})
+    eventually(
+        lambda: job(client, blocker["job_id"])["job"]["state"] == "running",
+        timeout_s=60,
+        what="the long job admitted",
+    )
     onward = submit(client, {**DIGITS_JOB, "epochs": 1, "init_model": source_id})["job_id"]
+    waiting = job(client, onward)["job"]["state"]
+    kept = client.delete(f"/v1/jobs/{source_id}", params={"purge": "true"})
+    client.delete(f"/v1/jobs/{blocker['job_id']}")
     record = controller.wait(onward, timeout_s=300)
     before = controller.store.scan_versions("job/")
     refused = {name: client.post("/v1/jobs", json=body) for name, body in refusals.items()}
 
     # Assert: its first round started from the other's model (copied into its own blobs) and
     # trained on from its loss, where the other's first round started at a drawn model's.
+    assert waiting == "queued"
+    assert kept.status_code == 409
+    assert kept.json()["detail"] == (
+        f"job {onward} starts from job {source_id}'s model (init_model), not copied yet: delete "
+        "it once they have started training, or cancel them"
+    )
     assert record.state is JobState.DONE, record.error
     first = bytes(controller.store.get_blob(f"jobs/{onward}/global/00000"))
     assert first == client.get(f"/v1/jobs/{source_id}/model").content

@@ -282,7 +282,8 @@ def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> 
     description="Cancel: a queued or running job ends, its activations stopped; its record, "
     "log, ledger and model stay. `purge=true`: an ended job is deleted whole, its record, log, "
     "ledger, model and Idempotency-Key (204); 409 for one that has not ended (cancel it first), "
-    "or whose activations that could not be stopped are not booked yet.",
+    "whose activations that could not be stopped are not booked yet, or whose model a job yet "
+    "to stage is to train on from (init_model).",
     responses={204: {"description": "purge=true: the job was deleted whole"}},
 )
 def cancel(
