@@ -1237,7 +1237,7 @@ def datasets_list(url: UrlOption = None) -> None:
 
 @datasets_app.command("delete")
 def datasets_delete(name: DatasetNameArgument, url: UrlOption = None) -> None:
-    """Delete an uploaded data set (jobs queued with it fail as they start)."""
+    """Delete an uploaded data set (refused while a job that trains on it has not staged it)."""
     with _controller(url) as client:
         client.delete_dataset(name)
     typer.echo(json.dumps({"name": name, "deleted": True}))

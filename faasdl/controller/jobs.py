@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pydantic import BaseModel, Field
 from pydantic import ValidationError as PydanticValidationError
@@ -29,7 +29,15 @@ from faasdl.controller.admission import (
     admit,
     queue_positions,
 )
-from faasdl.controller.datasets import confine, fill_digests, shown_path, sweep_partials
+from faasdl.controller.datasets import (
+    SUFFIX,
+    confine,
+    delete_upload,
+    fill_digests,
+    shown_path,
+    sweep_partials,
+    tenant_dir,
+)
 from faasdl.controller.events import (
     JOB_BLOBS,
     JobRunner,
@@ -40,6 +48,7 @@ from faasdl.controller.events import (
     init_model_of,
     log_written,
     now_ms,
+    test_blob,
 )
 from faasdl.controller.lease import ControllerLease
 from faasdl.controller.metrics import Metrics
@@ -47,6 +56,7 @@ from faasdl.controller.plan import JobPlan, plan_job
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import (
     AccessError,
+    DatasetNotFound,
     JobError,
     JobNotFound,
     LimitExceeded,
@@ -617,14 +627,11 @@ class Controller:
             raise JobError(
                 f"job {job_id} is {job.state}: only an ended job can be deleted; cancel it first"
             )
-        waiting = self._starting_from(job)
-        if waiting:
-            named = ", ".join(waiting)
-            who = f"job {named} starts" if len(waiting) == 1 else f"jobs {named} start"
-            raise JobError(
-                f"{who} from job {job_id}'s model (init_model), not copied yet: delete it once "
-                "they have started training, or cancel them"
-            )
+        self._refuse_while_unstaged(
+            f"job {job_id}'s model (init_model)",
+            needs=lambda j: j.spec.get("init_model") == job_id and j.tenant == job.tenant,
+            staged=lambda j: global_blob(j, 0),
+        )
         if not self.wait_stopped(job_id, wait_s):
             raise JobError(
                 f"job {job_id} has ended, but the activations it could not stop are not booked "
@@ -633,22 +640,48 @@ class Controller:
         delete_job(self.store, job)
         log.info("job %s deleted whole by request", job_id)
 
-    def _starting_from(self, job: JobInfo) -> list[str]:
-        """The jobs that train on from ``job``'s model (``init_model``) and have not copied it
-        yet: queued, or running but not staged."""
-        return [
-            other.job_id
-            for other in self._all_jobs()
-            if other.spec.get("init_model") == job.job_id
-            and other.tenant == job.tenant
+    def delete_dataset(self, tenant: str, name: str) -> None:
+        """Delete the tenant's upload ``name`` and its digest. Raises ``DatasetNotFound``, and
+        ``JobError`` while a job that trains on it has not staged it yet."""
+        path = str(tenant_dir(self.settings.api, tenant) / f"{name}{SUFFIX}")
+        self._refuse_while_unstaged(
+            f"data set {name!r}",
+            needs=lambda j: (
+                isinstance(j.spec.get("dataset"), dict) and j.spec["dataset"].get("path") == path
+            ),
+            staged=test_blob,
+        )
+        if not delete_upload(self.settings.api, tenant, name):
+            raise DatasetNotFound(name)
+
+    def _refuse_while_unstaged(
+        self, what: str, *, needs: Callable[[JobInfo], bool], staged: Callable[[str], str]
+    ) -> None:
+        """Raise ``JobError`` naming the jobs ``needs`` picks that have not staged ``what``, which
+        a deletion would take from them: queued, or running without the blob ``staged(job_id)``
+        (a job stages as it starts, and would fail then)."""
+        waiting = [
+            j.job_id
+            for j in self._all_jobs()
+            if needs(j)
             and (
-                other.state is JobState.QUEUED
+                j.state is JobState.QUEUED
                 or (
-                    other.state is JobState.RUNNING
-                    and self.store.blob_manifest(global_blob(other.job_id, 0)) is None
+                    j.state is JobState.RUNNING
+                    and self.store.blob_manifest(staged(j.job_id)) is None
                 )
             )
         ]
+        if len(waiting) == 1:
+            raise JobError(
+                f"{what} is needed by job {waiting[0]}, which has not staged it yet: delete it "
+                "once the job has started training, or cancel the job"
+            )
+        if waiting:
+            raise JobError(
+                f"{what} is needed by jobs {', '.join(waiting)}, which have not staged it yet: "
+                "delete it once they have started training, or cancel them"
+            )
 
     def _stop_runner(self, job_id: str) -> None:
         """Have the job's runner, if it has one here, stop its activations and end; then admit

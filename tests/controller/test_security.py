@@ -286,6 +286,8 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
         with (alice_dir / "mine.npz").open("ab") as rewritten:  # changed other than by an upload
             rewritten.write(b"\0")
         changed = alice.get("/v1/datasets").json()
+        kept = alice.delete("/v1/datasets/mine")  # the queued job trains on it
+        alice.delete(f"/v1/jobs/{job_id}")
         deleted = alice.delete("/v1/datasets/mine")
         gone = alice.delete("/v1/datasets/mine")
 
@@ -325,6 +327,11 @@ def test_an_upload_is_checked_kept_whole_and_private_to_its_tenant(
     assert str(roots["uploads"]) not in missing.text  # the server's directories are its own
     assert bobs_try.status_code == 422
     assert bobs_list == []
+    assert kept.status_code == 409
+    assert kept.json()["detail"] == (
+        f"data set 'mine' is needed by job {job_id}, which has not staged it yet: delete it once "
+        "the job has started training, or cancel the job"
+    )
     assert deleted.status_code == 204
     assert gone.status_code == 404
     left = sorted(p.name for p in alice_dir.iterdir() if not p.is_symlink())

@@ -11,13 +11,11 @@ from faasdl.controller.auth import caller_id
 from faasdl.controller.datasets import (
     DATASET_NAME_PATTERN,
     UploadedDataset,
-    delete_upload,
     store_upload,
     uploads,
 )
 from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep
 from faasdl.controller.routes import AUTHENTICATED, problems
-from faasdl.errors import DatasetNotFound
 
 DatasetName = Annotated[
     str, Path(pattern=DATASET_NAME_PATTERN, description="The data set's name (no extension).")
@@ -65,9 +63,11 @@ def router(*, max_upload_bytes: int) -> APIRouter:
         "/{name}",
         status_code=status.HTTP_204_NO_CONTENT,
         summary="Delete an upload",
+        description="409 while a job that trains on it has not staged it yet (queued, or "
+        "starting): it would fail as it starts.",
+        responses=problems(409),
     )
-    async def delete(name: DatasetName, controller: ControllerDep, principal: PrincipalDep) -> None:
-        if not delete_upload(controller.settings.api, principal.tenant, name):
-            raise DatasetNotFound(name)
+    def delete(name: DatasetName, controller: ControllerDep, principal: PrincipalDep) -> None:
+        controller.delete_dataset(principal.tenant, name)
 
     return routes
