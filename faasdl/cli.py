@@ -35,6 +35,7 @@ from faasdl.config import (
     image_problem,
 )
 from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
+from faasdl.store.records import JobState
 
 if TYPE_CHECKING:
     from faasdl.controller.client import ControllerClient
@@ -959,7 +960,7 @@ def _watched(client: ControllerClient, job_id: str) -> dict[str, Any]:
 def jobs(
     url: UrlOption = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs.")] = None,
-    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    state: Annotated[JobState | None, typer.Option(help="Only jobs in this state.")] = None,
     limit: Annotated[
         int, typer.Option(min=1, max=1000, help="Jobs in a page (the newest first).")
     ] = 100,
@@ -975,6 +976,15 @@ def jobs(
     with _controller(url) as client:
         found, more = client.jobs(tenant=tenant, state=state, limit=limit, before=before)
     from datetime import datetime
+
+    filters = [(name, value) for name, value in (("tenant", tenant), ("state", state)) if value]
+    if not found:  # said rather than drawn as an empty table
+        asked = [f"{name} {value}" for name, value in filters]
+        if before:
+            asked.append(f"before job {before}")
+        console.print("no jobs" + (f" ({', '.join(asked)})" if asked else ""), markup=False)
+        typer.echo(json.dumps(found))
+        return
 
     table = Table(title="jobs")
     # A name column where a job of the page has one (a controller before names sends none).
@@ -998,9 +1008,7 @@ def jobs(
         )
     console.print(table, width=140)
     if more:
-        again = [
-            f"--{name} {value}" for name, value in (("tenant", tenant), ("state", state)) if value
-        ]
+        again = [f"--{name} {value}" for name, value in filters]
         options = " ".join([*again, f"--limit {limit}", f"--before {more}"])
         console.print(f"more: faasdl jobs {options}", markup=False)
     typer.echo(json.dumps(found))

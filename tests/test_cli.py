@@ -227,6 +227,7 @@ def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
     ("options", "message"),
     [
         (["--before", "../x"], "'../x' is not a job's id"),
+        (["--state", "Done"], "'--state': Value error, 'Done' is not one of 'queued',"),
         (["--limit", "0"], "'--limit': Input should be greater than or equal to 1"),
         (["--limit", "1001"], "'--limit': Input should be less than or equal to 1000"),
         (["0123456789abcdef", "--from-round", "0"], "'--from-round': Input should be greater"),

@@ -550,6 +550,9 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     listed = runner.invoke(
         app, ["jobs", "--url", api_url], env={"FAASDL_CLIENT__API_KEY_FILE": str(key_file)}
     )
+    none = runner.invoke(
+        app, ["jobs", "--tenant", "nobody", "--state", "done", "--url", api_url], env=env
+    )
     status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
     ledger = runner.invoke(app, ["ledger", job_id, "--url", api_url], env=env)
     downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url], env=env)
@@ -567,6 +570,9 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     [row] = [j for j in json.loads(listed.stdout.splitlines()[-1]) if j["job_id"] == job_id]
     when = datetime.fromtimestamp(row["created_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
     assert re.search(rf"{job_id}\s*│\s*{when}", listed.output)  # submitted, in local time
+    assert none.exit_code == 0, none.output
+    assert none.stderr.splitlines() == ["no jobs (tenant nobody, state done)"]  # no empty table
+    assert none.stdout.splitlines()[-1] == "[]"
     assert json.loads(status.stdout.splitlines()[-1])["job"]["state"] == "done"
     assert "activations (0 failed and recovered)" in submitted.output
     assert f"mlp on digits: {DIGITS_JOB['workers']} worker(s) of" in submitted.output
