@@ -97,6 +97,15 @@ def stderr_console() -> Console:
 console = stderr_console()
 
 
+def _show(table: Table, empty: str, *, width: int | None = None) -> None:
+    """``table`` on stderr, or where it has no rows the line ``empty`` (a frame of headings
+    alone says nothing)."""
+    if table.row_count:
+        console.print(table, width=width)
+    else:
+        console.print(empty, markup=False)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
@@ -416,7 +425,7 @@ def keys_list() -> None:
         table.add_column(column)
     for k in found:
         table.add_row(k.key_id, k.tenant, str(k.admin), k.name, "yes" if k.revoked_ms else "")
-    console.print(table)
+    _show(table, "no API keys: make one with faasdl keys create --tenant TENANT")
     typer.echo(json.dumps(lines))
 
 
@@ -978,13 +987,6 @@ def jobs(
     from datetime import datetime
 
     filters = [(name, value) for name, value in (("tenant", tenant), ("state", state)) if value]
-    if not found:  # said rather than drawn as an empty table
-        asked = [f"{name} {value}" for name, value in filters]
-        if before:
-            asked.append(f"before job {before}")
-        console.print("no jobs" + (f" ({', '.join(asked)})" if asked else ""), markup=False)
-        typer.echo(json.dumps(found))
-        return
 
     table = Table(title="jobs")
     # A name column where a job of the page has one (a controller before names sends none).
@@ -1006,7 +1008,10 @@ def jobs(
             accuracy,
             f"{j['cost_usd']:.6f}",
         )
-    console.print(table, width=140)
+    asked = [f"{name} {value}" for name, value in filters]
+    if before:
+        asked.append(f"before job {before}")
+    _show(table, "no jobs" + (f" ({', '.join(asked)})" if asked else ""), width=140)
     if more:
         again = [f"--{name} {value}" for name, value in filters]
         options = " ".join([*again, f"--limit {limit}", f"--before {more}"])
@@ -1088,7 +1093,8 @@ def ledger(
             a["outcome"],
             f"{a['cost_usd']:.6f}",
         )
-    console.print(table, width=140)
+    since = f" from round {from_round} on" if from_round > 1 else ""
+    _show(table, f"no activations of job {job_id}{since}", width=140)
     typer.echo(json.dumps(found))
 
 
@@ -1239,7 +1245,7 @@ def datasets_list(url: UrlOption = None) -> None:
             else ("-", "-", "-")
         )
         table.add_row(d["name"], d["path"], f"{d['bytes']:,}", *held, digest)
-    console.print(table)
+    _show(table, "no data sets: upload one with faasdl datasets upload FILE.npz")
     typer.echo(json.dumps(found))
 
 

@@ -20,8 +20,10 @@ from typer.testing import CliRunner
 
 from faasdl import __version__
 from faasdl.cli import LOG_WIDTH, app, stderr_console
+from faasdl.config import StoreSettings
 from faasdl.controller.client import ControllerClient
 from faasdl.errors import PlatformUnavailable
+from faasdl.store import make_store
 from tests.conftest import Served
 
 runner = CliRunner()
@@ -319,6 +321,24 @@ def test_keys_say_which_store_and_read_none_that_is_not_there(
     assert f"store: sqlite:///{tmp_path / 'tmp/state.db'}" in created.output
     assert listed_after.exit_code == 0, listed_after.output
     assert json.loads(listed_after.stdout)[0]["tenant"] == "team-a"
+
+
+def test_a_list_of_no_keys_says_so_rather_than_draw_an_empty_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    with make_store(StoreSettings(), url):
+        pass  # there, and empty
+    monkeypatch.setenv("FAASDL_STORE__URL", url)
+
+    listed = runner.invoke(app, ["keys", "list"])
+
+    assert listed.exit_code == 0, listed.output
+    assert listed.stderr.splitlines() == [
+        f"store: {url}",
+        "no API keys: make one with faasdl keys create --tenant TENANT",
+    ]
+    assert json.loads(listed.stdout) == []
 
 
 @pytest.mark.parametrize(

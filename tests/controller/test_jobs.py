@@ -553,6 +553,7 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     none = runner.invoke(
         app, ["jobs", "--tenant", "nobody", "--state", "done", "--url", api_url], env=env
     )
+    unused = runner.invoke(app, ["ledger", job_id, "--from-round", "9", "--url", api_url], env=env)
     status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
     ledger = runner.invoke(app, ["ledger", job_id, "--url", api_url], env=env)
     downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url], env=env)
@@ -573,6 +574,7 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     assert none.exit_code == 0, none.output
     assert none.stderr.splitlines() == ["no jobs (tenant nobody, state done)"]  # no empty table
     assert none.stdout.splitlines()[-1] == "[]"
+    assert unused.stderr.splitlines() == [f"no activations of job {job_id} from round 9 on"]
     assert json.loads(status.stdout.splitlines()[-1])["job"]["state"] == "done"
     assert "activations (0 failed and recovered)" in submitted.output
     assert f"mlp on digits: {DIGITS_JOB['workers']} worker(s) of" in submitted.output

@@ -413,6 +413,9 @@ def test_the_cli_uploads_lists_and_deletes_a_tenants_data_sets(
     assert record["sha256"][:12] in listed.output
     assert "400 + 10 test" in listed.output
     assert json.loads(bobs.stdout.splitlines()[-1]) == []
+    assert bobs.stderr.splitlines() == [
+        "no data sets: upload one with faasdl datasets upload FILE.npz"  # not an empty table
+    ]
     assert bobs_delete.exit_code == 2
     assert "no uploaded data set 'cli-set'" in bobs_delete.output
     assert deleted.exit_code == 0, deleted.output
