@@ -919,13 +919,24 @@ def submit(
         view = _watched(client, job["job_id"])
         table = _summary(client, view)
     stderr_console().print(table)
+    if hint := _model_hint(view["job"]):
+        stderr_console().print(hint, highlight=False, markup=False)
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
-    stderr_console().print(_model_hint(job["job_id"]), highlight=False)
 
 
-def _model_hint(job_id: str) -> str:
-    return f"its model: faasdl model {job_id} -o model.safetensors"
+def _model_hint(job: dict[str, Any]) -> str | None:
+    """How to have the model the job kept, if it has one: a done job's, or the last finished
+    round's of one that failed or was cancelled."""
+    if not job.get("model"):
+        return None
+    download = f"faasdl model {job['job_id']} -o model.safetensors"
+    if job["state"] == "done":
+        return f"its model: {download}"
+    return (
+        f"the model of its last finished round ({job['round']}) is kept: {download}, or train "
+        f"on from it (init_model: {job['job_id']})"
+    )
 
 
 def _summary(client: ControllerClient, view: dict[str, Any], rounds: int | None = None) -> Table:
@@ -1051,8 +1062,8 @@ def status(
     console.print(table, width=140)
     if line := progress(view):
         console.print(line, highlight=False, markup=False)
-    if view["job"]["state"] == "done":
-        console.print(_model_hint(job_id), highlight=False)
+    if hint := _model_hint(view["job"]):
+        console.print(hint, highlight=False, markup=False)
     if view["queue_position"]:
         waiting = f": waits for {view['waiting_for']}" if view.get("waiting_for") else ""
         console.print(
@@ -1100,9 +1111,12 @@ def ledger(
 
 @app.command()
 def cancel(job_id: JobIdArgument, url: UrlOption = None) -> None:
-    """Cancel a queued or running job (its activations are stopped, its record kept)."""
+    """Cancel a queued or running job (its activations are stopped, its record kept, and the
+    model of its last finished round if one has finished)."""
     with _controller(url) as client:
         view = client.cancel(job_id)
+    if hint := _model_hint(view["job"]):
+        console.print(hint, highlight=False, markup=False)
     typer.echo(json.dumps({"job_id": job_id, "state": view["job"]["state"]}))
 
 
@@ -1113,7 +1127,7 @@ def finish(job_id: JobIdArgument, url: UrlOption = None) -> None:
     with _controller(url) as client:
         view = client.finish(job_id)
     job = view["job"]
-    typer.echo(f"its model: faasdl model {job_id} -o model.safetensors", err=True)
+    typer.echo(_model_hint(job), err=True)
     typer.echo(json.dumps({"job_id": job_id, "state": job["state"], "rounds": job["round"]}))
 
 
@@ -1132,8 +1146,9 @@ def model(
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write it.")],
     url: UrlOption = None,
 ) -> None:
-    """Download a finished job's model (safetensors: weights w/…, optimizer state opt/…, the
-    architecture in its metadata; in Python, faasdl.training.models.load_model builds it)."""
+    """Download the model a job kept: a done job's, or its last finished round's where it failed
+    or was cancelled (safetensors: weights w/…, optimizer state opt/…, the architecture in its
+    metadata; in Python, faasdl.training.models.load_model builds it)."""
     if str(output) == "-":  # not stdout: the command's own output there is its JSON record
         fail("--output: give a file name ('-' would be a file of that name)")
     if output.is_dir():

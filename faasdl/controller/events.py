@@ -194,9 +194,10 @@ def delete_job_data(store: StateStore, job: JobInfo, names: list[str] | None = N
 
 
 def init_model_of(store: StateStore, spec: JobSpec, plan: JobPlan) -> str | None:
-    """The model blob the job's ``init_model`` names, checked: a done job of the same tenant
-    whose model, input shape, classes and optimizer are the job's. Raises ``ValidationError``
-    naming ``init_model``; ``None`` without one."""
+    """The model blob the job's ``init_model`` names, checked: an ended job of the same tenant
+    that kept a model (done, or failed or cancelled after a round had finished) whose model,
+    input shape, classes and optimizer are the job's. Raises ``ValidationError`` naming
+    ``init_model``; ``None`` without one."""
     if spec.init_model is None:
         return None
     found = load(store, job_key(spec.init_model), JobInfo)
@@ -205,11 +206,8 @@ def init_model_of(store: StateStore, spec: JobSpec, plan: JobPlan) -> str | None
         raise ValidationError(
             f"no job {spec.init_model!r} of tenant {spec.tenant!r}", field="init_model"
         )
-    if source.state is not JobState.DONE or source.model is None or source.plan is None:
-        raise ValidationError(
-            f"job {source.job_id} is {source.state}: only a done job's model can be trained on",
-            field="init_model",
-        )
+    if source.model is None or source.plan is None:
+        raise ValidationError(no_model(source), field="init_model")
     trained = JobSpec.model_validate(source.spec)
     had = JobPlan.model_validate(source.plan)
     theirs = (trained.model, had.input_shape, had.classes)
@@ -233,6 +231,13 @@ def init_model_of(store: StateStore, spec: JobSpec, plan: JobPlan) -> str | None
             field="init_model",
         )
     return source.model
+
+
+def no_model(job: JobInfo) -> str:
+    """Why ``job`` has no model (to download, or to train on)."""
+    if not job.finished:
+        return f"job {job.job_id} has no model yet: it is {job.state}"
+    return f"job {job.job_id} has no model: it ended ({job.state}) before a round had finished"
 
 
 def _architecture(model: str, input_shape: tuple[int, ...], classes: int) -> str:
@@ -1317,7 +1322,8 @@ class JobRunner:
                     "state": state,
                     "finished_ms": finished,
                     "error": error,
-                    "model": j.global_weights if state is JobState.DONE else None,
+                    # A failed job keeps its last finished round's model too (none before one).
+                    "model": j.global_weights,
                 }
             )
 

@@ -47,6 +47,7 @@ from faasdl.controller.events import (
     global_blob,
     init_model_of,
     log_written,
+    no_model,
     now_ms,
     test_blob,
 )
@@ -544,7 +545,8 @@ class Controller:
         return job.model_copy(update={"spec": {**job.spec, "dataset": {**dataset, "path": shown}}})
 
     def cancel(self, job_id: str) -> JobInfo:
-        """Cancel a queued or running job: its activations are killed, its record kept."""
+        """Cancel a queued or running job: its activations are killed, its record kept, and the
+        model of its last finished round if it has one."""
 
         line = JobEvent(t_ms=now_ms(), kind="cancelled", message="cancelled by request")
 
@@ -559,6 +561,7 @@ class Controller:
                 line,
                 kept=self.settings.controller.events_kept,
                 state=JobState.CANCELLED,
+                model=job.global_weights,  # its last finished round's, kept (none before one)
                 finished_ms=line.t_ms,
                 updated_ms=line.t_ms,
             )
@@ -713,11 +716,12 @@ class Controller:
             time.sleep(poll_s)
 
     def model(self, job_id: str) -> tuple[BlobManifest, Iterator[bytes]]:
-        """The trained model (safetensors) of a finished job: its size, and its bytes as they
-        are read from the store, each piece checked (:meth:`StateStore.read_blob`)."""
+        """The model (safetensors) an ended job kept: a done job's, or the last finished round's
+        of one that failed or was cancelled; its size, and its bytes as they are read from the
+        store, each piece checked (:meth:`StateStore.read_blob`)."""
         job = self.job(job_id)
-        if job.state is not JobState.DONE or job.model is None:
-            raise JobError(f"job {job_id} has no model: it is {job.state}")
+        if job.model is None:
+            raise JobError(no_model(job))
         return self.store.read_blob(job.model)
 
     def ledger(self, job_id: str, round_from: int = 0) -> list[ActivationUse]:

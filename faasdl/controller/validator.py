@@ -110,9 +110,10 @@ class JobSpec(EstimateRequest):
     init_model: str | None = Field(
         None,
         pattern=JOB_ID_PATTERN,
-        description="A done job of the tenant's to train on from: its model's weights and "
-        "optimizer state start the first round, instead of weights drawn from the seed. Its "
-        "model, input shape, classes and optimizer must be this job's.",
+        description="An ended job of the tenant's to train on from (a done job, or one that "
+        "failed or was cancelled after a round had finished: its last finished round's model): "
+        "its model's weights and optimizer state start the first round, instead of weights "
+        "drawn from the seed. Its model, input shape, classes and optimizer must be this job's.",
     )
 
     @field_validator("name")

@@ -33,6 +33,7 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, make_store
 from faasdl.store.records import FunctionInfo, JobInfo, JobState, UnitState, fn_key, load
 from faasdl.store.redis_server import RedisServer, free_port
+from faasdl.training.tensors import unpack
 from tests.conftest import Served, eventually
 from tests.store.conftest import private_redis
 
@@ -949,11 +950,18 @@ def test_a_store_that_fills_mid_job_fails_it_saying_so_and_frees_its_data(
         job = controller.wait(job_id, timeout_s=300)
         stopped = controller.wait_stopped(job_id, timeout_s=60)  # its data deleted after its end
         left = store.blob_names(f"jobs/{job_id}/")
+        manifest, pieces = controller.model(job_id)
+        kept = b"".join(pieces)
 
     # Assert: the job failed, saying why and what to do (every runner ended without an exception
-    # of its thread: the suite makes one an error), and the data it had staged was deleted.
+    # of its thread: the suite makes one an error), and the data it had staged was deleted but
+    # the model of the rounds it had finished, which it keeps.
     assert job.state is JobState.FAILED
     assert job.error is not None
     assert f"the Redis store at {server.url} is full: it refused a write" in job.error
     assert stopped
-    assert left == []
+    assert job.round >= 1
+    assert job.model == f"jobs/{job_id}/global/{job.round:05d}"
+    assert left == [job.model]
+    assert len(kept) == manifest.size
+    assert len(unpack(kept)["w"]) > 0

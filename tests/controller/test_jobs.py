@@ -362,8 +362,8 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
     assert waiting == "queued"
     assert kept.status_code == 409
     assert kept.json()["detail"] == (
-        f"job {onward} starts from job {source_id}'s model (init_model), not copied yet: delete "
-        "it once they have started training, or cancel them"
+        f"job {source_id}'s model (init_model) is needed by job {onward}, which has not staged it "
+        "yet: delete it once the job has started training, or cancel the job"
     )
     assert record.state is JobState.DONE, record.error
     first = bytes(controller.store.get_blob(f"jobs/{onward}/global/00000"))
@@ -428,6 +428,11 @@ def test_cancel_stops_a_running_jobs_activations(
     assert record["activation_count"] == len(ledger)
     assert "unit_failed" not in [e["kind"] for e in record["events"]]  # stopped, not failed
     assert client.delete(f"/v1/jobs/{job_id}").json()["job"]["state"] == "cancelled"
+    no_model = client.get(f"/v1/jobs/{job_id}/model")
+    assert no_model.status_code == 409
+    assert no_model.json()["detail"] == (
+        f"job {job_id} has no model: it ended (cancelled) before a round had finished"
+    )
     said = logged(caplog, job_id)
     assert said[:2] == [
         f"job {job_id} {e['kind']}: {e['message']}" for e in record["events"][:2]
@@ -477,6 +482,44 @@ def test_finish_ends_a_running_job_done_with_its_last_finished_rounds_model(
     assert "has finished no round yet" in too_early.json()["detail"]
     assert again.status_code == 409
     assert "has already ended (done): nothing to finish" in again.json()["detail"]
+
+
+def test_a_cancelled_job_keeps_its_last_finished_rounds_model_to_download_and_train_on(
+    api_url: str, admin_key: str, client: httpx.Client, controller: Controller
+) -> None:
+    # Arrange: a job of 2,000 one-epoch rounds, one of them finished.
+    job_id = submit(client, {**DIGITS_JOB, "workers": 2, "epochs": 2000, "sync_every": 1})["job_id"]
+    eventually(lambda: job(client, job_id)["job"]["round"] >= 1, timeout_s=300, what="a round")
+
+    # Execute
+    too_soon = client.post("/v1/jobs", json={**DIGITS_JOB, "workers": 2, "init_model": job_id})
+    cancelled = runner.invoke(
+        app, ["cancel", job_id, "--url", api_url], env={"FAASDL_CLIENT__API_KEY": admin_key}
+    )
+    assert controller.wait_stopped(job_id, timeout_s=60)
+    record = job(client, job_id)["job"]
+    model = client.get(f"/v1/jobs/{job_id}/model")
+    onward = client.post("/v1/jobs", json={**DIGITS_JOB, "workers": 2, "init_model": job_id})
+    client.delete(f"/v1/jobs/{onward.json()['job']['job_id']}")
+
+    # Assert: its record names the global model of the rounds it had finished, which is what
+    # it downloads and what a job may train on from (that the rest of its data is deleted, a
+    # controller that keeps none shows: tests/canary, a store that fills).
+    rounds = record["round"]
+    assert record["state"] == "cancelled"
+    assert rounds == len(record["rounds"]) >= 1
+    assert record["model"] == f"jobs/{job_id}/global/{rounds:05d}"
+    assert model.status_code == 200
+    assert model.content == bytes(controller.store.get_blob(record["model"]))
+    assert len(unpack(model.content)["w"]) > 0
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stderr.splitlines() == [
+        f"the model of its last finished round ({rounds}) is kept: faasdl model {job_id} -o "
+        f"model.safetensors, or train on from it (init_model: {job_id})"
+    ]
+    assert onward.status_code == 201, onward.text
+    assert too_soon.status_code == 422
+    assert too_soon.json()["detail"] == f"init_model: job {job_id} has no model yet: it is running"
 
 
 def test_cancel_stops_an_attempt_whose_lease_lapsed_too(

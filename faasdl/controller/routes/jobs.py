@@ -254,6 +254,9 @@ def ledger(
 @router.get(
     "/{job_id}/model",
     summary="The trained model (safetensors)",
+    description="A done job's model, or the model of the last finished round of a job that "
+    "failed or was cancelled after one (its record's `model` names it); 409 for a job without "
+    "one (not ended, or ended before a round had finished).",
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}}},
 )
