@@ -623,8 +623,8 @@ class Controller:
         (:func:`delete_job`): its ``Idempotency-Key``, its blobs (its model too), ledger, unit
         and round records, and its record last. Waits up to ``wait_s`` for its runner here, if
         it has one, to have wrapped it up. Raises ``JobNotFound``, and ``JobError`` for a job
-        that has not ended, whose model a job yet to copy it starts from (``init_model``), or
-        whose runner is still booking what it stopped."""
+        that has not ended, whose model a job that has not copied it yet is to start from
+        (``init_model``), or whose runner is still booking what it stopped."""
         job = self.job(job_id)
         if not job.finished:
             raise JobError(
