@@ -386,11 +386,12 @@ class Controller:
 
     def estimate(self, spec: JobSpec) -> JobPlan:
         """The plan the job would run with; nothing stored but what sizing measures once. A
-        ``.npz`` path outside what the spec's tenant may read is refused before it is opened."""
+        ``.npz`` path outside what the spec's tenant may read is refused before it is opened, and
+        an ``init_model`` the job could not start from as :meth:`submit` refuses it."""
         return self._plan(confine(spec, self.settings.api))
 
     def _plan(self, spec: JobSpec) -> JobPlan:
-        """The plan of a spec whose data set is confined already."""
+        """The plan of a spec whose data set is confined already, its ``init_model`` checked."""
         data = checked_facts(spec)
         plan = plan_job(self.sizer, spec, data, max_fan_in=self.settings.controller.max_fan_in)
         quota = self.settings.api.tenant_max_memory_mb
@@ -399,6 +400,7 @@ class Controller:
                 f"workers: the job holds {plan.demand_mb} MB of action memory at once, more than "
                 f"tenant {spec.tenant!r} may ({quota} MB); ask for fewer workers"
             )
+        init_model_of(self.store, spec, plan)
         return plan
 
     def submit(self, spec: JobSpec, *, idempotency: str | None = None) -> Submitted:
@@ -418,7 +420,6 @@ class Controller:
                 job_id = known[0].job_id  # the first request died between the two writes
         self._check_queue_quota(spec.tenant)
         plan = self._plan(spec)
-        init_model_of(self.store, spec, plan)
         if idempotency is not None:
             record = IdempotencyRecord(
                 tenant=spec.tenant,

@@ -356,6 +356,7 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
     record = controller.wait(onward, timeout_s=300)
     before = controller.store.scan_versions("job/")
     refused = {name: client.post("/v1/jobs", json=body) for name, body in refusals.items()}
+    unplanned = client.post("/v1/estimate", json=refusals["another model"])  # as submit does
 
     # Assert: its first round started from the other's model (copied into its own blobs) and
     # trained on from its loss, where the other's first round started at a drawn model's.
@@ -381,6 +382,8 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
     )
     assert "use adam" in said["another optimizer"]
     assert said["another tenant's"] == f"init_model: no job {source_id!r} of tenant 'other'"
+    assert unplanned.status_code == 422
+    assert unplanned.json()["detail"] == said["another model"]
     assert controller.store.scan_versions("job/") == before
 
 
