@@ -226,6 +226,11 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
             page.wait_for_timeout(100)
         seen.append(points.count())
         plotted = [int(r) for r in points.evaluate_all("ps => ps.map(p => p.dataset.round)")]
+        # Done: its model is downloaded from the page, read with the key.
+        with page.expect_download() as downloading:
+            page.get_by_role("button", name="Download the model").click()
+        download = downloading.value
+        downloaded = Path(download.path()).read_bytes()
     job = controller.job(job_id)
     path = screenshot(page, tmp_path, "dashboard-job.png")
     job_violations = accessibility_violations(page)
@@ -243,6 +248,9 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
     assert seen == sorted(seen), f"points seen {seen}"  # the curve only grows
     assert len({n for n in seen if 0 < n < rounds}) >= 2, f"points seen {seen}"  # live
     assert seen[-1] == rounds
+    assert job.model is not None
+    assert downloaded == bytes(controller.store.get_blob(job.model))
+    assert download.suggested_filename == f"{job_id}.safetensors"
     assert errors == []
     assert list_violations == []
     assert job_violations == []
@@ -347,6 +355,7 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     lines = page.locator("#events li").all_inner_texts()
     evaluate_limit = page.locator('tr[data-action="evaluate"] td').nth(1).inner_text()
     aggregate_estimate = page.locator('tr[data-action="aggregate"] td').nth(0).inner_text()
+    no_model = page.locator("#job-model").is_hidden()
     page.close()
 
     # Assert: no attempt drawn as running on (to the page's clock), the stopped ones ended with
@@ -360,6 +369,7 @@ def test_a_cancelled_jobs_page_draws_no_running_attempt_and_names_each_log_line(
     for line, event in zip(said, cancelled.events, strict=True):
         assert line.endswith(f"{event.kind} {event.message}"), line  # after the time of day
     assert evaluate_limit == str(plan.train.memory_mb)
+    assert no_model  # cancelled in its first round: it kept none, and offers none
     assert plan.aggregate_memory_estimate_mb is not None
     assert aggregate_estimate == f"{plan.aggregate_memory_estimate_mb:.0f}"
 

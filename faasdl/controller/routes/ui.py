@@ -70,6 +70,10 @@ PAGE = Template("""<!doctype html>
   <section id="job-view" aria-labelledby="job-title" hidden>
     <h2 id="job-title">Job</h2>
     <dl id="job-summary"></dl>
+    <p id="job-model" hidden>
+      <button type="button" id="download-model">Download the model</button>
+      <span id="model-note"></span>
+    </p>
     <h3 id="lanes-title">Units</h3>
     <p class="legend" aria-hidden="true">
       <span class="key wait"></span> queue wait <span class="key init"></span> cold start

@@ -133,6 +133,7 @@ async function refreshList() {
 function openJob(id) {
   current = { id, view: null, lines: new Map(), rounds: new Map() };
   $("#job-title").textContent = `Job ${id}`;
+  $("#job-model").hidden = true;
   for (const part of ["#job-summary", "#lanes", "#curves", "#memory tbody", "#events"]) {
     $(part).replaceChildren();
   }
@@ -251,6 +252,29 @@ function renderSummary(view) {
   $("#job-summary").replaceChildren(...facts.map(([name, value, cls]) => el("div", {},
     el("dt", {}, name), el("dd", cls ? { class: cls, id: `summary-${name.toLowerCase()}` } : {},
       String(value)))));
+  // The model the job kept: a done job's, or the last finished round's of one that failed or
+  // was cancelled. The button stays one element (a keyboard user's focus is not lost).
+  $("#job-model").hidden = !job.model;
+  $("#model-note").textContent = job.state === "done"
+    ? "(safetensors; faasdl.training.models.load_model builds it)"
+    : `of round ${job.round}, the last this ${job.state} job finished`;
+}
+
+// The model is read with the key (a link cannot send it) and handed to the browser as a file.
+async function downloadModel() {
+  const id = current && current.id;
+  if (!id) return;
+  try {
+    const blob = await (await api(`/v1/jobs/${id}/model`)).blob();
+    const url = URL.createObjectURL(blob);
+    const link = el("a", { href: url, download: `${id}.safetensors`, hidden: "" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000); // the download has begun by then
+  } catch (error) {
+    if (error.message !== "unauthenticated") say(error.message);
+  }
 }
 
 // One lane per training unit (a shard: the same lane across rounds) and one for aggregation and
@@ -438,6 +462,7 @@ $("#key-form").addEventListener("submit", (event) => {
   say("key kept for this browser session");
   route();
 });
+$("#download-model").addEventListener("click", downloadModel);
 $("#forget-key").addEventListener("click", () => {
   sessionStorage.removeItem(KEY);
   route();
