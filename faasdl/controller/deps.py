@@ -83,21 +83,18 @@ def get_principal(controller: ControllerDep, credentials: CredentialsDep) -> Pri
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def get_admin(principal: PrincipalDep) -> Principal:
-    if not principal.admin:
-        raise AccessError("this needs an administrator's key (faasdl keys create --admin)")
-    return principal
-
-
 def get_scraper(
     controller: ControllerDep, credentials: CredentialsDep, vouched: VouchedDep
 ) -> Principal:
-    """An administrator, as :func:`get_admin` asks; while the store is unavailable, one whose key
-    the store accepted lately (``FAASDL_API__METRICS_KEY_GRACE_S``): ``/metrics``' caller."""
+    """An administrator; while the store is unavailable, one whose key the store accepted lately
+    (``FAASDL_API__METRICS_KEY_GRACE_S``): ``/metrics``' caller."""
     if controller.settings.api.auth == "none":
         return LOCAL
     token = credentials.credentials if credentials else None
-    return get_admin(authenticate_vouched(controller.store, token, vouched))
+    principal = authenticate_vouched(controller.store, token, vouched)
+    if not principal.admin:
+        raise AccessError("this needs an administrator's key (faasdl keys create --admin)")
+    return principal
 
 
 ScraperDep = Annotated[Principal, Depends(get_scraper)]
