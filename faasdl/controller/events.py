@@ -233,6 +233,12 @@ def init_model_of(store: StateStore, spec: JobSpec, plan: JobPlan) -> str | None
     return source.model
 
 
+def kept_model(job: JobInfo) -> str:
+    """What a job that fails or is cancelled now says of the model it keeps (its last finished
+    round's), after its log line's words; nothing before a round has finished."""
+    return f"; the model of round {job.round} is kept" if job.global_weights else ""
+
+
 def no_model(job: JobInfo) -> str:
     """Why ``job`` has no model (to download, or to train on)."""
     if not job.finished:
@@ -1327,11 +1333,13 @@ class JobRunner:
                 }
             )
 
-        message = error or (
-            "stopped early: the mean loss reached target_loss"
-            if self._job().stopped_early
-            else "all rounds done"
-        )
+        before = self._job()
+        if error is not None:
+            message = f"{error}{kept_model(before)}"
+        elif before.stopped_early:
+            message = "stopped early: the mean loss reached target_loss"
+        else:
+            message = "all rounds done"
         job = self._change(change, event=_line(str(state), message))
         if job.state is state:
             self.rt.metrics.jobs_finished.labels(state=str(state)).inc()

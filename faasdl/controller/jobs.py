@@ -46,6 +46,7 @@ from faasdl.controller.events import (
     delete_job_data,
     global_blob,
     init_model_of,
+    kept_model,
     log_written,
     no_model,
     now_ms,
@@ -549,7 +550,7 @@ class Controller:
         """Cancel a queued or running job: its activations are killed, its record kept, and the
         model of its last finished round if it has one."""
 
-        line = JobEvent(t_ms=now_ms(), kind="cancelled", message="cancelled by request")
+        lines: list[JobEvent] = []  # the last try's line (a compare-and-set may try again)
 
         def change(job: JobInfo | None) -> JobInfo:
             if job is None:
@@ -558,18 +559,21 @@ class Controller:
                 raise JobError(f"job {job_id} has already ended ({job.state}): nothing to cancel")
             if job.state is JobState.CANCELLED:
                 return job
+            message = f"cancelled by request{kept_model(job)}"
+            lines.append(JobEvent(t_ms=now_ms(), kind="cancelled", message=message))
             return job.with_event(
-                line,
+                lines[-1],
                 kept=self.settings.controller.events_kept,
                 state=JobState.CANCELLED,
                 model=job.global_weights,  # its last finished round's, kept (none before one)
-                finished_ms=line.t_ms,
-                updated_ms=line.t_ms,
+                finished_ms=lines[-1].t_ms,
+                updated_ms=lines[-1].t_ms,
             )
 
         was = self.job(job_id).state
         job = update(self.store, job_key(job_id), JobInfo, change)
-        log_written(job, line)
+        if lines:
+            log_written(job, lines[-1])
         self._stop_runner(job_id)
         if was is not JobState.CANCELLED:
             self.metrics.jobs_finished.labels(state="cancelled").inc()

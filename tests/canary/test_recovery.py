@@ -962,6 +962,7 @@ def test_a_store_that_fills_mid_job_fails_it_saying_so_and_frees_its_data(
     assert stopped
     assert job.round >= 1
     assert job.model == f"jobs/{job_id}/global/{job.round:05d}"
+    assert job.events[-1].message == f"{job.error}; the model of round {job.round} is kept"
     assert left == [job.model]
     assert len(kept) == manifest.size
     assert len(unpack(kept)["w"]) > 0

@@ -512,6 +512,11 @@ def test_a_cancelled_job_keeps_its_last_finished_rounds_model_to_download_and_tr
     assert record["state"] == "cancelled"
     assert rounds == len(record["rounds"]) >= 1
     assert record["model"] == f"jobs/{job_id}/global/{rounds:05d}"
+    last = record["events"][-1]
+    assert (last["kind"], last["message"]) == (
+        "cancelled",
+        f"cancelled by request; the model of round {rounds} is kept",
+    )
     assert model.status_code == 200
     assert model.content == bytes(controller.store.get_blob(record["model"]))
     assert len(unpack(model.content)["w"]) > 0
