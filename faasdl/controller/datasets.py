@@ -106,6 +106,11 @@ def tenant_dir(api: ApiSettings, tenant: str) -> Path:
     return (api.upload_dir / tenant).resolve()
 
 
+def upload_path(api: ApiSettings, tenant: str, name: str) -> Path:
+    """Where the tenant's upload ``name`` is kept: the resolved path its jobs keep."""
+    return tenant_dir(api, tenant) / f"{name}{SUFFIX}"
+
+
 def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
     """``spec`` with its ``.npz`` path resolved, or ``ValidationError`` on ``dataset.path`` if it
     leads outside what the tenant may read. Built-in data sets pass unchanged."""
@@ -193,7 +198,7 @@ async def store_upload(
     """Write an upload to a temporary file as it arrives, check that it is a data set faasdl can
     train on, then move it under its name in one step: a failed or refused upload leaves nothing,
     and a job never sees half a file. The size cap is the route's body limit."""
-    kept = tenant_dir(api, tenant) / f"{name}{SUFFIX}"
+    kept = upload_path(api, tenant, name)
     kept.parent.mkdir(parents=True, exist_ok=True)
     size = 0
     fd, partial = partial_file(kept)
@@ -265,7 +270,7 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:
 
 def delete_upload(api: ApiSettings, tenant: str, name: str) -> bool:
     """Remove an upload and its digest; whether there was one."""
-    path = tenant_dir(api, tenant) / f"{name}{SUFFIX}"
+    path = upload_path(api, tenant, name)
     try:
         path.unlink()
     except FileNotFoundError:

@@ -30,13 +30,12 @@ from faasdl.controller.admission import (
     queue_positions,
 )
 from faasdl.controller.datasets import (
-    SUFFIX,
     confine,
     delete_upload,
     fill_digests,
     shown_path,
     sweep_partials,
-    tenant_dir,
+    upload_path,
 )
 from faasdl.controller.events import (
     JOB_BLOBS,
@@ -651,7 +650,7 @@ class Controller:
     def delete_dataset(self, tenant: str, name: str) -> None:
         """Delete the tenant's upload ``name`` and its digest. Raises ``DatasetNotFound``, and
         ``JobError`` while a job that trains on it has not staged it yet."""
-        path = str(tenant_dir(self.settings.api, tenant) / f"{name}{SUFFIX}")
+        path = str(upload_path(self.settings.api, tenant, name))
         self._refuse_while_unstaged(
             f"data set {name!r}",
             needs=lambda j: (
