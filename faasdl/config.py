@@ -380,7 +380,8 @@ class ControllerSettings(Section):
         ge=0,
         description="Days an ended job is kept after it ended; then housekeeping deletes it "
         "whole: its record, ledger, unit records, model and Idempotency-Key (0: kept for good, "
-        "or until `faasdl delete` deletes it).",
+        "or until `faasdl delete` deletes it). A job whose model a queued job is to train on "
+        "from (init_model) is kept until that job has copied it.",
     )
     housekeeping_interval_s: float = Field(
         3600.0,

@@ -253,17 +253,28 @@ class Controller:
                 return
 
     def _delete_expired_jobs(self) -> int:
-        """Delete whole the jobs that ended longer than ``job_retention_days`` ago (0: none);
-        returns how many."""
+        """Delete whole the jobs that ended longer than ``job_retention_days`` ago (0: none),
+        but those whose model a job that has not staged it yet is to start from (``init_model``:
+        a later pass deletes them); returns how many."""
         days = self.settings.controller.job_retention_days
         if not days:
             return 0
         oldest_kept = now_ms() - days * 86_400_000
-        expired = [
-            job
-            for job in self._all_jobs()
-            if job.finished and job.finished_ms is not None and job.finished_ms < oldest_kept
-        ]
+        jobs = self._all_jobs()
+        expired = []
+        for job in jobs:
+            if not job.finished or job.finished_ms is None or job.finished_ms >= oldest_kept:
+                continue
+            if waiting := self._awaiting(jobs, needs=_trains_on_from(job), staged=_staged_model):
+                log.info(
+                    "job %s, ended over %g days ago, is kept until job(s) %s have staged its "
+                    "model (init_model)",
+                    job.job_id,
+                    days,
+                    ", ".join(waiting),
+                )
+                continue
+            expired.append(job)
         for job in expired:
             delete_job(self.store, job)
         if expired:
@@ -635,9 +646,7 @@ class Controller:
                 f"job {job_id} is {job.state}: only an ended job can be deleted; cancel it first"
             )
         self._refuse_while_unstaged(
-            f"job {job_id}'s model (init_model)",
-            needs=lambda j: j.spec.get("init_model") == job_id and j.tenant == job.tenant,
-            staged=lambda j: global_blob(j, 0),
+            f"job {job_id}'s model (init_model)", needs=_trains_on_from(job), staged=_staged_model
         )
         if not self.wait_stopped(job_id, wait_s):
             raise JobError(
@@ -664,21 +673,9 @@ class Controller:
     def _refuse_while_unstaged(
         self, what: str, *, needs: Callable[[JobInfo], bool], staged: Callable[[str], str]
     ) -> None:
-        """Raise ``JobError`` naming the jobs ``needs`` picks that have not staged ``what``, which
-        a deletion would take from them: queued, or running without the blob ``staged(job_id)``
-        (a job stages as it starts, and would fail then)."""
-        waiting = [
-            j.job_id
-            for j in self._all_jobs()
-            if needs(j)
-            and (
-                j.state is JobState.QUEUED
-                or (
-                    j.state is JobState.RUNNING
-                    and self.store.blob_manifest(staged(j.job_id)) is None
-                )
-            )
-        ]
+        """Raise ``JobError`` naming the jobs awaiting ``what`` (see :meth:`_awaiting`), which a
+        deletion would take from them."""
+        waiting = self._awaiting(self._all_jobs(), needs=needs, staged=staged)
         if len(waiting) == 1:
             raise JobError(
                 f"{what} is needed by job {waiting[0]}, which has not staged it yet: delete it "
@@ -689,6 +686,25 @@ class Controller:
                 f"{what} is needed by jobs {', '.join(waiting)}, which have not staged it yet: "
                 "delete it once they have started training, or cancel them"
             )
+
+    def _awaiting(
+        self, jobs: list[JobInfo], *, needs: Callable[[JobInfo], bool], staged: Callable[[str], str]
+    ) -> list[str]:
+        """Of ``jobs``, those ``needs`` picks that have not staged what they need yet: queued, or
+        running without the blob ``staged(job_id)`` (a job stages as it starts, and would fail
+        then without it)."""
+        return [
+            j.job_id
+            for j in jobs
+            if needs(j)
+            and (
+                j.state is JobState.QUEUED
+                or (
+                    j.state is JobState.RUNNING
+                    and self.store.blob_manifest(staged(j.job_id)) is None
+                )
+            )
+        ]
 
     def _stop_runner(self, job_id: str) -> None:
         """Have the job's runner, if it has one here, stop its activations and end; then admit
@@ -876,6 +892,16 @@ class Controller:
             while len(self._parsed_jobs) > PARSED_JOBS_KEPT:
                 self._parsed_jobs.popitem(last=False)
         return job
+
+
+def _trains_on_from(source: JobInfo) -> Callable[[JobInfo], bool]:
+    """Whether a job trains on from ``source``'s model (``init_model``)."""
+    return lambda j: j.spec.get("init_model") == source.job_id and j.tenant == source.tenant
+
+
+def _staged_model(job_id: str) -> str:
+    """What a job that trains on from another's model has staged once it has copied it."""
+    return global_blob(job_id, 0)
 
 
 def _demand(job: JobInfo) -> Demand:

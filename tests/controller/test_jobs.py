@@ -33,6 +33,7 @@ from faasdl.controller.client import ControllerClient
 from faasdl.controller.datasets import partial_file
 from faasdl.controller.datasets import uploads as uploads_of
 from faasdl.controller.jobs import Controller
+from faasdl.controller.plan import JobPlan
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import JobNotFound, PlatformUnavailable
 from faasdl.estimator import history
@@ -1102,26 +1103,32 @@ def test_a_controller_starting_deletes_what_ended_jobs_and_killed_writers_left_b
 
 
 def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
-    tmp_path: Path, tf_platform: LocalPlatform
+    tmp_path: Path, tf_platform: LocalPlatform, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Arrange: a retention of one day; jobs that ended 3 and 2 days ago (one submitted with an
-    # Idempotency-Key), one that ended 12 hours ago, and a running one, each with a unit record,
-    # a ledger line and blobs.
+    # Arrange: a retention of one day; jobs that ended 3, 3 and 2 days ago (one submitted with
+    # an Idempotency-Key), one that ended 12 hours ago, a running one, and a queued one (its
+    # trainers do not fit the pool) that is to train on from one of those 3 days old, each with
+    # a unit record, a ledger line and blobs.
+    caplog.set_level(logging.INFO, logger="faasdl")
     url = f"sqlite:///{tmp_path / 'state.db'}"
     now, day = int(time.time() * 1000), 86_400_000
     jobs = {
-        "a" * 16: (JobState.DONE, now - 3 * day),
-        "b" * 16: (JobState.CANCELLED, now - 2 * day),
-        "c" * 16: (JobState.FAILED, now - day // 2),
-        "d" * 16: (JobState.RUNNING, None),
+        "a" * 16: (JobState.DONE, now - 3 * day, {}),
+        "b" * 16: (JobState.CANCELLED, now - 2 * day, {}),
+        "c" * 16: (JobState.FAILED, now - day // 2, {}),
+        "d" * 16: (JobState.RUNNING, None, {}),
+        "e" * 16: (JobState.DONE, now - 3 * day, {}),
+        "f" * 16: (JobState.QUEUED, None, {"init_model": "e" * 16}),
     }
     with make_store(StoreSettings(spill_dir=str(tmp_path / "spill")), url) as store:
-        for job_id, (state, finished_ms) in jobs.items():
+        for job_id, (state, finished_ms, spec) in jobs.items():
             key = "retry-1" if job_id == "a" * 16 else None
             model = f"jobs/{job_id}/global/00001"
             record = JobInfo(
                 job_id=job_id,
                 state=state,
+                spec=spec,
+                plan=plan_over(tf_platform),
                 finished_ms=finished_ms,
                 idempotency_key=key,
                 model=model,
@@ -1149,12 +1156,48 @@ def test_jobs_ended_longer_ago_than_their_retention_are_deleted_whole(
         blobs = store.blob_names("jobs/")
         metrics = controller.metrics.render().decode()
 
-    # Assert: the two jobs past their retention are gone, with all that was theirs; the others
-    # keep everything.
-    kept = ["c" * 16, "d" * 16]
+    # Assert: the two jobs past their retention that no job waits for are gone, with all that
+    # was theirs; the others keep everything, the one the queued job is to start from saying why.
+    kept = [j * 16 for j in "cdef"]
     assert left == {"job/": kept, "fn/": kept, "ledger/": kept, "round/": kept, "idem/": []}
     assert blobs == [f"jobs/{j}/{part}" for j in kept for part in ("data/test", "global/00001")]
     assert 'faasdl_housekeeping_deleted_total{what="expired_jobs"} 2.0' in metrics
+    assert (
+        f"job {'e' * 16}, ended over 1 days ago, is kept until job(s) {'f' * 16} have staged its "
+        "model (init_model)"
+    ) in caplog.messages
+
+
+def plan_over(platform: LocalPlatform) -> dict[str, Any]:
+    """A job's plan whose trainers need more than the platform's pool: never admitted."""
+    pool_mb = platform.limits().pool_memory_mb
+    assert pool_mb is not None
+    train = {
+        "containers": 2,
+        "shard_examples": 100,
+        "signature": "mlp",
+        "memory_mb": pool_mb,
+        "memory_estimate_mb": pool_mb,
+        "memory_parts": {},
+        "memory_source": "model",
+        "timeout_ms": 60_000,
+        "timeout_source": "platform_max",
+    }
+    plan = {
+        "train": train,
+        "rounds": 1,
+        "epochs_per_round": 1,
+        "examples": 200,
+        "test_examples": 50,
+        "input_shape": (8, 8, 1),
+        "classes": 10,
+        "model_mb": 1.0,
+        "aggregate_memory_mb": 256,
+        "aggregate_timeout_ms": 60_000,
+        "fan_in": 2,
+        "tree": [],
+    }
+    return JobPlan.model_validate(plan).model_dump(mode="json")
 
 
 def test_the_job_records_a_pass_reads_are_parsed_again_only_once_changed(
