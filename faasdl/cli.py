@@ -1110,6 +1110,66 @@ def ledger(
 
 
 @app.command()
+def log(job_id: JobIdArgument, url: UrlOption = None) -> None:
+    """A job's log (the lines its record keeps, the newest) and its failure reports: what failed,
+    how it was classified and noticed, the recovery taken and the activation to look up on the
+    platform; JSON last."""
+    from datetime import datetime
+
+    def when(t_ms: int) -> str:  # this machine's time
+        return datetime.fromtimestamp(t_ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+    def counted(number: int | None) -> str:  # from 1, as the tables of rounds show them
+        return "" if number is None else str(number + 1)
+
+    with _controller(url) as client:
+        job = client.job(job_id)["job"]
+    lines = Table(title=f"log of job {job_id}")
+    for column in ("time", "round", "unit", "kind"):
+        lines.add_column(column, no_wrap=True)
+    lines.add_column("message", overflow="fold")
+    for e in job["events"]:
+        # the unit is a shard, counted from 0 as the job's units are
+        unit = "" if e.get("unit") is None else str(e["unit"])
+        lines.add_row(when(e["t_ms"]), counted(e.get("round")), unit, e["kind"], Text(e["message"]))
+    if dropped := job.get("events_dropped", 0):
+        lines.caption = (
+            f"its first {dropped} lines are not kept (a record keeps the newest "
+            "FAASDL_CONTROLLER__EVENTS_KEPT)"
+        )
+    _show(lines, f"no log lines of job {job_id}")
+    failures = Table(title=f"failures of job {job_id}")
+    columns = ("time", "action", "round", "unit", "attempt", "failure", "seen by", "recovery")
+    for column in (*columns, "activation"):
+        failures.add_column(column, no_wrap=True)
+    failures.add_column("message", overflow="fold")
+    for f in job["failures"]:
+        recovery = f["recovery"]
+        if f.get("resume_from") is not None:
+            recovery += f" from {f['resume_from']}"
+        failures.add_row(
+            when(f["t_ms"]),
+            f["kind"],
+            counted(f["round"]),
+            str(f["unit"]),
+            str(f["attempt"]),
+            f["classification"],
+            f["detected_by"],
+            recovery,
+            f["activation_id"],
+            Text(f["message"]),
+        )
+    if dropped := job.get("failures_dropped", 0):
+        failures.caption = (
+            f"its first {dropped} failures are not kept (a record keeps the newest "
+            "FAASDL_CONTROLLER__FAILURES_KEPT)"
+        )
+    _show(failures, f"no failures of job {job_id}")
+    fields = ("events", "events_dropped", "failures", "failures_dropped")
+    typer.echo(json.dumps({"job_id": job_id, **{k: job.get(k, 0) for k in fields}}))
+
+
+@app.command()
 def cancel(job_id: JobIdArgument, url: UrlOption = None) -> None:
     """Cancel a queued or running job (its activations are stopped, its record kept, and the
     model of its last finished round if one has finished)."""

@@ -517,6 +517,22 @@ def test_every_groups_help_lists_each_commands_summary_whole_on_its_line() -> No
             assert expected in lines, f"faasdl {' '.join(path)} --help: {name}"
 
 
+def test_every_command_is_in_the_readmes_table_of_commands() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme[readme.index("## Commands") : readme.index("## Configuration")]
+    commands = [
+        " ".join((*path, name))
+        for path, group in _groups(typer.main.get_command(app))
+        for name, command in group.commands.items()
+        if not hasattr(command, "commands")  # a group: its commands are listed
+    ]
+
+    assert len(commands) > 20
+    assert [
+        c for c in commands if f"`faasdl {c} " not in table and f"`faasdl {c}`" not in table
+    ] == []
+
+
 def test_a_model_download_fails_before_asking_where_it_cannot_be_written(tmp_path: Path) -> None:
     unwritable = tmp_path / "no-such-dir" / "model.safetensors"
     nowhere = runner.invoke(

@@ -259,7 +259,7 @@ def test_a_job_with_a_target_loss_stops_early(
 
 
 def test_a_job_that_diverges_fails_at_once_saying_so(
-    client: httpx.Client, caplog: pytest.LogCaptureFixture
+    client: httpx.Client, api_url: str, admin_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="faasdl")
     # Momentum SGD at 10 × √4 on batches of one takes a shard's loss to NaN within its first
@@ -269,6 +269,8 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
     job_id = submit(client, spec)["job_id"]
     follow(client, job_id)
     record = job(client, job_id)["job"]
+    cli = ["log", job_id, "--url", api_url]
+    shown = runner.invoke(app, cli, env={"FAASDL_CLIENT__API_KEY": admin_key})
 
     assert record["state"] == "failed"
     error = record["error"]
@@ -278,7 +280,21 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
         "(the action's rate is the job's learning_rate 10 × √4 workers: lr_scaling sqrt)"
     )
     assert [f["classification"] for f in record["failures"]] == ["application_error"]
-    assert record["failures"][0]["recovery"] == "fail"
+    [failure] = record["failures"]
+    assert failure["recovery"] == "fail"
+    # `faasdl log`: every line of its log, and the failure with the activation to look up.
+    assert shown.exit_code == 0, shown.output
+    fields = ("events", "events_dropped", "failures", "failures_dropped")
+    assert json.loads(shown.stdout) == {"job_id": job_id, **{k: record[k] for k in fields}}
+    cells = [line.split("│")[1:-1] for line in shown.stderr.splitlines() if line.startswith("│")]
+    rows = [[c.strip() for c in row] for row in cells if row[0].strip()]  # not a folded line
+    assert [row[3] for row in rows if len(row) == 5] == [e["kind"] for e in record["events"]]
+    [row] = [row for row in rows if len(row) == 10]
+    assert row[1:9] == [
+        "train", "1", str(failure["unit"]), str(failure["attempt"]), "application_error",
+        "platform", "fail", failure["activation_id"],
+    ]  # fmt: skip
+    assert row[9].startswith("training diverged")
 
     # The controller's log says so once, as a warning (it said it twice).
     def failed_lines() -> list[logging.LogRecord]:
@@ -608,12 +624,14 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     unused = runner.invoke(app, ["ledger", job_id, "--from-round", "9", "--url", api_url], env=env)
     status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
     ledger = runner.invoke(app, ["ledger", job_id, "--url", api_url], env=env)
+    log = runner.invoke(app, ["log", job_id, "--url", api_url], env=env)
     downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url], env=env)
     missing = runner.invoke(
         app, ["model", "0123456789abcdef", "-o", str(tmp_path / "none"), "--url", api_url], env=env
     )
     deleted = runner.invoke(app, ["delete", job_id, "--url", api_url], env=env)
     gone = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
+    no_log = runner.invoke(app, ["log", job_id, "--url", api_url], env=env)
     left = [key for key, _ in controller.store.scan_versions("") if job_id in key]
 
     assert keyless.exit_code == 2
@@ -641,6 +659,9 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     )
     assert re.search(r"\s*│\s*".join(map(str, row)), ledger.output)  # limit, peak, seconds
     assert f"{len(used)} activations" in status.output
+    assert log.exit_code == 0, log.output
+    assert log.stderr.splitlines()[-1] == f"no failures of job {job_id}"  # no empty table
+    assert json.loads(log.stdout)["failures"] == []
     assert downloaded.exit_code == 0, downloaded.output
     assert len(unpack(out.read_bytes())["w"]) > 0
     assert json.loads(downloaded.stdout.splitlines()[-1])["bytes"] == out.stat().st_size
@@ -653,6 +674,8 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     assert json.loads(deleted.stdout.splitlines()[-1]) == {"job_id": job_id, "deleted": True}
     assert gone.exit_code == 2
     assert f"no job '{job_id}'" in gone.output
+    assert no_log.exit_code == 2
+    assert f"no job '{job_id}'" in no_log.output
     assert left == []
     assert controller.store.blob_names(f"jobs/{job_id}/") == []
 
