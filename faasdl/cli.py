@@ -1112,8 +1112,8 @@ def ledger(
 @app.command()
 def log(job_id: JobIdArgument, url: UrlOption = None) -> None:
     """A job's log (the lines its record keeps, the newest) and its failure reports: what failed,
-    how it was classified and noticed, the recovery taken and the activation to look up on the
-    platform; JSON last."""
+    how it was classified and noticed, what the failed attempt cost, the activation to look up on
+    the platform and the recovery taken; JSON last."""
     from datetime import datetime
 
     def when(t_ms: int) -> str:  # this machine's time
@@ -1139,14 +1139,17 @@ def log(job_id: JobIdArgument, url: UrlOption = None) -> None:
         )
     _show(lines, f"no log lines of job {job_id}")
     failures = Table(title=f"failures of job {job_id}")
-    columns = ("time", "action", "round", "unit", "attempt", "failure", "seen by", "recovery")
+    columns = ("time", "action", "round", "unit", "attempt", "failure", "seen by", "USD")
     for column in (*columns, "activation"):
         failures.add_column(column, no_wrap=True)
+    failures.add_column("recovery")
     failures.add_column("message", overflow="fold")
     for f in job["failures"]:
         recovery = f["recovery"]
         if f.get("resume_from") is not None:
             recovery += f" from {f['resume_from']}"
+        if f.get("limits"):
+            recovery += f"; {f['limits']}"
         failures.add_row(
             when(f["t_ms"]),
             f["kind"],
@@ -1155,8 +1158,9 @@ def log(job_id: JobIdArgument, url: UrlOption = None) -> None:
             str(f["attempt"]),
             f["classification"],
             f["detected_by"],
-            recovery,
+            f"{f['cost_usd']:.6f}",
             f["activation_id"],
+            Text(recovery),
             Text(f["message"]),
         )
     if dropped := job.get("failures_dropped", 0):

@@ -289,12 +289,16 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
     cells = [line.split("│")[1:-1] for line in shown.stderr.splitlines() if line.startswith("│")]
     rows = [[c.strip() for c in row] for row in cells if row[0].strip()]  # not a folded line
     assert [row[3] for row in rows if len(row) == 5] == [e["kind"] for e in record["events"]]
-    [row] = [row for row in rows if len(row) == 10]
-    assert row[1:9] == [
+    [row] = [row for row in rows if len(row) == 11]
+    assert row[1:11] == [
         "train", "1", str(failure["unit"]), str(failure["attempt"]), "application_error",
-        "platform", "fail", failure["activation_id"],
+        "platform", f"{failure['cost_usd']:.6f}", failure["activation_id"], "fail",
+        row[10],
     ]  # fmt: skip
-    assert row[9].startswith("training diverged")
+    assert failure["cost_usd"] > 0
+    assert failure["message"].startswith("training diverged")
+    assert row[10]
+    assert failure["message"].startswith(row[10])  # its first line
 
     # The controller's log says so once, as a warning (it said it twice).
     def failed_lines() -> list[logging.LogRecord]:
