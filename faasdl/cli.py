@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -981,6 +982,10 @@ def jobs(
     url: UrlOption = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs.")] = None,
     state: Annotated[JobState | None, typer.Option(help="Only jobs in this state.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Only the jobs whose name holds this (case matters): a sweep's part."),
+    ] = None,
     limit: Annotated[
         int, typer.Option(min=1, max=1000, help="Jobs in a page (the newest first).")
     ] = 100,
@@ -994,10 +999,11 @@ def jobs(
 ) -> None:
     """List jobs, newest first, a page at a time; JSON last."""
     with _controller(url) as client:
-        found, more = client.jobs(tenant=tenant, state=state, limit=limit, before=before)
+        found, more = client.jobs(tenant=tenant, state=state, name=name, limit=limit, before=before)
     from datetime import datetime
 
-    filters = [(name, value) for name, value in (("tenant", tenant), ("state", state)) if value]
+    asked = {"tenant": tenant, "state": state, "name": name}
+    filters = {field: str(value) for field, value in asked.items() if value is not None}
 
     table = Table(title="jobs")
     # A name column where a job of the page has one (a controller before names sends none).
@@ -1019,12 +1025,15 @@ def jobs(
             accuracy,
             f"{j['cost_usd']:.6f}",
         )
-    asked = [f"{name} {value}" for name, value in filters]
+    said = [
+        f"{field} {value!r}" if field == "name" else f"{field} {value}"
+        for field, value in filters.items()
+    ]
     if before:
-        asked.append(f"before job {before}")
-    _show(table, "no jobs" + (f" ({', '.join(asked)})" if asked else ""), width=140)
+        said.append(f"before job {before}")
+    _show(table, "no jobs" + (f" ({', '.join(said)})" if said else ""), width=140)
     if more:
-        again = [f"--{name} {value}" for name, value in filters]
+        again = [f"--{field} {shlex.quote(value)}" for field, value in filters.items()]
         options = " ".join([*again, f"--limit {limit}", f"--before {more}"])
         console.print(f"more: faasdl jobs {options}", markup=False)
     typer.echo(json.dumps(found))

@@ -496,13 +496,18 @@ class Controller:
         found = load(self.store, job_key(known.job_id), JobInfo)
         return Submitted(job=found[0], created=False) if found else None
 
-    def jobs(self, *, tenant: str | None = None, state: JobState | None = None) -> list[JobInfo]:
-        """Jobs, newest first: their records without log or failure reports and with their last
-        round only (as :meth:`_all_jobs` reads them)."""
+    def jobs(
+        self, *, tenant: str | None = None, state: JobState | None = None, name: str | None = None
+    ) -> list[JobInfo]:
+        """Jobs, newest first (of ``tenant``, in ``state``, whose name holds ``name``): their
+        records without log or failure reports and with their last round only (as
+        :meth:`_all_jobs` reads them)."""
         found = [
             j
             for j in self._all_jobs()
-            if (tenant is None or j.tenant == tenant) and (state is None or j.state is state)
+            if (tenant is None or j.tenant == tenant)
+            and (state is None or j.state is state)
+            and (name is None or name in (j.spec.get("name") or ""))
         ]
         return sorted(found, key=lambda j: (j.created_ms, j.job_id), reverse=True)
 

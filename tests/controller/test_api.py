@@ -260,7 +260,20 @@ def test_jobs_are_listed_a_page_at_a_time_newest_first(
     unknown = client.get("/v1/jobs", params={"before": "0123456789abcdef"})
     too_many = client.get("/v1/jobs", params={"limit": 1001})
     command = ["jobs", "--tenant", "paging", "--limit", "3", "--url", api_url]
-    cli = CliRunner().invoke(app, command, env={"FAASDL_CLIENT__API_KEY": admin_key})
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    cli = CliRunner().invoke(app, command, env=env)
+    # By name: the jobs whose name holds the words, a page at a time too.
+    named = {
+        name: client.post("/v1/jobs", json={**MLP, "tenant": "paging", "name": name}).json()["job"]
+        for name in ("lr sweep: 0.1", "lr sweep: 0.01", "lr sweep: 1", "LR SWEEP: 2", "other")
+    }
+    by_name = [
+        ["jobs", "--name", "sweep: 0", *option, "--url", api_url]
+        for option in ([], ["--limit", "1"])
+    ]
+    swept, first = (CliRunner().invoke(app, command, env=env) for command in by_name)
+    nameless = CliRunner().invoke(app, ["jobs", "--name", "nobody's", "--url", api_url], env=env)
+    empty = client.get("/v1/jobs", params={"name": ""})
 
     assert pages == [newest_first[:2], newest_first[2:4], newest_first[4:]]
     assert links[0] == f'</v1/jobs?tenant=paging&limit=2&before={newest_first[1]}>; rel="next"'
@@ -269,6 +282,13 @@ def test_jobs_are_listed_a_page_at_a_time_newest_first(
     assert too_many.status_code == 422
     assert [j["job_id"] for j in json.loads(cli.stdout.splitlines()[-1])] == newest_first[:3]
     assert f"more: faasdl jobs --tenant paging --limit 3 --before {newest_first[2]}" in cli.output
+    ids = [named["lr sweep: 0.01"]["job_id"], named["lr sweep: 0.1"]["job_id"]]  # newest first
+    assert swept.exit_code == 0, swept.output
+    assert [j["job_id"] for j in json.loads(swept.stdout)] == ids
+    assert [j["name"] for j in json.loads(first.stdout)] == ["lr sweep: 0.01"]
+    assert f"more: faasdl jobs --name 'sweep: 0' --limit 1 --before {ids[0]}" in first.output
+    assert nameless.stderr.splitlines() == ['no jobs (name "nobody\'s")']
+    assert empty.status_code == 422
 
 
 def test_an_estimate_of_a_bad_data_set_path_is_refused_naming_it(client: httpx.Client) -> None:

@@ -29,7 +29,7 @@ from faasdl.controller.deps import (
 )
 from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, Controller, JobLine, JobView, job_line
 from faasdl.controller.routes import AUTHENTICATED, problems
-from faasdl.controller.validator import TENANT_PATTERN, JobSpec
+from faasdl.controller.validator import NAME_MAX, TENANT_PATTERN, JobSpec
 from faasdl.errors import JobNotFound
 from faasdl.store.records import JOB_ID_PATTERN, ActivationUse, JobInfo, JobState
 
@@ -101,6 +101,14 @@ def list_jobs(
         ),
     ] = None,
     state: JobState | None = None,
+    name: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=NAME_MAX,
+            description="Only the jobs whose name holds this (case matters): a sweep's part.",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Jobs in a page.")] = PAGE,
     before: Annotated[
         str | None,
@@ -115,12 +123,13 @@ def list_jobs(
         if tenant not in (None, principal.tenant):
             return []
         tenant = principal.tenant
-    found = controller.jobs(tenant=tenant, state=state)
+    found = controller.jobs(tenant=tenant, state=state, name=name)
     if before is not None:
         cursor = owned(controller, principal, before)
         found = [j for j in found if (j.created_ms, j.job_id) < (cursor.created_ms, cursor.job_id)]
     if len(found) > limit:
-        query = {"tenant": asked, "state": state, "limit": limit, "before": found[limit - 1].job_id}
+        last = found[limit - 1].job_id
+        query = {"tenant": asked, "state": state, "name": name, "limit": limit, "before": last}
         given = urlencode({k: v for k, v in query.items() if v is not None})
         response.headers["Link"] = f'</v1/jobs?{given}>; rel="next"'
     return [job_line(j) for j in found[:limit]]
