@@ -7,6 +7,7 @@ options given on the command line win. Errors print one line naming the problem 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ipaddress
 import json
 import logging
@@ -499,6 +500,7 @@ def estimate(
             "FAASDL_STORE__URL's SQLite file is not there, and none is made), not a controller's.",
         ),
     ] = False,
+    set_: SetOption = None,
 ) -> None:
     """Print a job's plan (its training actions' memory and timeout, rounds, aggregation tree)
     without running it, as the controller would plan it; JSON last."""
@@ -516,6 +518,7 @@ def estimate(
     fields: dict[str, Any] = {}
     if spec is not None:
         fields = _read_spec(spec, given_as="--spec")
+    fields = _with_set(fields, set_ or [])  # then the options above, where given
     options_data: dict[str, Any] = {"name": dataset, "path": path}
     if shape is not None:
         options_data["shape"] = [int(size) for size in shape.lower().split("x")]
@@ -628,6 +631,47 @@ def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         fail(f"{given_as}: {path} must hold a mapping of job fields")
     return loaded
+
+
+def _with_set(fields: dict[str, Any], options: list[str]) -> dict[str, Any]:
+    """The job's ``fields`` with each ``--set FIELD=VALUE`` applied, in order: FIELD a field, or
+    a dotted path to one in a mapping (``dataset.name``, ``fault_tolerance.policy``); VALUE read
+    as YAML (``8`` a number, ``true`` a boolean, ``[1, 2]`` a list, other text as it is)."""
+    import yaml
+
+    changed = copy.deepcopy(fields)
+    for option in options:
+        key, eq, text = option.partition("=")
+        path = key.split(".")
+        if not eq or not all(part.strip() for part in path):
+            fail(
+                f"--set: expected FIELD=VALUE (FIELD dotted for a field of a mapping: "
+                f"dataset.name=digits), got {option!r}"
+            )
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            fail(f"--set {key}: {text!r} is not a YAML value: {exc}")
+        where = changed
+        for depth, part in enumerate(path[:-1], 1):
+            inner = where.setdefault(part, {})
+            if not isinstance(inner, dict):
+                fail(f"--set {key}: {'.'.join(path[:depth])} is {inner!r}, not a mapping of fields")
+            where = inner
+        where[path[-1]] = value
+    return changed
+
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Set or override a field of the job: FIELD=VALUE, FIELD dotted for a field of a "
+        "mapping (dataset.name=digits), VALUE read as YAML (0.01 a number, true a boolean); "
+        "repeat it for more.",
+        show_default=False,
+    ),
+]
 
 
 @bench_app.command("estimator")
@@ -903,11 +947,12 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
     ] = None,
+    set_: SetOption = None,
 ) -> None:
     """Submit a training job; prints its id (with --watch: its progress, then its result)."""
     from faasdl.controller.validator import JobSpec
 
-    fields = _read_spec(spec, given_as="spec")
+    fields = _with_set(_read_spec(spec, given_as="spec"), set_ or [])
     try:
         JobSpec.model_validate(fields)
     except PydanticValidationError as exc:

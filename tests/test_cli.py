@@ -380,6 +380,40 @@ def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Pat
     assert "unreachable" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["epochs"], "--set: expected FIELD=VALUE (FIELD dotted for a field of a mapping: "),
+        (["=3"], "--set: expected FIELD=VALUE"),
+        (["dataset..name=digits"], "--set: expected FIELD=VALUE"),
+        (["model.name=mlp"], "--set model.name: model is 'mlp', not a mapping of fields"),
+        (["epochs=[1"], "--set epochs: '[1' is not a YAML value"),
+        (["epochs=many"], "epochs: Input should be a valid integer"),
+        (["sync_every=3", "epochs=4", "epochs=2"], "sync_every"),  # in order: the last wins
+        (
+            ["dataset.size=3"],
+            "dataset.size: Extra inputs are not permitted (expected one of: name,",
+        ),
+    ],
+)
+def test_a_bad_set_option_is_refused_naming_it_before_the_controller_is_asked(
+    tmp_path: Path, options: list[str], said: str
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: mlp\ndataset: {name: digits}\nepochs: 2\n")
+    sets = [arg for option in options for arg in ("--set", option)]
+
+    results = [
+        runner.invoke(app, [*command, *sets, "--url", "http://127.0.0.1:9"])
+        for command in (["submit", str(spec)], ["estimate", "--spec", str(spec)])
+    ]
+
+    for result in results:
+        assert result.exit_code == 2
+        assert said in " ".join(result.output.split()), result.output
+        assert "unreachable" not in result.output
+
+
 def test_an_unreachable_controller_is_one_clear_line() -> None:
     result = runner.invoke(app, ["status", "0123456789abcdef", "--url", "http://127.0.0.1:9"])
 

@@ -610,14 +610,17 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     api_url: str, admin_key: str, controller: Controller, tmp_path: Path
 ) -> None:
     spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump({**DIGITS_JOB, "epochs": 1, "seed": 3}))
+    spec.write_text(yaml.safe_dump({**DIGITS_JOB, "epochs": 4, "seed": 1}))
+    sets = ["--set", "epochs=1", "--set", "seed=3", "--set", "dataset.test_fraction=0.25"]
     out = tmp_path / "model.safetensors"
     key_file = tmp_path / "key"
     key_file.write_text(admin_key + "\n")
     env = {"FAASDL_CLIENT__API_KEY": admin_key}
 
     keyless = runner.invoke(app, ["jobs", "--url", api_url])
-    submitted = runner.invoke(app, ["submit", str(spec), "--watch", "--url", api_url], env=env)
+    submitted = runner.invoke(
+        app, ["submit", str(spec), *sets, "--watch", "--url", api_url], env=env
+    )
     job_id = submitted.stdout.splitlines()[0]
     listed = runner.invoke(
         app, ["jobs", "--url", api_url], env={"FAASDL_CLIENT__API_KEY_FILE": str(key_file)}
@@ -649,7 +652,11 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     assert none.stderr.splitlines() == ["no jobs (tenant nobody, state done)"]  # no empty table
     assert none.stdout.splitlines()[-1] == "[]"
     assert unused.stderr.splitlines() == [f"no activations of job {job_id} from round 9 on"]
-    assert json.loads(status.stdout.splitlines()[-1])["job"]["state"] == "done"
+    record = json.loads(status.stdout.splitlines()[-1])["job"]
+    assert record["state"] == "done"
+    # the file's fields as --set changed them: a number as a number, a field of the data set
+    assert (record["spec"]["epochs"], record["spec"]["seed"]) == (1, 3)
+    assert record["spec"]["dataset"] == {"name": "digits", "test_fraction": 0.25}
     assert "activations (0 failed and recovered)" in submitted.output
     assert f"mlp on digits: {DIGITS_JOB['workers']} worker(s) of" in submitted.output
     assert f"its model: faasdl model {job_id} -o model.safetensors" in status.output
