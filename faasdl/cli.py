@@ -965,10 +965,21 @@ def submit(
         view = _watched(client, job["job_id"])
         table = _summary(client, view)
     stderr_console().print(table)
-    if hint := _model_hint(view["job"]):
+    for hint in _hints(view["job"]):
         stderr_console().print(hint, highlight=False, markup=False)
     if view["job"]["state"] != "done":
         raise typer.Exit(1)
+
+
+def _hints(job: dict[str, Any]) -> list[str]:
+    """What a job's summary is followed by: where its failures are told (:func:`log`), and how
+    to have the model it kept (:func:`_model_hint`)."""
+    hints = []
+    if job.get("failures") or job.get("failures_dropped"):
+        hints.append(f"its failures, what each cost and its recovery: faasdl log {job['job_id']}")
+    if model := _model_hint(job):
+        hints.append(model)
+    return hints
 
 
 def _model_hint(job: dict[str, Any]) -> str | None:
@@ -1116,7 +1127,7 @@ def status(
     console.print(table, width=140)
     if line := progress(view):
         console.print(line, highlight=False, markup=False)
-    if hint := _model_hint(view["job"]):
+    for hint in _hints(view["job"]):
         console.print(hint, highlight=False, markup=False)
     if view["queue_position"]:
         waiting = f": waits for {view['waiting_for']}" if view.get("waiting_for") else ""

@@ -269,8 +269,9 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
     job_id = submit(client, spec)["job_id"]
     follow(client, job_id)
     record = job(client, job_id)["job"]
-    cli = ["log", job_id, "--url", api_url]
-    shown = runner.invoke(app, cli, env={"FAASDL_CLIENT__API_KEY": admin_key})
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    shown = runner.invoke(app, ["log", job_id, "--url", api_url], env=env)
+    status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
 
     assert record["state"] == "failed"
     error = record["error"]
@@ -299,6 +300,9 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
     assert failure["message"].startswith("training diverged")
     assert row[10]
     assert failure["message"].startswith(row[10])  # its first line
+    # `faasdl status` says where they are told
+    hint = f"its failures, what each cost and its recovery: faasdl log {job_id}"
+    assert hint in status.stderr.splitlines()
 
     # The controller's log says so once, as a warning (it said it twice).
     def failed_lines() -> list[logging.LogRecord]:
@@ -660,6 +664,7 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     assert "activations (0 failed and recovered)" in submitted.output
     assert f"mlp on digits: {DIGITS_JOB['workers']} worker(s) of" in submitted.output
     assert f"its model: faasdl model {job_id} -o model.safetensors" in status.output
+    assert "faasdl log" not in status.output  # no failures to tell
     used = json.loads(ledger.stdout.splitlines()[-1])
     assert [a["kind"] for a in used].count("train") == DIGITS_JOB["workers"]
     first = used[0]
