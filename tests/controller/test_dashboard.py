@@ -257,18 +257,20 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
     assert path.stat().st_size > 10_000
 
 
-def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
+def test_the_job_list_says_when_it_shows_only_the_newest_jobs_and_filters_older_ones_in(
     served: tuple[Controller, str, str], browser: Any
 ) -> None:
-    # Arrange: 101 ended jobs more than the list's page of 100, as records in the store.
+    # Arrange: 101 ended jobs more than the list's page of 100, as records in the store; two
+    # of them named as a sweep's, the oldest one of those, and one of them failed.
     controller, base, key = served
     spec = JobSpec.model_validate({**JOB, "epochs": 1})
     plan = controller.estimate(spec).model_dump(mode="json")
+    names = {0: "lr sweep: 0.1", 7: "lr sweep: 0.01"}
     ended = [
         JobInfo(
             job_id=f"{i:016x}",
-            state=JobState.DONE,
-            spec=spec.model_dump(mode="json"),
+            state=JobState.FAILED if i == 7 else JobState.DONE,
+            spec=spec.model_dump(mode="json") | {"name": names.get(i)},
             plan=plan,
             created_ms=1_000 + i,
         )
@@ -278,15 +280,40 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs(
         assert create(controller.store, job)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
-    # Execute
+    def rows(count: int) -> list[str]:
+        """The list's jobs once it shows ``count`` of them."""
+        page.wait_for_function(
+            "n => document.querySelectorAll('#jobs tbody tr').length === n",
+            arg=count,
+            timeout=10_000,
+        )
+        found: list[str] = page.locator("#jobs tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.job)"
+        )
+        return found
+
+    # Execute: the list; then filtered by name, by state too, and by a name no job holds.
     sign_in(page, base, key)
     page.get_by_role("status").filter(has_text="the 100 newest jobs").wait_for(timeout=10_000)
-    shown = page.locator("#jobs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.job)")
+    shown = rows(100)
+    page.get_by_label("Name holds").fill("lr sweep")
+    swept = rows(2)
+    swept_said = page.get_by_role("status").text_content()
+    page.get_by_label("State").select_option("failed")
+    failed = rows(1)
+    page.get_by_label("Name holds").fill("nobody's")
+    page.get_by_role("status").filter(has_text="no jobs match").wait_for(timeout=10_000)
+    nothing = rows(0)
     page.close()
 
-    # Assert: a page of the newest, the oldest of the 101 not among it.
+    # Assert: a page of the newest, the oldest of the 101 not among it; the sweep's two, the
+    # oldest too, newest first (all there are: nothing said), and the failed one of them.
     assert len(shown) == 100
     assert ended[0].job_id not in shown
+    assert swept == [ended[7].job_id, ended[0].job_id]
+    assert swept_said == ""
+    assert failed == [ended[7].job_id]
+    assert nothing == []
 
 
 def stored_job(

@@ -57,6 +57,16 @@ PAGE = Template("""<!doctype html>
 <main>
   <section id="jobs-view" aria-labelledby="jobs-title">
     <h2 id="jobs-title">Jobs</h2>
+    <form id="job-filter" role="search" aria-label="Filter the jobs">
+      <label for="filter-name">Name holds</label>
+      <input id="filter-name" type="search" maxlength="100" spellcheck="false"
+             placeholder="lr sweep">
+      <label for="filter-state">State</label>
+      <select id="filter-state">
+        <option value="">any</option><option>queued</option><option>running</option>
+        <option>done</option><option>failed</option><option>cancelled</option>
+      </select>
+    </form>
     <table id="jobs">
       <caption>Newest first; choose a job to follow it live.</caption>
       <thead><tr>

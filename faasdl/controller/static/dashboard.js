@@ -16,6 +16,7 @@ const $ = (selector) => document.querySelector(selector);
 
 let following = null; // the AbortController of the job being followed
 let listTimer = null;
+let listAsked = 0; // the job list's requests: only the latest one's answer is shown
 let refreshTimer = null;
 // {id, view, lines: the ledger's lines read, by activation id; rounds: its rounds read, by number}
 let current = null;
@@ -95,17 +96,31 @@ function openList() {
   listTimer = setInterval(refreshList, 2000);
 }
 
+// The filters the list is asked with: the name's words (those the job's name holds) and the
+// state, where given.
+function listFilters() {
+  const filters = new URLSearchParams();
+  const name = $("#filter-name").value;
+  if (name) filters.set("name", name);
+  if ($("#filter-state").value) filters.set("state", $("#filter-state").value);
+  return filters;
+}
+
 async function refreshList() {
+  const asked = ++listAsked;
+  const filters = listFilters();
   let jobs, more;
   try {
-    const response = await api("/v1/jobs");
+    const response = await api(filters.size ? `/v1/jobs?${filters}` : "/v1/jobs");
     more = response.headers.has("Link"); // a next page: older jobs than these
     jobs = await response.json();
   } catch (error) {
+    if (asked !== listAsked) return; // a newer request's answer is, or will be, shown
     if (error.message !== "unauthenticated") say(error.message);
     $("#jobs tbody").replaceChildren();
     return;
   }
+  if (asked !== listAsked) return; // filters changed while it was asked for
   const rows = jobs.map((job) => {
     const progress = el("progress", {
       max: String(job.rounds), value: String(job.round), "aria-label": `${job.job_id} progress`,
@@ -125,7 +140,9 @@ async function refreshList() {
   const focused = document.activeElement?.closest("#jobs tbody tr")?.dataset.job;
   $("#jobs tbody").replaceChildren(...rows);
   if (focused) $(`#jobs tbody tr[data-job="${CSS.escape(focused)}"] a`)?.focus();
-  say(!jobs.length ? "no jobs yet" : more ? `the ${jobs.length} newest jobs` : "");
+  const which = filters.size ? " that match" : "";
+  if (!jobs.length) say(filters.size ? "no jobs match" : "no jobs yet");
+  else say(more ? `the ${jobs.length} newest jobs${which}` : "");
 }
 
 // ---- one job ------------------------------------------------------------------------------
@@ -462,6 +479,9 @@ $("#key-form").addEventListener("submit", (event) => {
   say("key kept for this browser session");
   route();
 });
+$("#job-filter").addEventListener("submit", (event) => event.preventDefault());
+$("#filter-name").addEventListener("input", refreshList);
+$("#filter-state").addEventListener("change", refreshList);
 $("#download-model").addEventListener("click", downloadModel);
 $("#forget-key").addEventListener("click", () => {
   sessionStorage.removeItem(KEY);
