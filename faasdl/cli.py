@@ -666,6 +666,7 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
+        metavar="FIELD=VALUE",
         help="Set or override a field of the job: FIELD=VALUE, FIELD dotted for a field of a "
         "mapping (dataset.name=digits), VALUE read as YAML (0.01 a number, true a boolean); "
         "repeat it for more.",
