@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import shlex
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -453,8 +454,8 @@ def estimate(
     spec: Annotated[
         Path | None,
         typer.Option(
-            help="A job: the YAML or JSON file faasdl submit takes; the options below set or "
-            "override its fields."
+            help="A job: the YAML or JSON file faasdl submit takes (-: standard input); the "
+            "options below set or override its fields."
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model of the zoo (mlp, small_cnn, …).")] = None,
@@ -617,11 +618,17 @@ def _plan_table(plan: JobPlan, *, title: str) -> Table:
 
 
 def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
-    """The job fields of a YAML or JSON file; an error names it as the command's ``given_as``."""
+    """The job fields of a YAML or JSON file (``-``: standard input); an error names it as the
+    command's ``given_as``."""
     import yaml
 
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if str(path) == "-":
+            path = Path("<stdin>")  # as the errors name it
+            text = sys.stdin.buffer.read().decode("utf-8")
+        else:
+            text = path.read_text(encoding="utf-8")
+        loaded = yaml.safe_load(text)
     except OSError as exc:
         fail(f"{given_as}: cannot read {path}: {exc.strerror}")
     except UnicodeDecodeError as exc:
@@ -942,7 +949,10 @@ def _loopback(host: str) -> bool:
 
 @app.command()
 def submit(
-    spec: Annotated[Path, typer.Argument(help="The job: a YAML or JSON mapping of job fields.")],
+    spec: Annotated[
+        Path,
+        typer.Argument(help="The job: a YAML or JSON mapping of job fields (-: standard input)."),
+    ],
     url: UrlOption = None,
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
     idempotency_key: Annotated[

@@ -141,6 +141,18 @@ def test_estimate_plans_the_job_file_submit_takes(
     assert "from the model's measured sizes" in said
     # The store named is not there: planned without history, and none made (it was).
     assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]
+    # The same job from standard input, planned the same.
+    piped = runner.invoke(
+        app, ["estimate", "--spec", "-", "--workers", "4"], input=spec.read_text()
+    )
+    assert piped.exit_code == 0, piped.output
+    measured = ("memory_estimate_mb", "memory_parts")  # the runtime's baseline, measured again
+
+    def planned(plan: dict[str, Any]) -> dict[str, Any]:
+        train = {k: v for k, v in plan["train"].items() if k not in measured}
+        return {**plan, "train": train}
+
+    assert planned(json.loads(piped.stdout.splitlines()[-1])) == planned(plan)
 
 
 @pytest.mark.parametrize(
@@ -374,10 +386,13 @@ def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Pat
     spec.write_text("model: mlp\nepochs: 2\nsync_every: 3\n")
 
     result = runner.invoke(app, ["submit", str(spec), "--url", "http://127.0.0.1:9"])
+    piped = runner.invoke(app, ["submit", "-", "--url", "http://127.0.0.1:9"], input="- a list\n")
 
     assert result.exit_code == 2
     assert "sync_every" in result.output
     assert "unreachable" not in result.output
+    assert piped.exit_code == 2
+    assert "error: spec: <stdin> must hold a mapping of job fields" in piped.output
 
 
 @pytest.mark.parametrize(
