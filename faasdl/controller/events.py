@@ -472,11 +472,13 @@ class JobRunner:
             )
         self._stage()
         weights = job.global_weights if job.round else self._initial_model()
-        for round_ in range(job.round, self.plan.rounds):
+        # A job stopped early whose end was not recorded (its controller stopped in between)
+        # trains no more rounds.
+        first = self.plan.rounds if job.stopped_early else job.round
+        for round_ in range(first, self.plan.rounds):
             result = self._round(round_, weights)
             weights = global_blob(self.job_id, round_ + 1)
-            target = self.spec.target_loss
-            stop = target is not None and result.loss <= target
+            stop = self._stop_after(result)
             # The round's own record first: the job's keeps only the newest rounds.
             self.rt.store.put(round_key(self.job_id, round_), result.model_dump(mode="json"))
             self._change(
@@ -488,10 +490,24 @@ class JobRunner:
                     result.round,
                 ),
             )
-            if stop:
+            if stop is not None:
                 break
         self._charge_replicas()
         self._finish(JobState.DONE)
+
+    def _stop_after(self, result: RoundResult) -> str | None:
+        """Why the job stops after the round of ``result`` before its last, if it does: its
+        ``target_loss`` reached, or its ``max_cost_usd`` (the activations booked so far: a round
+        in progress runs to its end, and the warm replicas are charged as the job ends)."""
+        target, budget = self.spec.target_loss, self.spec.max_cost_usd
+        if target is not None and result.loss <= target:
+            return "the mean loss reached target_loss"
+        if budget is not None and (spent := self._job().cost_usd) >= budget:
+            return (
+                f"its cost reached max_cost_usd ({spent:.6f} of {budget:g} USD as round "
+                f"{result.round + 1} ended)"
+            )
+        return None
 
     def _stage(self) -> None:
         """Shards and the test set go to the store before any action starts (once: a restarted
@@ -1337,7 +1353,10 @@ class JobRunner:
         if error is not None:
             message = f"{error}{kept_model(before)}"
         elif before.stopped_early:
-            message = "stopped early: the mean loss reached target_loss"
+            # a record from before the reasons were kept stopped at its target_loss
+            message = (
+                f"stopped early: {before.stopped_because or 'the mean loss reached target_loss'}"
+            )
         else:
             message = "all rounds done"
         job = self._change(change, event=_line(str(state), message))
@@ -1480,12 +1499,16 @@ def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
         )
 
 
-def _finish_round(result: RoundResult, job: JobInfo, *, stop: bool, rounds: int) -> JobInfo:
+def _finish_round(result: RoundResult, job: JobInfo, *, stop: str | None, rounds: int) -> JobInfo:
+    """``job`` with the round of ``result`` finished; ``stop``: why it stops after it, if it does
+    (before its last round: stopped early)."""
+    early = stop is not None and result.round + 1 < rounds
     return job.with_round(
         result,
         round=result.round + 1,
         global_weights=global_blob(job.job_id, result.round + 1),
-        stopped_early=stop and result.round + 1 < rounds,
+        stopped_early=early,
+        stopped_because=stop if early else None,
     )
 
 

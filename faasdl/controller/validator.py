@@ -94,6 +94,15 @@ class JobSpec(EstimateRequest):
     target_loss: float | None = Field(
         None, ge=0, description="ε: stop once the round's mean training loss is at most this."
     )
+    max_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="A budget: stop, done with the model of the round that reached it, once a "
+        "round ends with the job's activations costing this much (USD); the round in progress "
+        "runs to its end, so the job may pass it by up to a round's cost, and its warm replicas "
+        "are charged as it ends.",
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the split, the model, the order.")
     optimizer: Literal["adam", "sgd"] = "adam"
     learning_rate: float = Field(1e-3, gt=0, le=10)

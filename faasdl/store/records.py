@@ -178,6 +178,9 @@ class JobInfo(Record):
     global_weights: str | None = None
     model: str | None = None
     stopped_early: bool = False
+    # Why the runner stopped it before its last round (none where it was not, by request, or
+    # in records from before the reasons were kept: those stopped at their target_loss).
+    stopped_because: str | None = None
     activation_count: int = 0  # lines in the job's ledger
     # Its lines are kept by round (:func:`ledger_key`), so that its latest rounds' are read alone;
     # false in records from before, whose lines are kept by activation alone.

@@ -258,6 +258,43 @@ def test_a_job_with_a_target_loss_stops_early(
     assert said[-1] == f"job {job_id} done: stopped early: the mean loss reached target_loss"
 
 
+def test_a_job_stops_at_its_budget_and_one_stopped_trains_no_more_when_resumed(
+    client: httpx.Client, controller: Controller
+) -> None:
+    # Arrange: twelve one-epoch rounds on a budget its first round's activations pass.
+    spec = {**DIGITS_JOB, "epochs": 12, "max_cost_usd": 1e-9}
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    record = controller.job(job_id)
+    used = client.get(f"/v1/jobs/{job_id}/ledger").json()
+
+    # Execute: as if its controller had stopped after the round's record was written, before
+    # the job's end was: the record running again, without its last line; a runner resumes it.
+    assert controller.wait_stopped(job_id, timeout_s=60)
+    unended = {"state": JobState.RUNNING, "finished_ms": None, "events": record.events[:-1]}
+    update(controller.store, job_key(job_id), JobInfo, lambda _: record.model_copy(update=unended))
+    again = controller.wait(job_id, timeout_s=120)
+
+    # Assert: done after its first round, with that round's model, saying why; resumed, it
+    # trained no more rounds and ran no activation more.
+    assert record.state is JobState.DONE, record.error
+    assert record.stopped_early
+    assert len(record.rounds) == 1
+    assert record.model == f"jobs/{job_id}/global/00001"
+    said = re.fullmatch(
+        r"stopped early: its cost reached max_cost_usd \((\d\.\d{6}) of 1e-09 USD as round 1 "
+        r"ended\)",
+        record.events[-1].message,
+    )
+    assert said is not None, record.events[-1].message
+    assert 0 < float(said[1]) <= record.cost_usd + 5e-7  # its six places, rounded
+    assert again.state is JobState.DONE
+    assert [e.kind for e in again.events[-2:]] == ["resumed", "done"]
+    assert again.events[-1].message == record.events[-1].message
+    assert len(again.rounds) == 1
+    assert client.get(f"/v1/jobs/{job_id}/ledger").json() == used
+
+
 def test_a_job_that_diverges_fails_at_once_saying_so(
     client: httpx.Client, api_url: str, admin_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
