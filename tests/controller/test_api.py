@@ -87,6 +87,8 @@ def stored(controller: Controller) -> list[str]:
         # JSON has no infinity (Python's json reads one): a stored job read it back as null.
         ({**MLP, "expected_cost": math.inf}, "expected_cost", "finite number"),
         ({**MLP, "target_loss": math.nan}, "target_loss", "finite number"),  # was a 500
+        ({**MLP, "max_cost_usd": 0}, "max_cost_usd", "greater than 0"),
+        ({**MLP, "max_cost_usd": math.inf}, "max_cost_usd", "finite number"),
         ({**MLP, "dataset": {"name": "synthetic", "noise": math.nan}}, "noise", "finite number"),
         ({**MLP, "colour": "blue"}, "colour", ""),
         ({**MLP, "name": "sweep\nlr=3e-4"}, "name", "at 5: a name is one line of text"),
