@@ -599,15 +599,21 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
 def test_a_queued_jobs_page_says_what_it_waits_for(
     served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
 ) -> None:
-    # Arrange: a running job, and a queued one that does not fit beside it in the pool.
+    # Arrange: a running job, and a queued one on a budget that does not fit beside it in the
+    # pool (their trainers sized so, whatever the history earlier tests left says).
     controller = served[0]
     store, base, key = unstarted
     t = int(time.time() * 1000)
+    pool = controller.platform.limits().pool_memory_mb or 0
     running, plan = stored_job(controller, job_id="e" * 16, state=JobState.RUNNING, created_ms=t)
     queued, _ = stored_job(controller, job_id="f" * 16, state=JobState.QUEUED, created_ms=t + 1)
+    over_half = pool // (2 * plan.train.containers) + 64
+    plan = plan.model_copy(update={"train": plan.train.model_copy(update={"memory_mb": over_half})})
+    running = running.model_copy(update={"plan": plan.model_dump(mode="json")})
+    spec = {**queued.spec, "max_cost_usd": 0.05}
+    queued = queued.model_copy(update={"plan": plan.model_dump(mode="json"), "spec": spec})
     assert create(store, running)
     assert create(store, queued)
-    pool = controller.platform.limits().pool_memory_mb or 0
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
@@ -616,9 +622,11 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     fact = page.locator("#job-summary div").filter(has_text="Waiting for")
     fact.wait_for(timeout=10_000)
     said = " ".join(fact.inner_text().split())
+    cost = " ".join(page.locator("#job-summary div").filter(has_text="Cost").inner_text().split())
     page.close()
 
     # Assert
+    assert cost == "Cost (USD) 0.000000 of its 0.05 budget"
     assert 2 * plan.demand_mb > pool
     free = pool - plan.demand_mb
     assert said == (

@@ -261,7 +261,8 @@ function renderSummary(view) {
     ["Accuracy", last ? fmt(last.accuracy) : "–"],
     ["Failures", job.failures.length + job.failures_dropped],
     ["Activations", job.activation_count],
-    ["Cost (USD)", fmt(job.cost_usd, 6)],
+    ["Cost (USD)", fmt(job.cost_usd, 6)
+      + (job.spec.max_cost_usd ? ` of its ${job.spec.max_cost_usd} budget` : "")],
   ];
   if (view.queue_position !== null) facts.push(["Queue position", view.queue_position]);
   if (view.waiting_for) facts.push(["Waiting for", view.waiting_for]);
