@@ -807,7 +807,7 @@ def test_a_job_on_a_budget_that_stopped_at_it_says_so_in_its_summary() -> None:
     from faasdl.controller.watch import summary
 
     view = ended_view("done")
-    why = "stopped early: its cost reached max_cost_usd (0.000332 of 0.0003 USD as round 4 ended)"
+    why = "stopped early: its cost reached max_cost_usd (0.000332 of 0.000300 USD as round 4 ended)"
     view["job"]["spec"]["max_cost_usd"] = 0.0003
     view["job"] |= {"cost_usd": 0.000341, "stopped_early": True}
     view["job"]["events"] = [{"kind": "done", "message": why}]
@@ -816,7 +816,7 @@ def test_a_job_on_a_budget_that_stopped_at_it_says_so_in_its_summary() -> None:
 
     assert (
         caption[1]
-        == "0 activations (0 failed and recovered), 0.0 GB·s, $0.000341 of its $0.0003 budget"
+        == "0 activations (0 failed and recovered), 0.0 GB·s, $0.000341 of its $0.000300 budget"
     )
     assert caption[-1] == why
 

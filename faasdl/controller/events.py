@@ -504,7 +504,7 @@ class JobRunner:
             return "the mean loss reached target_loss"
         if budget is not None and (spent := self._job().cost_usd) >= budget:
             return (
-                f"its cost reached max_cost_usd ({spent:.6f} of {budget:g} USD as round "
+                f"its cost reached max_cost_usd ({spent:.6f} of {budget:.6f} USD as round "
                 f"{result.round + 1} ended)"
             )
         return None

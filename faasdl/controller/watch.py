@@ -221,7 +221,7 @@ def summary(
         + (f", {totals.stopped} stopped" if totals.stopped else "")
         + "), "
         f"{totals.gb_s:.1f} GB·s, ${job['cost_usd']:.6f}"
-        + (f" of its ${budget:g} budget" if (budget := job["spec"].get("max_cost_usd")) else "")
+        + (f" of its ${budget:.6f} budget" if (budget := job["spec"].get("max_cost_usd")) else "")
         + (f"; error: {job['error']}" if job["error"] else "")
     )
     if len(listed) < len(job["rounds"]):

@@ -262,7 +262,7 @@ def test_a_job_stops_at_its_budget_and_one_stopped_trains_no_more_when_resumed(
     client: httpx.Client, controller: Controller
 ) -> None:
     # Arrange: twelve one-epoch rounds on a budget its first round's activations pass.
-    spec = {**DIGITS_JOB, "epochs": 12, "max_cost_usd": 1e-9}
+    spec = {**DIGITS_JOB, "epochs": 12, "max_cost_usd": 1e-6}
     job_id = submit(client, spec)["job_id"]
     follow(client, job_id)
     record = controller.job(job_id)
@@ -282,7 +282,7 @@ def test_a_job_stops_at_its_budget_and_one_stopped_trains_no_more_when_resumed(
     assert len(record.rounds) == 1
     assert record.model == f"jobs/{job_id}/global/00001"
     said = re.fullmatch(
-        r"stopped early: its cost reached max_cost_usd \((\d\.\d{6}) of 1e-09 USD as round 1 "
+        r"stopped early: its cost reached max_cost_usd \((\d\.\d{6}) of 0\.000001 USD as round 1 "
         r"ended\)",
         record.events[-1].message,
     )
