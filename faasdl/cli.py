@@ -961,21 +961,51 @@ def submit(
     set_: SetOption = None,
 ) -> None:
     """Submit a training job; prints its id (with --watch: its progress, then its result)."""
+    fields = _checked_job(_with_set(_read_spec(spec, given_as="spec"), set_ or []))
+    with _controller(url) as client:
+        _submit(client, fields, watch=watch, idempotency_key=idempotency_key)
+
+
+@app.command()
+def resubmit(
+    job_id: JobIdArgument,
+    url: UrlOption = None,
+    watch: Annotated[bool, typer.Option(help="Follow the new job until it ends.")] = False,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
+    ] = None,
+    set_: SetOption = None,
+) -> None:
+    """Submit a new job of another job's fields (any job of yours, ended or not), changed by
+    --set; prints its id (with --watch: its progress, then its result)."""
+    with _controller(url) as client:
+        fields = _checked_job(_with_set(client.job(job_id)["job"]["spec"], set_ or []))
+        _submit(client, fields, watch=watch, idempotency_key=idempotency_key)
+
+
+def _checked_job(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields``, once they are checked to be a job (refused naming the field otherwise, before
+    the controller is asked to run it)."""
     from faasdl.controller.validator import JobSpec
 
-    fields = _with_set(_read_spec(spec, given_as="spec"), set_ or [])
     try:
         JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
         fail(str(ValidationError.from_pydantic(exc, model=JobSpec)))
-    with _controller(url) as client:
-        job = client.submit(fields, idempotency_key=idempotency_key)["job"]
-        typer.echo(job["job_id"])
-        if not watch:
-            return
-        view = _watched(client, job["job_id"])
-        table = _summary(client, view)
-    stderr_console().print(table)
+    return fields
+
+
+def _submit(
+    client: ControllerClient, fields: dict[str, Any], *, watch: bool, idempotency_key: str | None
+) -> None:
+    """Submit the job and print its id; with ``watch``, follow it, then print its summary (exit
+    status 1 unless it is done)."""
+    job = client.submit(fields, idempotency_key=idempotency_key)["job"]
+    typer.echo(job["job_id"])
+    if not watch:
+        return
+    view = _watched(client, job["job_id"])
+    stderr_console().print(_summary(client, view))
     for hint in _hints(view["job"]):
         stderr_console().print(hint, highlight=False, markup=False)
     if view["job"]["state"] != "done":

@@ -673,6 +673,10 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
     ledger = runner.invoke(app, ["ledger", job_id, "--url", api_url], env=env)
     log = runner.invoke(app, ["log", job_id, "--url", api_url], env=env)
+    again = runner.invoke(app, ["resubmit", job_id, "--set", "seed=4", "--url", api_url], env=env)
+    jobs_before = {key for key, _ in controller.store.scan_versions("job/")}
+    unrun = runner.invoke(app, ["resubmit", job_id, "--set", "epochs=0", "--url", api_url], env=env)
+    unrun_refused = {key for key, _ in controller.store.scan_versions("job/")} == jobs_before
     downloaded = runner.invoke(app, ["model", job_id, "-o", str(out), "--url", api_url], env=env)
     missing = runner.invoke(
         app, ["model", "0123456789abcdef", "-o", str(tmp_path / "none"), "--url", api_url], env=env
@@ -712,6 +716,15 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     )
     assert re.search(r"\s*│\s*".join(map(str, row)), ledger.output)  # limit, peak, seconds
     assert f"{len(used)} activations" in status.output
+    # Resubmitted: a new job of its fields, as --set changed them; refused as a submission is.
+    assert again.exit_code == 0, again.output
+    rerun = controller.wait(again.stdout.strip(), timeout_s=300)
+    assert rerun.job_id != job_id
+    assert rerun.spec == {**record["spec"], "seed": 4}
+    assert rerun.state is JobState.DONE, rerun.error
+    assert unrun.exit_code == 2
+    assert "epochs: Input should be greater than or equal to 1" in unrun.output
+    assert unrun_refused
     assert log.exit_code == 0, log.output
     assert log.stderr.splitlines()[-1] == f"no failures of job {job_id}"  # no empty table
     assert json.loads(log.stdout)["failures"] == []
