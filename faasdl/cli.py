@@ -669,6 +669,9 @@ def _with_set(fields: dict[str, Any], options: list[str]) -> dict[str, Any]:
     return changed
 
 
+IdempotencyKeyOption = Annotated[
+    str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
+]
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -955,9 +958,7 @@ def submit(
     ],
     url: UrlOption = None,
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
-    idempotency_key: Annotated[
-        str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
-    ] = None,
+    idempotency_key: IdempotencyKeyOption = None,
     set_: SetOption = None,
 ) -> None:
     """Submit a training job; prints its id (with --watch: its progress, then its result)."""
@@ -971,9 +972,7 @@ def resubmit(
     job_id: JobIdArgument,
     url: UrlOption = None,
     watch: Annotated[bool, typer.Option(help="Follow the new job until it ends.")] = False,
-    idempotency_key: Annotated[
-        str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
-    ] = None,
+    idempotency_key: IdempotencyKeyOption = None,
     set_: SetOption = None,
 ) -> None:
     """Submit a new job of another job's fields (any job of yours, ended or not), changed by
