@@ -905,7 +905,8 @@ def _trains_on_from(source: JobInfo) -> Callable[[JobInfo], bool]:
 
 
 def _staged_model(job_id: str) -> str:
-    """What a job that trains on from another's model has staged once it has copied it."""
+    """The blob a job that trains on from another's model holds once it has copied that model
+    (its global model before round 1)."""
     return global_blob(job_id, 0)
 
 
