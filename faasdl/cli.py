@@ -1215,7 +1215,14 @@ def ledger(
 
 
 @app.command()
-def log(job_id: JobIdArgument, url: UrlOption = None) -> None:
+def log(
+    job_id: JobIdArgument,
+    url: UrlOption = None,
+    tail: Annotated[
+        int | None,
+        typer.Option(help="Only the newest N lines of the log (the failures all the same).", min=1),
+    ] = None,
+) -> None:
     """A job's log (the lines its record keeps, the newest) and its failure reports: what failed,
     how it was classified and noticed, what the failed attempt cost, the activation to look up on
     the platform and the recovery taken; JSON last."""
@@ -1233,15 +1240,20 @@ def log(job_id: JobIdArgument, url: UrlOption = None) -> None:
     for column in ("time", "round", "unit", "kind"):
         lines.add_column(column, no_wrap=True)
     lines.add_column("message", overflow="fold")
-    for e in job["events"]:
+    shown = job["events"][-tail:] if tail else job["events"]
+    for e in shown:
         # the unit is a shard, counted from 0 as the job's units are
         unit = "" if e.get("unit") is None else str(e["unit"])
         lines.add_row(when(e["t_ms"]), counted(e.get("round")), unit, e["kind"], Text(e["message"]))
+    captions = []
+    if len(shown) < len(job["events"]):
+        captions.append(f"the newest {len(shown)} of {len(job['events'])} lines kept (--tail)")
     if dropped := job.get("events_dropped", 0):
-        lines.caption = (
+        captions.append(
             f"its first {dropped} lines are not kept (a record keeps the newest "
             "FAASDL_CONTROLLER__EVENTS_KEPT)"
         )
+    lines.caption = "; ".join(captions) or None
     _show(lines, f"no log lines of job {job_id}")
     failures = Table(title=f"failures of job {job_id}")
     columns = ("time", "action", "round", "unit", "attempt", "failure", "seen by", "USD")

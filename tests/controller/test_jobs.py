@@ -308,6 +308,7 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
     record = job(client, job_id)["job"]
     env = {"FAASDL_CLIENT__API_KEY": admin_key}
     shown = runner.invoke(app, ["log", job_id, "--url", api_url], env=env)
+    tail = runner.invoke(app, ["log", job_id, "--tail", "2", "--url", api_url], env=env)
     status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
 
     assert record["state"] == "failed"
@@ -337,6 +338,14 @@ def test_a_job_that_diverges_fails_at_once_saying_so(
     assert failure["message"].startswith("training diverged")
     assert row[10]
     assert failure["message"].startswith(row[10])  # its first line
+    # --tail: its newest lines, saying so; the failure all the same
+    tail_rows = [
+        line.split("│")[4].strip() for line in tail.stderr.splitlines() if line.startswith("│ 2")
+    ]
+    assert tail_rows[:2] == [e["kind"] for e in record["events"][-2:]]
+    said = " ".join(tail.stderr.split())
+    assert f"the newest 2 of {len(record['events'])} lines kept (--tail)" in said
+    assert failure["activation_id"] in tail.stderr
     # `faasdl status` says where they are told
     hint = f"its failures, what each cost and its recovery: faasdl log {job_id}"
     assert hint in status.stderr.splitlines()
