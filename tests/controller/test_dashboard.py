@@ -301,6 +301,9 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs_and_filters_older_
     swept_said = page.get_by_role("status").text_content()
     page.get_by_label("State").select_option("failed")
     failed = rows(1)
+    page.reload()  # the filters kept for the browser session
+    reloaded = rows(1)
+    kept = (page.get_by_label("Name holds").input_value(), page.get_by_label("State").input_value())
     page.get_by_label("Name holds").fill("nobody's")
     page.get_by_role("status").filter(has_text="no jobs match").wait_for(timeout=10_000)
     nothing = rows(0)
@@ -313,6 +316,8 @@ def test_the_job_list_says_when_it_shows_only_the_newest_jobs_and_filters_older_
     assert swept == [ended[7].job_id, ended[0].job_id]
     assert swept_said == ""
     assert failed == [ended[7].job_id]
+    assert reloaded == failed
+    assert kept == ("lr sweep", "failed")
     assert nothing == []
 
 

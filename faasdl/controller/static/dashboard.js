@@ -4,6 +4,7 @@
 "use strict";
 
 const KEY = "faasdl-api-key";
+const FILTER = "faasdl-job-filter"; // the job list's filters, kept across a reload
 const SVG = "http://www.w3.org/2000/svg";
 const LANE_H = 26;
 const LEFT = 96;
@@ -104,6 +105,13 @@ function listFilters() {
   if (name) filters.set("name", name);
   if ($("#filter-state").value) filters.set("state", $("#filter-state").value);
   return filters;
+}
+
+// The filters changed: kept for this browser session (a reload asks with them), and asked with.
+function filtersChanged() {
+  const kept = { name: $("#filter-name").value, state: $("#filter-state").value };
+  sessionStorage.setItem(FILTER, JSON.stringify(kept));
+  refreshList();
 }
 
 async function refreshList() {
@@ -481,8 +489,16 @@ $("#key-form").addEventListener("submit", (event) => {
   route();
 });
 $("#job-filter").addEventListener("submit", (event) => event.preventDefault());
-$("#filter-name").addEventListener("input", refreshList);
-$("#filter-state").addEventListener("change", refreshList);
+$("#filter-name").addEventListener("input", filtersChanged);
+$("#filter-state").addEventListener("change", filtersChanged);
+try { // as this browser session left them (a value the page no longer offers is dropped)
+  const kept = JSON.parse(sessionStorage.getItem(FILTER) ?? "{}");
+  $("#filter-name").value = typeof kept.name === "string" ? kept.name : "";
+  $("#filter-state").value = typeof kept.state === "string" ? kept.state : "";
+  if ($("#filter-state").selectedIndex < 0) $("#filter-state").value = "";
+} catch {
+  sessionStorage.removeItem(FILTER);
+}
 $("#download-model").addEventListener("click", downloadModel);
 $("#forget-key").addEventListener("click", () => {
   sessionStorage.removeItem(KEY);
