@@ -669,6 +669,10 @@ def _with_set(fields: dict[str, Any], options: list[str]) -> dict[str, Any]:
     return changed
 
 
+#: A job's view asked from this round on has none of its rounds (past any job's last): what
+#: reads a job's spec or log alone asks for, rather than a long job's every round record.
+NO_ROUNDS: Final = 2**31 - 1
+
 IdempotencyKeyOption = Annotated[
     str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
 ]
@@ -978,7 +982,8 @@ def resubmit(
     """Submit a new job of another job's fields (any job of yours, ended or not), changed by
     --set; prints its id (with --watch: its progress, then its result)."""
     with _controller(url) as client:
-        fields = _checked_job(_with_set(client.job(job_id)["job"]["spec"], set_ or []))
+        spec = client.job(job_id, round_from=NO_ROUNDS)["job"]["spec"]
+        fields = _checked_job(_with_set(spec, set_ or []))
         _submit(client, fields, watch=watch, idempotency_key=idempotency_key)
 
 
@@ -1235,7 +1240,7 @@ def log(
         return "" if number is None else str(number + 1)
 
     with _controller(url) as client:
-        job = client.job(job_id)["job"]
+        job = client.job(job_id, round_from=NO_ROUNDS)["job"]
     lines = Table(title=f"log of job {job_id}")
     for column in ("time", "round", "unit", "kind"):
         lines.add_column(column, no_wrap=True)
