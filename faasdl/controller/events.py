@@ -120,6 +120,11 @@ class Stopped(Exception):
     """The runner was told to stop: the job was cancelled, or the controller is shutting down."""
 
 
+class BudgetSpent(FaasdlError):
+    """The job's activations cost its ``max_cost_usd`` while a round was in progress: how much,
+    of how much."""
+
+
 @dataclass
 class Runtime:
     """What every runner of one controller shares."""
@@ -156,6 +161,7 @@ class _Task:
     #: another attempt that ran with these (one cause, one raise).
     limits: Limits | None = None
     done: bool = False
+    launched: float = 0.0  # time.monotonic() as it was started (or found running, resumed)
 
 
 @dataclass
@@ -324,6 +330,7 @@ class JobRunner:
         self._train_s = 0.0  # training activations' time, for the observed MTBF
         self._train_attempts = 0
         self._train_failures = 0
+        self._cost_usd = 0.0  # the job's cost as its record says (what its ledger has booked)
 
     # ---- the job ----------------------------------------------------------------------------
 
@@ -476,7 +483,11 @@ class JobRunner:
         # trains no more rounds.
         first = self.plan.rounds if job.stopped_early else job.round
         for round_ in range(first, self.plan.rounds):
-            result = self._round(round_, weights)
+            try:
+                result = self._round(round_, weights)
+            except BudgetSpent as spent:
+                self._stop_round(round_, spent)
+                break
             weights = global_blob(self.job_id, round_ + 1)
             stop = self._stop_after(result)
             # The round's own record first: the job's keeps only the newest rounds.
@@ -497,17 +508,49 @@ class JobRunner:
 
     def _stop_after(self, result: RoundResult) -> str | None:
         """Why the job stops after the round of ``result`` before its last, if it does: its
-        ``target_loss`` reached, or its ``max_cost_usd`` (the activations booked so far: a round
-        in progress runs to its end, and the warm replicas are charged as the job ends)."""
+        ``target_loss`` reached, or its ``max_cost_usd`` (the activations booked so far; the
+        warm replicas are charged as the job ends)."""
         target, budget = self.spec.target_loss, self.spec.max_cost_usd
         if target is not None and result.loss <= target:
             return "the mean loss reached target_loss"
-        if budget is not None and (spent := self._job().cost_usd) >= budget:
+        if budget is not None and self._cost_usd >= budget:
             return (
-                f"its cost reached max_cost_usd ({spent:.6f} of {budget:.6f} USD as round "
-                f"{result.round + 1} ended)"
+                f"its cost reached max_cost_usd ({self._cost_usd:.6f} of {budget:.6f} USD as "
+                f"round {result.round + 1} ended)"
             )
         return None
+
+    def _check_budget(self) -> None:
+        """Raise ``BudgetSpent`` once the job's activations cost its ``max_cost_usd``: those
+        booked, and those running by their memory and their time so far (the platform bills
+        a little less: their duration, without the time to start them and report them)."""
+        budget = self.spec.max_cost_usd
+        if budget is None:
+            return
+        now = time.monotonic()
+        running_gb_s = sum(
+            (task.limits or self._limits(task)).memory_mb / 1024 * max(0.0, now - task.launched)
+            for task in [*self._in_flight.values(), *self._abandoned.values()]
+        )
+        spent = self._cost_usd + running_gb_s * self.rt.settings.price_per_gb_s
+        if spent >= budget:
+            raise BudgetSpent(f"{spent:.6f} of {budget:.6f} USD, its running activations counted")
+
+    def _stop_round(self, round_: int, spent: BudgetSpent) -> None:
+        """Stop the round in progress, whose activations passed the job's budget: the job ends
+        done with the model of its last finished round, as a ``finish`` leaves it (its record
+        says so once what ran is stopped and booked), or fails, with no model, in its first."""
+        self._kill_in_flight()
+        if not round_:
+            raise JobFailed(
+                f"its cost reached max_cost_usd before its first round ended ({spent}): the "
+                "round was stopped, and no model is kept; a larger max_cost_usd lets a round end"
+            ) from None
+        why = (
+            f"its cost reached max_cost_usd during round {round_ + 1}/{self.plan.rounds} "
+            f"({spent}): that round was stopped, the model is round {round_}'s"
+        )
+        self._change(lambda j: j.model_copy(update={"stopped_early": True, "stopped_because": why}))
 
     def _stage(self) -> None:
         """Shards and the test set go to the store before any action starts (once: a restarted
@@ -643,6 +686,7 @@ class JobRunner:
         if unit.memory_mb and unit.timeout_ms:  # as claimed
             task.limits = Limits(unit.memory_mb, unit.timeout_ms)
         task.position = unit.heads[-1].position if unit.heads else -1
+        task.launched = time.monotonic()  # started before: it costs more than the budget sees
         where = f"shard {task.index} of round {task.round + 1}"
         if self.rt.platform.forgot(activation_id):
             # The platform that ran it went with the controller before (an embedded one): it is
@@ -711,6 +755,7 @@ class JobRunner:
         results; a failed task is recovered as the job's strategy says (its next attempt goes
         back on the queue)."""
         self._check_stop()
+        self._check_budget()
         self._launch(queue)
         self._want_replicas()  # draining, the runtime manager is closed: a want warms nothing
         for ended in self._collect():
@@ -843,7 +888,8 @@ class JobRunner:
             if not started:
                 return
             queue.popleft()
-            task.deadline = time.monotonic() + lost_after_s
+            task.launched = time.monotonic()
+            task.deadline = task.launched + lost_after_s
             for activation_id in started:
                 self._in_flight[activation_id] = task
             if task.kind == "train":
@@ -1169,7 +1215,7 @@ class JobRunner:
             )
         # A controller that dies here leaves the line booked and the job's totals short: the
         # next one settles them from the ledger (_settle_totals) before it goes on.
-        self._change(
+        job = self._change(
             lambda j: j.model_copy(
                 update={
                     "activation_count": j.activation_count + 1,
@@ -1184,6 +1230,7 @@ class JobRunner:
             event=event,
             ended_too=stopped,
         )
+        self._cost_usd = job.cost_usd
 
     def _settle_totals(self) -> list[ActivationUse]:
         """Set the job's totals (activations, cost, ``ledger_totals``) to what its ledger says
@@ -1191,10 +1238,11 @@ class JobRunner:
         addition; a record from before ``ledger_totals`` has none); the ledger."""
         job = self._job()
         entries = ledger(self.rt.store, job)
+        self._cost_usd = job.cost_usd
         if job.activation_count != len(entries) or job.ledger_totals is None:
             cost = sum(a.cost_usd for a in entries)
             price = self.rt.settings.price_per_gb_s
-            self._change(
+            self._cost_usd = self._change(
                 lambda j: j.model_copy(
                     update={
                         "activation_count": len(entries),
@@ -1202,7 +1250,7 @@ class JobRunner:
                         "ledger_totals": LedgerTotals.of((a.outcome, a.gb_s) for a in entries),
                     }
                 )
-            )
+            ).cost_usd
         return entries
 
     # ---- warm replicas ----------------------------------------------------------------------

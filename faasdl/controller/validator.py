@@ -98,10 +98,10 @@ class JobSpec(EstimateRequest):
         None,
         gt=0,
         allow_inf_nan=False,
-        description="A budget: stop, done with the model of the round that reached it, once a "
-        "round ends with the job's activations costing this much (USD); the round in progress "
-        "runs to its end, so the job may pass it by up to a round's cost, and its warm replicas "
-        "are charged as it ends.",
+        description="A budget (USD): once the job's activations cost this much (those running "
+        "counted by their memory and time so far, looked at twice a second), the round in "
+        "progress is stopped and the job ends done with its last finished round's model, or "
+        "failed, with none, in its first round. Its warm replicas are charged as it ends.",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the split, the model, the order.")
     optimizer: Literal["adam", "sgd"] = "adam"

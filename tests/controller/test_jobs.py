@@ -258,40 +258,84 @@ def test_a_job_with_a_target_loss_stops_early(
     assert said[-1] == f"job {job_id} done: stopped early: the mean loss reached target_loss"
 
 
-def test_a_job_stops_at_its_budget_and_one_stopped_trains_no_more_when_resumed(
+def test_a_job_whose_first_round_passes_its_budget_is_stopped_there_and_fails(
     client: httpx.Client, controller: Controller
 ) -> None:
-    # Arrange: twelve one-epoch rounds on a budget its first round's activations pass.
+    # Arrange: twelve one-epoch rounds on a budget its trainers pass within a tenth of a second.
     spec = {**DIGITS_JOB, "epochs": 12, "max_cost_usd": 1e-6}
+
+    # Execute
     job_id = submit(client, spec)["job_id"]
     follow(client, job_id)
+    assert controller.wait_stopped(job_id, timeout_s=60)
+    record = job(client, job_id)["job"]
+    ledger = client.get(f"/v1/jobs/{job_id}/ledger").json()
+
+    # Assert: failed in its first round, with no model, saying why; nothing after its trainers
+    # started (no aggregation); what they ran booked and counted.
+    assert record["state"] == "failed"
+    said = re.fullmatch(
+        r"its cost reached max_cost_usd before its first round ended \((\d\.\d{6}) of 0\.000001 "
+        r"USD, its running activations counted\): the round was stopped, and no model is kept; a "
+        r"larger max_cost_usd lets a round end",
+        record["error"],
+    )
+    assert said is not None, record["error"]
+    assert float(said[1]) >= 1e-6
+    assert (record["rounds"], record["model"]) == ([], None)
+    assert ledger
+    assert {(a["kind"], a["round"]) for a in ledger} == {("train", 0)}
+    replicas = record["replica_gb_s"] * Settings().price_per_gb_s
+    assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger) + replicas)
+
+
+def test_a_job_stops_in_the_round_that_passes_its_budget_and_trains_no_more_when_resumed(
+    client: httpx.Client, controller: Controller
+) -> None:
+    # Arrange: 2,000 one-epoch rounds on two trainers, on a budget beyond its first round's
+    # (~0.00007 USD with its cold starts; a later round's ~0.0000015).
+    spec = {**DIGITS_JOB, "workers": 2, "epochs": 2000, "max_cost_usd": 3e-4}
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    assert controller.wait_stopped(job_id, timeout_s=60)
     record = controller.job(job_id)
     used = client.get(f"/v1/jobs/{job_id}/ledger").json()
 
-    # Execute: as if its controller had stopped after the round's record was written, before
-    # the job's end was: the record running again, without its last line; a runner resumes it.
-    assert controller.wait_stopped(job_id, timeout_s=60)
+    # Execute: as if its controller had stopped after the job's reason was written, before its
+    # end was: the record running again, without its last line; a runner resumes it.
     unended = {"state": JobState.RUNNING, "finished_ms": None, "events": record.events[:-1]}
     update(controller.store, job_key(job_id), JobInfo, lambda _: record.model_copy(update=unended))
     again = controller.wait(job_id, timeout_s=120)
 
-    # Assert: done after its first round, with that round's model, saying why; resumed, it
-    # trained no more rounds and ran no activation more.
+    # Assert: done with the model of its last finished round, the round in progress stopped
+    # (it ran, it has no record), saying why; resumed, it trained no more and ran nothing more.
     assert record.state is JobState.DONE, record.error
     assert record.stopped_early
-    assert len(record.rounds) == 1
-    assert record.model == f"jobs/{job_id}/global/00001"
-    said = re.fullmatch(
-        r"stopped early: its cost reached max_cost_usd \((\d\.\d{6}) of 0\.000001 USD as round 1 "
-        r"ended\)",
+    finished = record.round
+    assert finished >= 1
+    assert record.rounds[-1].round == finished - 1
+    assert record.model == f"jobs/{job_id}/global/{finished:05d}"
+    # Stopped in the round in progress; or, where the evaluation that ended a round passed the
+    # budget, as that round ended, with nothing of the next one run.
+    stopped_in = re.fullmatch(
+        rf"stopped early: its cost reached max_cost_usd during round {finished + 1}/2000 "
+        r"\((\d\.\d{6}) of 0\.000300 USD, its running activations counted\): that round was "
+        rf"stopped, the model is round {finished}'s",
         record.events[-1].message,
     )
+    stopped_after = re.fullmatch(
+        r"stopped early: its cost reached max_cost_usd \((\d\.\d{6}) of 0\.000300 USD as round "
+        rf"{finished} ended\)",
+        record.events[-1].message,
+    )
+    said = stopped_in or stopped_after
     assert said is not None, record.events[-1].message
-    assert 0 < float(said[1]) <= record.cost_usd + 5e-7  # its six places, rounded
+    assert float(said[1]) >= 3e-4
+    assert any(a["round"] == finished for a in used) is (stopped_in is not None)
     assert again.state is JobState.DONE
     assert [e.kind for e in again.events[-2:]] == ["resumed", "done"]
     assert again.events[-1].message == record.events[-1].message
-    assert len(again.rounds) == 1
+    assert again.round == finished
     assert client.get(f"/v1/jobs/{job_id}/ledger").json() == used
 
 
