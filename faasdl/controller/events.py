@@ -62,6 +62,7 @@ from faasdl.platform.classify import Failure, FailureKind, classify
 from faasdl.store.base import StateStore
 from faasdl.store.records import (
     ActivationUse,
+    BestRound,
     FailureReport,
     FunctionInfo,
     IdempotencyRecord,
@@ -241,8 +242,16 @@ def init_model_of(store: StateStore, spec: JobSpec, plan: JobPlan) -> str | None
 
 def kept_model(job: JobInfo) -> str:
     """What a job that fails or is cancelled now says of the model it keeps (its last finished
-    round's), after its log line's words; nothing before a round has finished."""
+    round's, or its best round's), after its log line's words; nothing before a round has
+    finished."""
+    if best := job.kept_best:
+        return f"; the model of round {best.round} is kept{lowest(best)}"
     return f"; the model of round {job.round} is kept" if job.global_weights else ""
+
+
+def lowest(best: BestRound) -> str:
+    """What a job that keeps its best round's model says of it."""
+    return f", of its lowest test loss ({best.test_loss:.4f}, test accuracy {best.accuracy:.4f})"
 
 
 def no_model(job: JobInfo) -> str:
@@ -331,6 +340,7 @@ class JobRunner:
         self._train_attempts = 0
         self._train_failures = 0
         self._cost_usd = 0.0  # the job's cost as its record says (what its ledger has booked)
+        self._best: BestRound | None = None  # its round of the lowest test loss so far
 
     # ---- the job ----------------------------------------------------------------------------
 
@@ -463,6 +473,7 @@ class JobRunner:
         self.plan = JobPlan.model_validate(job.plan)
         self.strategy = self.spec.fault_tolerance.strategy()
         self._ledger_by_round = job.ledger_by_round
+        self._best = job.best
         train = [a for a in self._settle_totals() if a.kind == "train"]
         self._train_s = sum(a.duration_ms for a in train) / 1000
         self._train_attempts = len(train)
@@ -489,11 +500,20 @@ class JobRunner:
                 self._stop_round(round_, spent)
                 break
             weights = global_blob(self.job_id, round_ + 1)
+            if self._best is None or result.test_loss < self._best.test_loss:
+                self._best = BestRound(
+                    round=round_ + 1,
+                    weights=weights,
+                    test_loss=result.test_loss,
+                    accuracy=result.accuracy,
+                )
             stop = self._stop_after(result)
             # The round's own record first: the job's keeps only the newest rounds.
             self.rt.store.put(round_key(self.job_id, round_), result.model_dump(mode="json"))
             self._change(
-                functools.partial(_finish_round, result, stop=stop, rounds=self.plan.rounds),
+                functools.partial(
+                    _finish_round, result, stop=stop, rounds=self.plan.rounds, best=self._best
+                ),
                 event=_line(
                     "round_finished",
                     f"round {result.round + 1}/{self.plan.rounds}: loss {result.loss:.4f}, "
@@ -508,11 +528,17 @@ class JobRunner:
 
     def _stop_after(self, result: RoundResult) -> str | None:
         """Why the job stops after the round of ``result`` before its last, if it does: its
-        ``target_loss`` reached, or its ``max_cost_usd`` (the activations booked so far; the
-        warm replicas are charged as the job ends)."""
+        ``target_loss`` reached, its ``patience`` run out, or its ``max_cost_usd`` (the
+        activations booked so far; the warm replicas are charged as the job ends)."""
         target, budget = self.spec.target_loss, self.spec.max_cost_usd
         if target is not None and result.loss <= target:
             return "the mean loss reached target_loss"
+        patience, best = self.spec.patience, self._best
+        if patience is not None and best is not None and result.round + 1 - best.round >= patience:
+            return (
+                f"its test loss has not fallen below round {best.round}'s "
+                f"({best.test_loss:.4f}) for {patience} round(s) (patience)"
+            )
         if budget is not None and self._cost_usd >= budget:
             return (
                 f"its cost reached max_cost_usd ({self._cost_usd:.6f} of {budget:.6f} USD as "
@@ -548,7 +574,8 @@ class JobRunner:
             ) from None
         why = (
             f"its cost reached max_cost_usd during round {round_ + 1}/{self.plan.rounds} "
-            f"({spent}): that round was stopped, the model is round {round_}'s"
+            f"({spent}): that round was stopped"
+            + ("" if self.spec.keep_model == "best" else f", the model is round {round_}'s")
         )
         self._change(lambda j: j.model_copy(update={"stopped_early": True, "stopped_because": why}))
 
@@ -1392,8 +1419,8 @@ class JobRunner:
                     "state": state,
                     "finished_ms": finished,
                     "error": error,
-                    # A failed job keeps its last finished round's model too (none before one).
-                    "model": j.global_weights,
+                    # A failed job keeps its model too (none before a round has finished).
+                    "model": j.kept_weights,
                 }
             )
 
@@ -1407,6 +1434,8 @@ class JobRunner:
             )
         else:
             message = "all rounds done"
+        if error is None and (best := before.kept_best):
+            message += f"; its model is round {best.round}'s{lowest(best)}"
         job = self._change(change, event=_line(str(state), message))
         if job.state is state:
             self.rt.metrics.jobs_finished.labels(state=str(state)).inc()
@@ -1547,14 +1576,17 @@ def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
         )
 
 
-def _finish_round(result: RoundResult, job: JobInfo, *, stop: str | None, rounds: int) -> JobInfo:
-    """``job`` with the round of ``result`` finished; ``stop``: why it stops after it, if it does
-    (before its last round: stopped early)."""
+def _finish_round(
+    result: RoundResult, job: JobInfo, *, stop: str | None, rounds: int, best: BestRound
+) -> JobInfo:
+    """``job`` with the round of ``result`` finished (``best``: its round of the lowest test loss
+    now); ``stop``: why it stops after it, if it does (before its last round: stopped early)."""
     early = stop is not None and result.round + 1 < rounds
     return job.with_round(
         result,
         round=result.round + 1,
         global_weights=global_blob(job.job_id, result.round + 1),
+        best=best,
         stopped_early=early,
         stopped_because=stop if early else None,
     )

@@ -47,6 +47,7 @@ from faasdl.controller.events import (
     init_model_of,
     kept_model,
     log_written,
+    lowest,
     no_model,
     now_ms,
     test_blob,
@@ -580,7 +581,7 @@ class Controller:
                 lines[-1],
                 kept=self.settings.controller.events_kept,
                 state=JobState.CANCELLED,
-                model=job.global_weights,  # its last finished round's, kept (none before one)
+                model=job.kept_weights,  # none before a round has finished
                 finished_ms=lines[-1].t_ms,
                 updated_ms=lines[-1].t_ms,
             )
@@ -611,22 +612,27 @@ class Controller:
                     f"job {job_id} has finished no round yet ({job.state}): there is no model "
                     "to keep; cancel it, or finish it once a round has ended"
                 )
-            last = job.rounds[-1]
             rounds = JobPlan.model_validate(job.plan).rounds if job.plan else job.round
+            best = job.kept_best
+            its_model = (
+                f"round {best.round}'s{lowest(best)}"
+                if best
+                else f"that round's (test accuracy {job.rounds[-1].accuracy:.4f})"
+            )
             t = now_ms()
             lines[:] = [
                 JobEvent(
                     t_ms=t,
                     kind=str(JobState.DONE),
                     message=f"finished by request after round {job.round}/{rounds}: its model "
-                    f"is that round's (test accuracy {last.accuracy:.4f})",
+                    f"is {its_model}",
                 )
             ]
             return job.with_event(
                 lines[0],
                 kept=self.settings.controller.events_kept,
                 state=JobState.DONE,
-                model=job.global_weights,
+                model=job.kept_weights,
                 stopped_early=job.round < rounds,
                 finished_ms=t,
                 updated_ms=t,

@@ -94,6 +94,19 @@ class JobSpec(EstimateRequest):
     target_loss: float | None = Field(
         None, ge=0, description="ε: stop once the round's mean training loss is at most this."
     )
+    patience: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Stop once this many rounds have passed without a test loss below the "
+        "lowest before (Keras' EarlyStopping patience, on the job's test set).",
+    )
+    keep_model: Literal["last", "best"] = Field(
+        "last",
+        description="The model the job keeps as it ends (done, finished, cancelled, failed or "
+        "stopped by its budget): its last finished round's, or best: its round of the lowest "
+        "test loss (Keras' restore_best_weights).",
+    )
     max_cost_usd: float | None = Field(
         None,
         gt=0,

@@ -230,7 +230,8 @@ def summary(
             f"faasdl status {job['job_id']} --rounds 0 lists every one"
         )
     ended = [e["message"] for e in job.get("events", []) if e["kind"] == "done"]
-    if job.get("stopped_early") and ended:  # before its last round: why
+    # Why it stopped before its last round, and which round's model it kept (keep_model: best).
+    if (job.get("stopped_early") or job["spec"].get("keep_model") == "best") and ended:
         caption += f"\n{ended[-1]}"
     table.caption = escape(caption)  # its words as they are: a path or an error may hold [...]
     return table

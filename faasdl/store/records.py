@@ -126,6 +126,15 @@ class RoundResult(BaseModel):
     finished_ms: int
 
 
+class BestRound(BaseModel):
+    """A job's round of the lowest test loss so far: its global model, and how it scored."""
+
+    round: int  # rounds finished with it, as ``JobInfo.round`` counts them
+    weights: str
+    test_loss: float
+    accuracy: float
+
+
 class FailureReport(BaseModel):
     """One failed attempt as the job report shows it: what failed, how it was classified and
     noticed, the recovery taken, and what the failed attempt cost."""
@@ -176,6 +185,7 @@ class JobInfo(Record):
     finished_ms: int | None = None
     rounds: list[RoundResult] = Field(default_factory=list)
     global_weights: str | None = None
+    best: BestRound | None = None  # none before a round has finished, and in older records
     model: str | None = None
     stopped_early: bool = False
     # Why the runner stopped it before its last round (none where it was not, by request, or
@@ -201,6 +211,18 @@ class JobInfo(Record):
     @property
     def finished(self) -> bool:
         return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def kept_best(self) -> BestRound | None:
+        """Its round of the lowest test loss, where the job keeps that round's model
+        (``keep_model: best``) and a round has finished."""
+        return self.best if self.spec.get("keep_model") == "best" else None
+
+    @property
+    def kept_weights(self) -> str | None:
+        """The model the job keeps if it ends now (none before a round has finished): its
+        last finished round's, or its best round's (``keep_model: best``)."""
+        return best.weights if (best := self.kept_best) else self.global_weights
 
     def with_event(self, event: JobEvent, *, kept: int, **update: Any) -> JobInfo:
         """The record with ``update`` applied and ``event`` added to its log, of which the

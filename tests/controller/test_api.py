@@ -89,6 +89,8 @@ def stored(controller: Controller) -> list[str]:
         ({**MLP, "target_loss": math.nan}, "target_loss", "finite number"),  # was a 500
         ({**MLP, "max_cost_usd": 0}, "max_cost_usd", "greater than 0"),
         ({**MLP, "max_cost_usd": math.inf}, "max_cost_usd", "finite number"),
+        ({**MLP, "patience": 0}, "patience", "greater than or equal to 1"),
+        ({**MLP, "keep_model": "first"}, "keep_model", "'last' or 'best'"),
         ({**MLP, "dataset": {"name": "synthetic", "noise": math.nan}}, "noise", "finite number"),
         ({**MLP, "colour": "blue"}, "colour", ""),
         ({**MLP, "name": "sweep\nlr=3e-4"}, "name", "at 5: a name is one line of text"),

@@ -26,6 +26,7 @@ from faasdl.serving import AppThread
 from faasdl.store import StateStore
 from faasdl.store.records import (
     ActivationUse,
+    BestRound,
     FunctionInfo,
     JobEvent,
     JobInfo,
@@ -599,6 +600,39 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     assert viewed[0].endswith("?round_from=0"), viewed
     assert viewed[running - 1].endswith("?round_from=28"), viewed
     assert viewed[-1].endswith("?round_from=0"), viewed
+
+
+def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
+    served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
+) -> None:
+    # Arrange: a done job of three rounds that keeps its second's model (keep_model: best).
+    store, base, key = unstarted
+    job_id = "b" * 16
+    best = BestRound(
+        round=2, weights=f"jobs/{job_id}/global/00002", test_loss=0.0521, accuracy=0.9833
+    )
+    done, _ = stored_job(
+        served[0],
+        epochs=3,
+        job_id=job_id,
+        state=JobState.DONE,
+        created_ms=int(time.time() * 1000),
+        round=3,
+        best=best,
+    )
+    assert create(store, done.model_copy(update={"spec": {**done.spec, "keep_model": "best"}}))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+    # Execute
+    sign_in(page, base, key)
+    page.goto(f"{base}/ui#job={job_id}")
+    fact = page.locator("#job-summary div").filter(has_text="Kept model")
+    fact.wait_for(timeout=10_000)
+    said = " ".join(fact.inner_text().split())
+    page.close()
+
+    # Assert
+    assert said == "Kept model round 2's, of its lowest test loss (0.052, accuracy 0.983)"
 
 
 def test_a_queued_jobs_page_says_what_it_waits_for(

@@ -339,6 +339,72 @@ def test_a_job_stops_in_the_round_that_passes_its_budget_and_trains_no_more_when
     assert client.get(f"/v1/jobs/{job_id}/ledger").json() == used
 
 
+def test_a_job_with_patience_stops_once_its_test_loss_stalls_and_keeps_its_best_round(
+    client: httpx.Client, controller: Controller, api_url: str, admin_key: str
+) -> None:
+    # Arrange: one-epoch rounds at a learning rate whose test loss stalls within a few rounds.
+    spec = {
+        **DIGITS_JOB,
+        "workers": 2,
+        "epochs": 60,
+        "learning_rate": 0.01,
+        "patience": 2,
+        "keep_model": "best",
+    }
+
+    # Execute: that job; and one like it without patience, cancelled after nine rounds.
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    record = job(client, job_id)["job"]
+    model = client.get(f"/v1/jobs/{job_id}/model")
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
+    endless = submit(client, {**spec, "epochs": 2000, "patience": None})["job_id"]
+    eventually(lambda: job(client, endless)["job"]["round"] >= 9, timeout_s=300, what="9 rounds")
+    cancelled = client.delete(f"/v1/jobs/{endless}").json()["job"]
+
+    # Assert: it stopped at the first round two rounds past its lowest test loss (or trained
+    # every round), and kept that lowest round's model, saying so.
+    assert record["state"] == "done", record["error"]
+    losses = [r["test_loss"] for r in record["rounds"]]
+    best = 1 + min(range(len(losses)), key=losses.__getitem__)  # the first of the lowest
+    lowest = [1 + min(range(n), key=losses.__getitem__) for n in range(1, len(losses) + 1)]
+    stalled = [n for n, at in enumerate(lowest, start=1) if n - at >= 2]
+    assert record["round"] == (stalled[0] if stalled else 60)
+    assert record["stopped_early"] is bool(stalled)
+    assert record["best"] == {
+        "round": best,
+        "weights": f"jobs/{job_id}/global/{best:05d}",
+        "test_loss": losses[best - 1],
+        "accuracy": record["rounds"][best - 1]["accuracy"],
+    }
+    assert record["model"] == f"jobs/{job_id}/global/{best:05d}"
+    kept = (
+        f"its model is round {best}'s, of its lowest test loss ({losses[best - 1]:.4f}, test "
+        f"accuracy {record['rounds'][best - 1]['accuracy']:.4f})"
+    )
+    why = (
+        f"stopped early: its test loss has not fallen below round {best}'s "
+        f"({losses[best - 1]:.4f}) for 2 round(s) (patience)"
+        if stalled
+        else "all rounds done"
+    )
+    assert record["events"][-1]["message"] == f"{why}; {kept}"
+    assert status.exit_code == 0, status.output
+    # Its summary says which round's model it kept (the caption folded to the table's width).
+    assert f"{why}; {kept}" in " ".join(status.stderr.split())
+    # Cancelled, a job keeps its best round's model as well.
+    losses = [r["test_loss"] for r in cancelled["rounds"]]
+    best = 1 + min(range(len(losses)), key=losses.__getitem__)
+    assert cancelled["model"] == cancelled["best"]["weights"] == f"jobs/{endless}/global/{best:05d}"
+    assert cancelled["events"][-1]["message"] == (
+        f"cancelled by request; the model of round {best} is kept, of its lowest test loss "
+        f"({losses[best - 1]:.4f}, test accuracy {cancelled['rounds'][best - 1]['accuracy']:.4f})"
+    )
+    assert model.status_code == 200
+    assert model.content == bytes(controller.store.get_blob(record["model"]))
+
+
 def test_a_job_that_diverges_fails_at_once_saying_so(
     client: httpx.Client, api_url: str, admin_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -272,6 +272,10 @@ function renderSummary(view) {
     ["Cost (USD)", fmt(job.cost_usd, 6)
       + (job.spec.max_cost_usd ? ` of its ${job.spec.max_cost_usd} budget` : "")],
   ];
+  if (job.spec.keep_model === "best" && job.best) {
+    facts.push(["Kept model", `round ${job.best.round}'s, of its lowest test loss `
+      + `(${fmt(job.best.test_loss)}, accuracy ${fmt(job.best.accuracy)})`]);
+  }
   if (view.queue_position !== null) facts.push(["Queue position", view.queue_position]);
   if (view.waiting_for) facts.push(["Waiting for", view.waiting_for]);
   if (job.error) facts.push(["Error", job.error]);
