@@ -505,7 +505,7 @@ def estimate(
 ) -> None:
     """Print a job's plan (its training actions' memory and timeout, rounds, aggregation tree)
     without running it, as the controller would plan it; JSON last."""
-    from faasdl.controller.plan import JobPlan, plan_job
+    from faasdl.controller.plan import JobPlan, over_budget, plan_job
     from faasdl.controller.validator import JobSpec
     from faasdl.estimator.planner import check_workers
     from faasdl.estimator.sizer import Sizer, checked_facts
@@ -570,6 +570,8 @@ def estimate(
         except FaasdlError as exc:
             fail(str(exc))
     console.print(_plan_table(plan, title=f"plan: {job.model} on {job.dataset.name}"))
+    if short := over_budget(job, plan):
+        console.print(f"[bold yellow]warning:[/] {escape(short)}", highlight=False)
     typer.echo(plan.model_dump_json())
 
 
@@ -610,6 +612,16 @@ def _plan_table(plan: JobPlan, *, title: str) -> Table:
         + f", time limit {plan.aggregate_timeout_ms / 1000:g} s, fan-in {plan.fan_in}, "
         f"{len(plan.tree)} level(s): {plan.tree}",
         "signature": f"{train.signature} (the history's key)",
+        "expected cost": (
+            f"${plan.train_cost_usd:.6f} for its training actions, by the medians of past runs "
+            f"({train.median_overhead_ms / 1000:g} s an action's start and end, "
+            f"{train.median_epoch_ms / 1000:g} s an epoch); cold starts, aggregation, "
+            "evaluation and warm replicas come on top"
+            if plan.train_cost_usd is not None
+            and train.median_overhead_ms is not None
+            and train.median_epoch_ms is not None
+            else "unknown: no past run of its signature (a first job measures it)"
+        ),
     }
     table = Table(title=title, show_header=False)
     for name, value in rows.items():

@@ -54,7 +54,7 @@ from faasdl.controller.events import (
 )
 from faasdl.controller.lease import ControllerLease
 from faasdl.controller.metrics import Metrics
-from faasdl.controller.plan import JobPlan, plan_job
+from faasdl.controller.plan import JobPlan, over_budget, plan_job
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import (
     AccessError,
@@ -464,7 +464,8 @@ class Controller:
                     kind="submitted",
                     message=f"{plan.workers} worker(s) of {plan.train.memory_mb} MB, "
                     f"{plan.rounds} round(s), {len(plan.tree)} aggregation level(s)"
-                    + (f"; named {spec.name!r}" if spec.name else ""),
+                    + (f"; named {spec.name!r}" if spec.name else "")
+                    + (f"; {short}" if (short := over_budget(spec, plan)) else ""),
                 )
             ],
         )

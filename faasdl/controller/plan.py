@@ -37,6 +37,9 @@ class JobPlan(BaseModel):
     aggregate_timeout_ms: int
     fan_in: int
     tree: list[list[list[int]]]
+    # What its training actions would cost by the medians of past runs (none without history):
+    # cold starts, aggregation, evaluation and warm replicas come on top.
+    train_cost_usd: float | None = None
 
     @property
     def workers(self) -> int:
@@ -57,6 +60,7 @@ def make_plan(
     limits: PlatformLimits,
     step_mb: int,
     max_fan_in: int,
+    price_per_gb_s: float,
 ) -> JobPlan:
     """The whole job's plan around the training action's (pure)."""
     model_mb = STATE_COPIES[spec.optimizer] * params * 4 / MIB
@@ -86,7 +90,28 @@ def make_plan(
         ),
         fan_in=fan,
         tree=[[list(group) for group in level] for level in tree.levels],
+        train_cost_usd=_train_cost_usd(spec, train, price_per_gb_s),
     )
+
+
+def over_budget(spec: JobSpec, plan: JobPlan) -> str | None:
+    """What a job whose ``max_cost_usd`` is below its plan's ``train_cost_usd`` is told."""
+    budget, expected = spec.max_cost_usd, plan.train_cost_usd
+    if budget is None or expected is None or expected <= budget:
+        return None
+    return (
+        f"its max_cost_usd ({budget:.6f}) is below what its training actions cost by past runs "
+        f"({expected:.6f}): it will stop before its last round"
+    )
+
+
+def _train_cost_usd(spec: JobSpec, train: ActionPlan, price_per_gb_s: float) -> float | None:
+    """Its training actions' cost by the medians of past runs: each round's fixed part and each
+    epoch, on every container, at the plan's memory."""
+    if train.median_overhead_ms is None or train.median_epoch_ms is None:
+        return None
+    ms = spec.rounds * train.median_overhead_ms + spec.epochs * train.median_epoch_ms
+    return train.containers * train.memory_mb / 1024 * ms / 1000 * price_per_gb_s
 
 
 def plan_job(sizer: Sizer, spec: JobSpec, data: DataFacts, *, max_fan_in: int) -> JobPlan:
@@ -101,4 +126,5 @@ def plan_job(sizer: Sizer, spec: JobSpec, data: DataFacts, *, max_fan_in: int) -
         limits=sizer.platform.limits(),
         step_mb=sizer.settings.estimator.memory_step_mb,
         max_fan_in=max_fan_in,
+        price_per_gb_s=sizer.settings.price_per_gb_s,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -78,6 +79,10 @@ class ActionPlan(BaseModel):
     memory_source: Literal["model", "history"]
     timeout_ms: int
     timeout_source: Literal["history", "expected_cost", "platform_max"]
+    # The medians of the signature's past runs (without cold starts): an action's fixed part and
+    # its time per epoch; none without history (and in plans made before they were kept).
+    median_overhead_ms: int | None = None
+    median_epoch_ms: int | None = None
 
 
 def check_workers(request: EstimateRequest, data: DataFacts) -> None:
@@ -179,7 +184,13 @@ def plan_training(
         memory_source="history" if from_history else "model",
         timeout_ms=timeout.ms,
         timeout_source=timeout.source,
+        median_overhead_ms=_median_ms(past.overhead_ms) if past else None,
+        median_epoch_ms=_median_ms(past.epoch_ms) if past else None,
     )
+
+
+def _median_ms(durations: list[int]) -> int | None:
+    return round(statistics.median(durations)) if durations else None
 
 
 def _least_memory_mb(past: ExecutionHistory | None, *, step_mb: int, max_mb: int) -> int:

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -918,6 +919,57 @@ def test_the_cli_asks_the_controller_for_a_plan_with_url(
         "dataset.path: no such file here: none.npz (an upload lives on the controller, which "
         "plans it: --url or FAASDL_CLIENT__URL)"
     ) in " ".join(here.output.split())
+
+
+def test_a_plan_says_what_its_training_costs_by_past_runs_and_warns_a_budget_below_it(
+    api_url: str, admin_key: str, client: httpx.Client, controller: Controller, tmp_path: Path
+) -> None:
+    # Arrange: a run of the job's signature in the history; the job on a budget below what its
+    # training would cost, and one of a signature never run (another batch size).
+    follow(client, submit(client, {**DIGITS_JOB, "epochs": 1})["job_id"])
+    job = {**DIGITS_JOB, "epochs": 4, "sync_every": 2, "max_cost_usd": 1e-6}
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump(job))
+    unrun = tmp_path / "unrun.yaml"
+    unrun.write_text(yaml.safe_dump({**job, "batch_size": 24}))
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+
+    # Execute
+    asked = runner.invoke(app, ["estimate", "--spec", str(spec), "--url", api_url], env=env)
+    never = runner.invoke(app, ["estimate", "--spec", str(unrun), "--url", api_url], env=env)
+    submitted = submit(client, job)
+    client.delete(f"/v1/jobs/{submitted['job_id']}")
+
+    # Assert: the medians of the signature's past runs, the cost they give its four epochs in
+    # two rounds on four trainers, and the warning, in the plan and as the job is submitted.
+    assert asked.exit_code == 0, asked.output
+    plan = json.loads(asked.stdout.splitlines()[-1])
+    train = plan["train"]
+    past = history.read(controller.store, train["signature"])
+    assert past is not None
+    assert past.runs > 0
+    assert train["median_overhead_ms"] == round(statistics.median(past.overhead_ms))
+    assert train["median_epoch_ms"] == round(statistics.median(past.epoch_ms))
+    ms = 2 * train["median_overhead_ms"] + 4 * train["median_epoch_ms"]
+    cost = 4 * train["memory_mb"] / 1024 * ms / 1000 * Settings().price_per_gb_s
+    assert plan["train_cost_usd"] == pytest.approx(cost)
+    shown = " ".join(asked.stderr.split())
+    assert (
+        f"expected cost │ ${cost:.6f} for its training actions, by the medians of past runs "
+        f"({train['median_overhead_ms'] / 1000:g} s an action's start and end, "
+        f"{train['median_epoch_ms'] / 1000:g} s an epoch)"
+    ) in shown
+    warning = (
+        f"its max_cost_usd (0.000001) is below what its training actions cost by past runs "
+        f"({cost:.6f}): it will stop before its last round"
+    )
+    assert f"warning: {warning}" in shown
+    assert submitted["events"][0]["message"].endswith(f"; {warning}")
+    assert never.exit_code == 0, never.output
+    assert json.loads(never.stdout.splitlines()[-1])["train_cost_usd"] is None
+    assert "unknown: no past run of its signature (a first job measures it)" in " ".join(
+        never.stderr.split()
+    )
 
 
 def test_a_running_jobs_status_and_a_watch_stopped_with_ctrl_c_that_leaves_it_running(
