@@ -1320,8 +1320,9 @@ def cancel(job_id: JobIdArgument, url: UrlOption = None) -> None:
 
 @app.command()
 def finish(job_id: JobIdArgument, url: UrlOption = None) -> None:
-    """End a running job now, done, with the model of its last finished round (the round in
-    progress is stopped and dropped); then download it with faasdl model."""
+    """End a running job now, done, with the model of its last finished round (its best
+    round's with keep_model: best; the round in progress is stopped and dropped); then download
+    it with faasdl model."""
     with _controller(url) as client:
         view = client.finish(job_id)
     job = view["job"]

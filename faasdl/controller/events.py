@@ -564,8 +564,8 @@ class JobRunner:
 
     def _stop_round(self, round_: int, spent: BudgetSpent) -> None:
         """Stop the round in progress, whose activations passed the job's budget: the job ends
-        done with the model of its last finished round, as a ``finish`` leaves it (its record
-        says so once what ran is stopped and booked), or fails, with no model, in its first."""
+        done with the model it keeps (``keep_model``), as a ``finish`` leaves it (its record says
+        so once what ran is stopped and booked), or fails, with no model, in its first round."""
         self._kill_in_flight()
         if not round_:
             raise JobFailed(
