@@ -649,6 +649,11 @@ class JobRunner:
             _line(
                 "round_started",
                 f"round {round_ + 1}/{plan.rounds}: {plan.workers} trainers × {epochs} epoch(s)"
+                + (
+                    f" at learning rate {self.spec.worker_learning_rate(plan.workers, round_):.6g}"
+                    if self.spec.lr_schedule != "constant"
+                    else ""
+                )
                 + (f" ({before} already)" if before else ""),
                 round_,
             )
@@ -824,7 +829,7 @@ class JobRunner:
                 # the global model, and a fresh seed gives each round its own data order.
                 "seed": _seed(spec.seed, round_),
                 "optimizer": spec.optimizer,
-                "learning_rate": spec.worker_learning_rate(self.plan.workers),
+                "learning_rate": spec.worker_learning_rate(self.plan.workers, round_),
                 "target_loss": spec.target_loss,
             },
         )
@@ -1060,7 +1065,9 @@ class JobRunner:
         what = _describe(task)
         if decision is Recovery.FAIL:
             if failure.kind is FailureKind.APPLICATION_ERROR:
-                raise JobFailed(f"{what} failed: {failure.message}{self._rate_said(failure)}")
+                raise JobFailed(
+                    f"{what} failed: {failure.message}{self._rate_said(failure, task.round)}"
+                )
             raise JobFailed(
                 f"{what} failed {fruitless} time(s) in a row without progress, last with "
                 f"{failure.kind}: {failure.message} (fault_tolerance: policy "
@@ -1080,16 +1087,19 @@ class JobRunner:
             stuck_at_max=stuck_at_max,
         )
 
-    def _rate_said(self, failure: Failure) -> str:
-        """Where training diverged at a learning rate scaled for the workers, how it relates to
-        the job's (the action's message names the rate it trained at)."""
+    def _rate_said(self, failure: Failure, round_: int) -> str:
+        """Where training diverged at a learning rate scaled for the workers or the round, how
+        it relates to the job's (the action's message names the rate it trained at)."""
         spec, workers = self.spec, self.plan.workers
-        scaled = spec.worker_learning_rate(workers) != spec.learning_rate
-        if not (scaled and failure.message.startswith(DIVERGED)):
+        by = []
+        if spec.worker_learning_rate(workers) != spec.learning_rate:
+            by.append(f"√{workers} workers: lr_scaling sqrt")
+        if (factor := spec.round_factor(round_)) != 1:
+            by.append(f"{factor:g} in round {round_ + 1}: lr_schedule {spec.lr_schedule}")
+        if not (by and failure.message.startswith(DIVERGED)):
             return ""
-        return (
-            f" (the action's rate is the job's learning_rate {spec.learning_rate:g} × "
-            f"√{workers} workers: lr_scaling sqrt)"
+        return f" (the action's rate is the job's learning_rate {spec.learning_rate:g} × " + (
+            " × ".join(by) + ")"
         )
 
     def _report(

@@ -126,6 +126,19 @@ class JobSpec(EstimateRequest):
         "× √N, since a round gives each worker 1/N of the steps one worker would take; none: "
         "as given.",
     )
+    lr_schedule: Literal["constant", "cosine", "exponential"] = Field(
+        "constant",
+        description="The learning rate round by round: constant; cosine: from learning_rate "
+        "at the first round down to lr_min_fraction of it at the last (Keras' CosineDecay, a "
+        "step a round); exponential: × lr_decay_rate each round (Keras' ExponentialDecay, "
+        "staircase, a step a round).",
+    )
+    lr_min_fraction: float = Field(
+        0.0, ge=0, le=1, description="cosine: the last round's rate, a fraction of the first's."
+    )
+    lr_decay_rate: float = Field(
+        0.9, gt=0, le=1, description="exponential: what the rate is multiplied by each round."
+    )
     tenant: str = Field(
         "default", pattern=TENANT_PATTERN, description="Who the job belongs to (admission)."
     )
@@ -172,10 +185,22 @@ class JobSpec(EstimateRequest):
         """Epochs of round ``round_`` (the last may be shorter)."""
         return min(self.epochs_per_round, self.epochs - round_ * self.epochs_per_round)
 
-    def worker_learning_rate(self, workers: int) -> float:
+    def worker_learning_rate(self, workers: int, round_: int = 0) -> float:
+        """The rate each of ``workers`` trains at in round ``round_``: the job's, scaled for
+        the workers (``lr_scaling``) and for the round (``lr_schedule``)."""
+        rate = self.learning_rate * self.round_factor(round_)
         if self.lr_scaling == "sqrt" and self.sync_every and workers > 1:
-            return self.learning_rate * math.sqrt(workers)
-        return self.learning_rate
+            return rate * math.sqrt(workers)
+        return rate
+
+    def round_factor(self, round_: int) -> float:
+        """What ``lr_schedule`` multiplies the learning rate by in round ``round_``."""
+        if self.lr_schedule == "exponential":
+            return float(self.lr_decay_rate**round_)
+        if self.lr_schedule == "cosine" and self.rounds > 1:
+            cosine = 0.5 * (1 + math.cos(math.pi * round_ / (self.rounds - 1)))
+            return (1 - self.lr_min_fraction) * cosine + self.lr_min_fraction
+        return 1.0
 
     def sizing(self) -> EstimateRequest:
         """What the estimator sizes: one action of one round."""

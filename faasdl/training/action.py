@@ -134,9 +134,7 @@ def warm_up(args: dict[str, Any]) -> None:
         optimizer=prime.optimizer,
         learning_rate=prime.learning_rate,
     )
-    key = TrainerKey(
-        prime.model, prime.input_shape, prime.classes, prime.optimizer, prime.learning_rate
-    )
+    key = TrainerKey(prime.model, prime.input_shape, prime.classes, prime.optimizer)
     trainer = _trainer(key, config)
     x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
     y = np.zeros(prime.batch_size, np.int32)
@@ -200,13 +198,13 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
 
 
 class TrainerKey(NamedTuple):
-    """What makes two trainers interchangeable."""
+    """What makes two trainers interchangeable (the learning rate is set as a state is loaded:
+    a job's rounds may train at different rates, on one trainer)."""
 
     model: str
     input_shape: tuple[int, ...]
     classes: int
     optimizer: str
-    learning_rate: float
 
 
 #: The warm container's trainer: built and traced once (by a warm-up call, or by the first unit),
@@ -280,7 +278,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         shard = Shard.from_bytes(store.get_blob(args.shard), index=0)
     with phases("build"):
         input_shape = tuple(shard.x.shape[1:])
-        key = TrainerKey(args.model, input_shape, args.classes, args.optimizer, args.learning_rate)
+        key = TrainerKey(args.model, input_shape, args.classes, args.optimizer)
         config = TrainConfig(
             batch_size=args.batch_size,
             epochs=args.epochs,
@@ -335,6 +333,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},
         "first_step_at": first_step_at,
         "trainer_reused": reused,
+        "learning_rate": float(trainer.optimizer.learning_rate),  # as the optimizer holds it
         "checkpoints": canary.persisted if canary else 0,
         "checkpoint_stall_ms_p50": round(1000 * stalls[len(stalls) // 2], 3) if stalls else None,
         "finished_at": time.time(),

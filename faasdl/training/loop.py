@@ -140,15 +140,19 @@ class Trainer:
 
     def load(self, state: TrainState) -> None:
         """Set weights and optimizer variables from ``state``; a state without optimizer
-        variables starts from the optimizer as built (:attr:`fresh_optimizer`)."""
+        variables starts from the optimizer as built (:attr:`fresh_optimizer`). Its learning
+        rate is ``config``'s."""
         import tensorflow as tf
 
         _assign(self.model.weights, state.weights, "weights")
         if state.optimizer:
             _assign(self.optimizer.variables, state.optimizer, "optimizer state")
-            return
-        for variable, fresh in zip(self.optimizer.variables, self._fresh, strict=True):
-            variable.assign(fresh if isinstance(fresh, np.ndarray) else tf.zeros(*fresh))
+        else:
+            for variable, fresh in zip(self.optimizer.variables, self._fresh, strict=True):
+                variable.assign(fresh if isinstance(fresh, np.ndarray) else tf.zeros(*fresh))
+        # The rate this run trains at: the state's (one of its variables) may be another
+        # round's, or the one the trainer was built with.
+        self.optimizer.learning_rate = self.config.learning_rate
 
     def snapshot(self, state: TrainState) -> TrainState:
         """``state``'s counters with the current weights and optimizer variables."""

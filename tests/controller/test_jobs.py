@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -404,6 +405,40 @@ def test_a_job_with_patience_stops_once_its_test_loss_stalls_and_keeps_its_best_
     )
     assert model.status_code == 200
     assert model.content == bytes(controller.store.get_blob(record["model"]))
+
+
+def test_a_job_on_an_lr_schedule_trains_each_round_at_its_rate(
+    client: httpx.Client, tf_platform: LocalPlatform
+) -> None:
+    # Arrange: three rounds on two trainers, the rate halved each round.
+    spec = {
+        **DIGITS_JOB,
+        "workers": 2,
+        "learning_rate": 0.002,
+        "lr_schedule": "exponential",
+        "lr_decay_rate": 0.5,
+    }
+
+    # Execute
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    record = job(client, job_id)["job"]
+    ledger = client.get(f"/v1/jobs/{job_id}/ledger").json()
+    trained = [a for a in ledger if a["kind"] == "train"]
+    records = tf_platform.wait([a["activation_id"] for a in trained], timeout_s=60)
+
+    # Assert: each round's trainers at 0.002 × √2 × 0.5^round, as their optimizers held it.
+    assert record["state"] == "done", record["error"]
+    rates = [0.002 * math.sqrt(2) * 0.5**r for r in range(3)]
+    started = [e["message"] for e in record["events"] if e["kind"] == "round_started"]
+    assert started == [
+        f"round {r + 1}/3: 2 trainers × 1 epoch(s) at learning rate {rate:.6g}"
+        for r, rate in enumerate(rates)
+    ]
+    assert len(trained) == 6
+    for a in trained:
+        reported = records[a["activation_id"]].response.result["learning_rate"]
+        assert reported == pytest.approx(rates[a["round"]], rel=1e-6)  # a float32 variable
 
 
 def test_a_job_that_diverges_fails_at_once_saying_so(

@@ -22,10 +22,11 @@ class Stop(Exception):
     pass
 
 
-def trainer(model: str, *, seed: int = 5, epochs: int = 3) -> Trainer:
+def trainer(model: str, *, seed: int = 5, epochs: int = 3, learning_rate: float = 1e-3) -> Trainer:
     configure_runtime()
     net = build_model(model, DIGITS.input_shape, DIGITS.classes, seed=seed)
-    return Trainer(net, TrainConfig(batch_size=32, epochs=epochs, seed=seed))
+    config = TrainConfig(batch_size=32, epochs=epochs, seed=seed, learning_rate=learning_rate)
+    return Trainer(net, config)
 
 
 @pytest.mark.parametrize("model", ["mlp", "small_cnn"])
@@ -76,6 +77,30 @@ def test_a_state_without_optimizer_variables_starts_from_the_optimizer_as_built(
         (again.state.optimizer, first.state.optimizer),
     ):
         assert all(np.array_equal(a, b) for a, b in zip(kept, made, strict=True))
+
+
+def test_a_trainer_trains_at_its_configs_learning_rate_not_its_built_or_saved_one() -> None:
+    # A warm container's trainer serves every round of a job, and a schedule changes the rate
+    # round by round: the rate is the config's, not the one the trainer was built with, nor the
+    # one a state (a global model's optimizer variables) was saved at.
+    start = trainer("mlp", epochs=1).initial_state()
+    used = trainer("mlp", epochs=1)
+    saved = used.train(SHARD.x, SHARD.y, start).state  # at the rate it was built with, 0.001
+    built_at = trainer("mlp", epochs=1, learning_rate=0.01)
+    used.config = built_at.config
+
+    again = used.train(SHARD.x, SHARD.y, start)
+    fresh = built_at.train(SHARD.x, SHARD.y, start)
+    on_saved = used.train(SHARD.x, SHARD.y, saved)
+    on_saved_fresh = built_at.train(SHARD.x, SHARD.y, saved)
+
+    assert float(used.optimizer.learning_rate) == pytest.approx(0.01)
+    for a, b in ((again, fresh), (on_saved, on_saved_fresh)):
+        pairs = zip(
+            a.state.weights + a.state.optimizer, b.state.weights + b.state.optimizer, strict=True
+        )
+        assert all(np.array_equal(x, y) for x, y in pairs)
+    assert not np.array_equal(again.state.weights[0], saved.weights[0])
 
 
 def test_a_run_stopped_mid_epoch_resumes_in_a_new_trainer_bit_identical() -> None:

@@ -1,0 +1,29 @@
+"""A job's fields as the validator reads them: what they work out to, round by round."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from faasdl.controller.validator import JobSpec
+
+JOB = {"model": "mlp", "dataset": {"name": "digits"}, "epochs": 5, "workers": 4}
+
+
+def test_a_learning_rate_schedule_gives_each_round_its_factor() -> None:
+    cosine = JobSpec.model_validate({**JOB, "lr_schedule": "cosine", "lr_min_fraction": 0.1})
+    exponential = JobSpec.model_validate({**JOB, "lr_schedule": "exponential"})
+    one_shot = JobSpec.model_validate({**JOB, "lr_schedule": "cosine", "sync_every": 0})
+
+    # Keras' CosineDecay over the rounds: 1 at the first, the floor at the last.
+    factors = [cosine.round_factor(r) for r in range(5)]
+    assert factors == pytest.approx(
+        [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * r / 4)) for r in range(5)]
+    )
+    assert (factors[0], factors[-1]) == pytest.approx((1.0, 0.1))
+    assert [exponential.round_factor(r) for r in range(3)] == pytest.approx([1, 0.9, 0.81])
+    assert one_shot.round_factor(0) == 1.0  # a single round trains at the rate given
+    # The workers' √4 and the round's factor, together.
+    assert cosine.worker_learning_rate(4, 4) == pytest.approx(1e-3 * 2 * 0.1)
+    assert JobSpec.model_validate(JOB).worker_learning_rate(4, 3) == pytest.approx(2e-3)
