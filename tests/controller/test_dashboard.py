@@ -602,6 +602,18 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     assert viewed[-1].endswith("?round_from=0"), viewed
 
 
+def summary_facts(browser: Any, base: str, key: str, job_id: str, *names: str) -> list[str]:
+    """The facts of a job's page that start with ``names`` (the first waited for), as read."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    sign_in(page, base, key)
+    page.goto(f"{base}/ui#job={job_id}")
+    facts = [page.locator("#job-summary div").filter(has_text=name) for name in names]
+    facts[0].wait_for(timeout=10_000)
+    said = [" ".join(fact.inner_text().split()) for fact in facts]
+    page.close()
+    return said
+
+
 def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
     served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
 ) -> None:
@@ -621,15 +633,9 @@ def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
         best=best,
     )
     assert create(store, done.model_copy(update={"spec": {**done.spec, "keep_model": "best"}}))
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
-    sign_in(page, base, key)
-    page.goto(f"{base}/ui#job={job_id}")
-    fact = page.locator("#job-summary div").filter(has_text="Kept model")
-    fact.wait_for(timeout=10_000)
-    said = " ".join(fact.inner_text().split())
-    page.close()
+    [said] = summary_facts(browser, base, key, job_id, "Kept model")
 
     # Assert
     assert said == "Kept model round 2's, of its lowest test loss (0.052, accuracy 0.983)"
@@ -653,16 +659,9 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     queued = queued.model_copy(update={"plan": plan.model_dump(mode="json"), "spec": spec})
     assert create(store, running)
     assert create(store, queued)
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     # Execute
-    sign_in(page, base, key)
-    page.goto(f"{base}/ui#job={queued.job_id}")
-    fact = page.locator("#job-summary div").filter(has_text="Waiting for")
-    fact.wait_for(timeout=10_000)
-    said = " ".join(fact.inner_text().split())
-    cost = " ".join(page.locator("#job-summary div").filter(has_text="Cost").inner_text().split())
-    page.close()
+    said, cost = summary_facts(browser, base, key, queued.job_id, "Waiting for", "Cost")
 
     # Assert
     assert cost == "Cost (USD) 0.000000 of its 0.05 budget"
