@@ -653,7 +653,8 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     running, plan = stored_job(controller, job_id="e" * 16, state=JobState.RUNNING, created_ms=t)
     queued, _ = stored_job(controller, job_id="f" * 16, state=JobState.QUEUED, created_ms=t + 1)
     over_half = pool // (2 * plan.train.containers) + 64
-    plan = plan.model_copy(update={"train": plan.train.model_copy(update={"memory_mb": over_half})})
+    train = plan.train.model_copy(update={"memory_mb": over_half})
+    plan = plan.model_copy(update={"train": train, "train_cost_usd": 0.0123})
     running = running.model_copy(update={"plan": plan.model_dump(mode="json")})
     spec = {**queued.spec, "max_cost_usd": 0.05}
     queued = queued.model_copy(update={"plan": plan.model_dump(mode="json"), "spec": spec})
@@ -664,7 +665,7 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     said, cost = summary_facts(browser, base, key, queued.job_id, "Waiting for", "Cost")
 
     # Assert
-    assert cost == "Cost (USD) 0.000000 of its 0.05 budget"
+    assert cost == "Cost (USD) 0.000000 of its 0.05 budget (its training 0.012300 by past runs)"
     assert 2 * plan.demand_mb > pool
     free = pool - plan.demand_mb
     assert said == (

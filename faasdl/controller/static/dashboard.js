@@ -270,7 +270,9 @@ function renderSummary(view) {
     ["Failures", job.failures.length + job.failures_dropped],
     ["Activations", job.activation_count],
     ["Cost (USD)", fmt(job.cost_usd, 6)
-      + (job.spec.max_cost_usd ? ` of its ${job.spec.max_cost_usd} budget` : "")],
+      + (job.spec.max_cost_usd ? ` of its ${job.spec.max_cost_usd} budget` : "")
+      + (job.plan && job.plan.train_cost_usd != null
+        ? ` (its training ${fmt(job.plan.train_cost_usd, 6)} by past runs)` : "")],
   ];
   if (job.spec.keep_model === "best" && job.best) {
     facts.push(["Kept model", `round ${job.best.round}'s, of its lowest test loss `
