@@ -546,6 +546,7 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
     client: httpx.Client,
     controller: Controller,
     finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+    tf_platform: LocalPlatform,
 ) -> None:
     # Arrange: the done four-unit job (three rounds from weights drawn from its seed).
     source_id = finished[0]
@@ -557,16 +558,17 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
         "another tenant's": {**DIGITS_JOB, "tenant": "other", "init_model": source_id},
     }
 
-    # Execute: one round on from its model, queued at first behind another tenant's long job
-    # (two do not fit the pool together), while the source is asked to be deleted; then what
-    # cannot train on from it.
+    # Execute: one round on from its model at a fifth of its learning rate, queued at first
+    # behind another tenant's long job (two do not fit the pool together), while the source is
+    # asked to be deleted; then what cannot train on from it.
     blocker = submit(client, {**DIGITS_JOB, "epochs": 1000, "sync_every": 0, "tenant": "other"})
     eventually(
         lambda: job(client, blocker["job_id"])["job"]["state"] == "running",
         timeout_s=60,
         what="the long job admitted",
     )
-    onward = submit(client, {**DIGITS_JOB, "epochs": 1, "init_model": source_id})["job_id"]
+    slower = {**DIGITS_JOB, "epochs": 1, "init_model": source_id, "learning_rate": 2e-4}
+    onward = submit(client, slower)["job_id"]
     waiting = job(client, onward)["job"]["state"]
     kept = client.delete(f"/v1/jobs/{source_id}", params={"purge": "true"})
     client.delete(f"/v1/jobs/{blocker['job_id']}")
@@ -590,6 +592,12 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
     assert source["rounds"][0]["loss"] > 2 * record.rounds[0].loss
     staged = [e.message for e in record.events if e.kind == "staged"]
     assert f"the first round starts from job {source_id}'s model" in staged
+    # At its own learning rate (× √4 workers), not the one the model's optimizer was saved at.
+    ledger = client.get(f"/v1/jobs/{onward}/ledger").json()
+    trained = [a["activation_id"] for a in ledger if a["kind"] == "train"]
+    results = tf_platform.wait(trained, timeout_s=60).values()
+    rates = [r.response.result["learning_rate"] for r in results]
+    assert rates == pytest.approx([4e-4] * 4, rel=1e-6)
     # Refused naming the field and why, nothing stored.
     said = {name: r.json()["detail"] for name, r in refused.items()}
     assert all(r.status_code == 422 for r in refused.values()), said
