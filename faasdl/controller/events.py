@@ -528,8 +528,7 @@ class JobRunner:
 
     def _stop_after(self, result: RoundResult) -> str | None:
         """Why the job stops after the round of ``result`` before its last, if it does: its
-        ``target_loss`` reached, its ``patience`` run out, or its ``max_cost_usd`` (the
-        activations booked so far; the warm replicas are charged as the job ends)."""
+        ``target_loss`` reached, its ``patience`` run out, or its ``max_cost_usd``."""
         target, budget = self.spec.target_loss, self.spec.max_cost_usd
         if target is not None and result.loss <= target:
             return "the mean loss reached target_loss"
@@ -539,28 +538,32 @@ class JobRunner:
                 f"its test loss has not fallen below round {best.round}'s "
                 f"({best.test_loss:.4f}) for {patience} round(s) (patience)"
             )
-        if budget is not None and self._cost_usd >= budget:
+        if budget is not None and (spent := self._spent_usd()) >= budget:
             return (
-                f"its cost reached max_cost_usd ({self._cost_usd:.6f} of {budget:.6f} USD as "
-                f"round {result.round + 1} ended)"
+                f"its cost reached max_cost_usd ({spent:.6f} of {budget:.6f} USD as round "
+                f"{result.round + 1} ended)"
             )
         return None
 
-    def _check_budget(self) -> None:
-        """Raise ``BudgetSpent`` once the job's activations cost its ``max_cost_usd``: those
-        booked, and those running by their memory and their time so far (the platform bills
-        a little less: their duration, without the time to start them and report them)."""
-        budget = self.spec.max_cost_usd
-        if budget is None:
-            return
+    def _spent_usd(self) -> float:
+        """What the job has cost so far: its activations booked, those running by their memory
+        and their time so far (the platform bills a little less: their duration, without the
+        time to start them and report them), and the memory its warm replicas have held."""
         now = time.monotonic()
         running_gb_s = sum(
             (task.limits or self._limits(task)).memory_mb / 1024 * max(0.0, now - task.launched)
             for task in [*self._in_flight.values(), *self._abandoned.values()]
         )
-        spent = self._cost_usd + running_gb_s * self.rt.settings.price_per_gb_s
-        if spent >= budget:
-            raise BudgetSpent(f"{spent:.6f} of {budget:.6f} USD, its running activations counted")
+        held_gb_s = running_gb_s + self.rt.runtimes.held_gb_s(self.job_id)
+        return self._cost_usd + held_gb_s * self.rt.settings.price_per_gb_s
+
+    def _check_budget(self) -> None:
+        """Raise ``BudgetSpent`` once the job has cost its ``max_cost_usd``."""
+        budget = self.spec.max_cost_usd
+        if budget is not None and (spent := self._spent_usd()) >= budget:
+            raise BudgetSpent(
+                f"{spent:.6f} of {budget:.6f} USD, its running activations and replicas counted"
+            )
 
     def _stop_round(self, round_: int, spent: BudgetSpent) -> None:
         """Stop the round in progress, whose activations passed the job's budget: the job ends

@@ -111,11 +111,11 @@ class JobSpec(EstimateRequest):
         None,
         gt=0,
         allow_inf_nan=False,
-        description="A budget (USD): once the job's activations cost this much (those running "
-        "counted by their memory and time so far, looked at twice a second), the round in "
-        "progress is stopped and the job ends done with its last finished round's model (or "
-        "its best's: keep_model), or failed, with none, in its first round. Its warm replicas "
-        "are charged as it ends.",
+        description="A budget (USD): once the job has cost this much (its activations, those "
+        "running by their memory and time so far, and its warm replicas' memory; looked at "
+        "twice a second), the round in progress is stopped and the job ends done with its last "
+        "finished round's model (or its best's: keep_model), or failed, with none, in its first "
+        "round.",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the split, the model, the order.")
     optimizer: Literal["adam", "sgd"] = "adam"

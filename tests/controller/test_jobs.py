@@ -278,8 +278,8 @@ def test_a_job_whose_first_round_passes_its_budget_is_stopped_there_and_fails(
     assert record["state"] == "failed"
     said = re.fullmatch(
         r"its cost reached max_cost_usd before its first round ended \((\d\.\d{6}) of 0\.000001 "
-        r"USD, its running activations counted\): the round was stopped, and no model is kept; a "
-        r"larger max_cost_usd lets a round end",
+        r"USD, its running activations and replicas counted\): the round was stopped, and no model "
+        r"is kept; a larger max_cost_usd lets a round end",
         record["error"],
     )
     assert said is not None, record["error"]
@@ -321,8 +321,8 @@ def test_a_job_stops_in_the_round_that_passes_its_budget_and_trains_no_more_when
     # budget, as that round ended, with nothing of the next one run.
     stopped_in = re.fullmatch(
         rf"stopped early: its cost reached max_cost_usd during round {finished + 1}/2000 "
-        r"\((\d\.\d{6}) of 0\.000300 USD, its running activations counted\): that round was "
-        rf"stopped, the model is round {finished}'s",
+        r"\((\d\.\d{6}) of 0\.000300 USD, its running activations and replicas counted\): "
+        rf"that round was stopped, the model is round {finished}'s",
         record.events[-1].message,
     )
     stopped_after = re.fullmatch(
