@@ -612,21 +612,25 @@ def _plan_table(plan: JobPlan, *, title: str) -> Table:
         + f", time limit {plan.aggregate_timeout_ms / 1000:g} s, fan-in {plan.fan_in}, "
         f"{len(plan.tree)} level(s): {plan.tree}",
         "signature": f"{train.signature} (the history's key)",
-        "expected cost": (
-            f"${plan.train_cost_usd:.6f} for its training actions, by the medians of past runs "
-            f"({train.median_overhead_ms / 1000:g} s an action's start and end, "
-            f"{train.median_epoch_ms / 1000:g} s an epoch); cold starts, aggregation, "
-            "evaluation and warm replicas come on top"
-            if plan.train_cost_usd is not None
-            and train.median_overhead_ms is not None
-            and train.median_epoch_ms is not None
-            else "unknown: no past run of its signature (a first job measures it)"
-        ),
+        "expected cost": _expected_cost(plan),
     }
     table = Table(title=title, show_header=False)
     for name, value in rows.items():
         table.add_row(name, value)
     return table
+
+
+def _expected_cost(plan: JobPlan) -> str:
+    """What a plan's training actions cost by past runs, in words."""
+    train, cost = plan.train, plan.train_cost_usd
+    start, epoch = train.median_overhead_ms, train.median_epoch_ms
+    if cost is None or start is None or epoch is None:
+        return "unknown: no past run of its signature (a first job measures it)"
+    return (
+        f"${cost:.6f} for its training actions, by the medians of past runs ({start / 1000:g} s "
+        f"an action's start and end, {epoch / 1000:g} s an epoch); cold starts, aggregation, "
+        "evaluation and warm replicas come on top"
+    )
 
 
 def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
