@@ -849,6 +849,10 @@ def _job_id(value: str) -> str:
     return value
 
 
+def _job_ids(values: list[str] | None) -> list[str]:
+    return [_job_id(value) for value in values or []]
+
+
 def _job_id_if_given(value: str | None) -> str | None:
     return None if value is None else _job_id(value)
 
@@ -1154,6 +1158,104 @@ def jobs(
         options = " ".join([*again, f"--limit {limit}", f"--before {more}"])
         console.print(f"more: faasdl jobs {options}", markup=False)
     typer.echo(json.dumps(found))
+
+
+#: The most jobs ``faasdl compare`` reads (two requests each).
+COMPARED_MAX = 100
+
+
+@app.command()
+def compare(
+    job_ids: Annotated[
+        list[str] | None, typer.Argument(help="The jobs' ids.", callback=_job_ids)
+    ] = None,
+    url: UrlOption = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="And your jobs whose name holds this (case matters): a sweep's."),
+    ] = None,
+) -> None:
+    """Jobs side by side (a sweep's): the fields their specs differ in, and where each got to
+    (rounds, last test accuracy, lowest test loss, cost); JSON last."""
+    given = list(dict.fromkeys(job_ids or []))
+    wanted = list(given)
+    with _controller(url) as client:
+        before = None
+        while name is not None and len(wanted) <= COMPARED_MAX:
+            found, before = client.jobs(name=name, limit=COMPARED_MAX, before=before)
+            wanted += [j["job_id"] for j in found if j["job_id"] not in wanted]
+            if before is None:
+                break
+        if len(wanted) > COMPARED_MAX:
+            fail(f"compare reads at most {COMPARED_MAX} jobs: {len(wanted)} or more asked")
+        if len(wanted) < 2:
+            matched = f" (--name {name!r} matched {len(wanted) - len(given)})"
+            fail(f"compare needs two jobs or more: {len(wanted)} asked" + (matched if name else ""))
+        jobs = []
+        for job_id in wanted:
+            job = client.job(job_id, round_from=NO_ROUNDS)["job"]
+            if job["round"]:
+                job = client.job(job_id, round_from=job["round"] - 1)["job"]
+            jobs.append(job)
+    specs = [_flat({k: v for k, v in job["spec"].items() if k != "name"}) for job in jobs]
+    fields = sorted({field for spec in specs for field in spec})
+    differing = [f for f in fields if len({json.dumps(s.get(f)) for s in specs}) > 1]
+    rows = [_compared(job, spec, differing) for job, spec in zip(jobs, specs, strict=True)]
+    table = Table(title=f"{len(jobs)} jobs" + (f" (name {name!r})" if name else ""))
+    named = any(row["name"] for row in rows)
+    headings = ["job", *(["name"] if named else []), "state", "round", *differing]
+    for heading in [*headings, "accuracy", "lowest test loss", "cost (USD)"]:
+        table.add_column(heading, overflow="fold")
+    for row in rows:
+        lowest = row["lowest_test_loss"]
+        table.add_row(
+            row["job_id"],
+            *([Text(row["name"] or "")] if named else []),
+            row["state"],
+            f"{row['round']}/{row['rounds']}",
+            *[Text(_said(row["fields"][f])) for f in differing],
+            "" if row["accuracy"] is None else f"{row['accuracy']:.4f}",
+            "" if lowest is None else f"{lowest:.4f} (round {row['lowest_at_round']})",
+            f"{row['cost_usd']:.6f}",
+        )
+    console.print(table)
+    if not differing:
+        console.print("their specs differ in nothing but their names", markup=False)
+    typer.echo(json.dumps({"differing": differing, "jobs": rows}))
+
+
+def _flat(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``spec``'s fields, those of a mapping as dotted names (``dataset.name``)."""
+    flat: dict[str, Any] = {}
+    for field, value in spec.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{field}.")
+        else:
+            flat[f"{prefix}{field}"] = value
+    return flat
+
+
+def _said(value: Any) -> str:
+    """A spec's value as a YAML file would hold it (none, or a field the spec has not: –)."""
+    return "–" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
+def _compared(job: dict[str, Any], spec: dict[str, Any], differing: list[str]) -> dict[str, Any]:
+    """What ``compare`` says of ``job``: its differing fields and where it got to."""
+    last = job["rounds"][-1] if job["rounds"] else None
+    best = job.get("best")  # none from a controller before it was kept
+    return {
+        "job_id": job["job_id"],
+        "name": job["spec"].get("name"),
+        "state": job["state"],
+        "round": job["round"],
+        "rounds": (job["plan"] or {}).get("rounds", "?"),
+        "fields": {field: spec.get(field) for field in differing},
+        "accuracy": last["accuracy"] if last else None,
+        "lowest_test_loss": best["test_loss"] if best else None,
+        "lowest_at_round": best["round"] if best else None,
+        "cost_usd": job["cost_usd"],
+    }
 
 
 @app.command()

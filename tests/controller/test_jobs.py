@@ -1015,6 +1015,63 @@ def test_a_plan_says_what_its_training_costs_by_past_runs_and_warns_a_budget_bel
     )
 
 
+def test_compare_shows_a_sweeps_jobs_side_by_side(
+    api_url: str, admin_key: str, client: httpx.Client
+) -> None:
+    # Arrange: a two-point sweep of the learning rate, and a job outside it.
+    sweep = [
+        submit(client, {**DIGITS_JOB, "epochs": 1, "learning_rate": rate, "name": f"cmp lr {rate}"})
+        for rate in (0.01, 0.002)
+    ]
+    for j in sweep:
+        follow(client, j["job_id"])
+    records = [job(client, j["job_id"])["job"] for j in sweep]
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    ids = [r["job_id"] for r in records]
+
+    # Execute
+    by_name = runner.invoke(app, ["compare", "--name", "cmp lr", "--url", api_url], env=env)
+    by_ids = runner.invoke(app, ["compare", *ids, ids[0], "--url", api_url], env=env)
+    alone = runner.invoke(app, ["compare", ids[0], "--url", api_url], env=env)
+    none = runner.invoke(app, ["compare", "--name", "no such sweep", "--url", api_url], env=env)
+    bad = runner.invoke(app, ["compare", ids[0], "../x", "--url", api_url], env=env)
+
+    # Assert: the field they differ in, and where each got to, newest first by name; given by
+    # id, in the order given, once each.
+    assert by_name.exit_code == 0, by_name.output
+    shown = json.loads(by_name.stdout.splitlines()[-1])
+    assert shown["differing"] == ["learning_rate"]
+    expected = [
+        {
+            "job_id": r["job_id"],
+            "name": r["spec"]["name"],
+            "state": "done",
+            "round": 1,
+            "rounds": 1,
+            "fields": {"learning_rate": r["spec"]["learning_rate"]},
+            "accuracy": r["rounds"][-1]["accuracy"],
+            "lowest_test_loss": r["best"]["test_loss"],
+            "lowest_at_round": 1,
+            "cost_usd": r["cost_usd"],
+        }
+        for r in records
+    ]
+    assert shown["jobs"] == expected[::-1]
+    table = " ".join(by_name.stderr.split())
+    assert "learning_rate" in table
+    assert f"{records[0]['rounds'][-1]['accuracy']:.4f}" in table
+    assert by_ids.exit_code == 0, by_ids.output
+    assert json.loads(by_ids.stdout.splitlines()[-1])["jobs"] == expected
+    assert alone.exit_code == 2
+    assert "compare needs two jobs or more: 1 asked" in alone.output
+    assert none.exit_code == 2
+    assert "compare needs two jobs or more: 0 asked (--name 'no such sweep' matched 0)" in (
+        " ".join(none.output.split())
+    )
+    assert bad.exit_code == 2
+    assert "'../x' is not a job's id" in " ".join(bad.output.split())
+
+
 def test_a_running_jobs_status_and_a_watch_stopped_with_ctrl_c_that_leaves_it_running(
     api_url: str, admin_key: str, client: httpx.Client, controller: Controller
 ) -> None:
