@@ -143,8 +143,11 @@ class JobLine(BaseModel):
     round: int
     rounds: int
     workers: int
-    loss: float | None
-    accuracy: float | None
+    loss: float | None = Field(description="Its last round's mean training loss.")
+    accuracy: float | None = Field(
+        description="Its last round's test accuracy; an ended job's that keeps its best round "
+        "(keep_model: best), that round's: its model's."
+    )
     cost_usd: float
     created_ms: int
 
@@ -938,6 +941,7 @@ def _check_idempotency_key(key: str) -> None:
 def job_line(job: JobInfo) -> JobLine:
     plan = JobPlan.model_validate(job.plan)
     last = job.rounds[-1] if job.rounds else None
+    kept = job.kept_best if job.finished else None
     return JobLine(
         job_id=job.job_id,
         name=job.spec.get("name"),
@@ -948,7 +952,7 @@ def job_line(job: JobInfo) -> JobLine:
         rounds=plan.rounds,
         workers=plan.workers,
         loss=last.loss if last else None,
-        accuracy=last.accuracy if last else None,
+        accuracy=kept.accuracy if kept else last.accuracy if last else None,
         cost_usd=job.cost_usd,
         created_ms=job.created_ms,
     )

@@ -405,6 +405,10 @@ def test_a_job_with_patience_stops_once_its_test_loss_stalls_and_keeps_its_best_
     )
     assert model.status_code == 200
     assert model.content == bytes(controller.store.get_blob(record["model"]))
+    # Listed, its accuracy is its model's: the kept round's, not its last round's.
+    listed = client.get("/v1/jobs", params={"limit": 1000}).json()
+    [line] = [j for j in listed if j["job_id"] == job_id]
+    assert line["accuracy"] == record["best"]["accuracy"]
 
 
 def test_a_job_on_an_lr_schedule_trains_each_round_at_its_rate(
