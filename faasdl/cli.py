@@ -17,7 +17,8 @@ import shlex
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
@@ -1164,6 +1165,27 @@ def jobs(
 COMPARED_MAX = 100
 
 
+class CompareOrder(StrEnum):
+    """What ``compare --sort`` puts the best first by."""
+
+    accuracy = "accuracy"
+    loss = "loss"
+    cost = "cost"
+
+
+def _last_if_none(value: float | None, sign: float = 1.0) -> tuple[bool, float]:
+    """A sort key of ``value`` (× ``sign``), with none after every figure."""
+    return (value is None, 0.0 if value is None else sign * value)
+
+
+#: How ``compare --sort`` orders its rows: best first.
+COMPARE_KEYS: dict[CompareOrder, Callable[[dict[str, Any]], tuple[bool, float]]] = {
+    CompareOrder.accuracy: lambda row: _last_if_none(row["accuracy"], -1.0),
+    CompareOrder.loss: lambda row: _last_if_none(row["lowest_test_loss"]),
+    CompareOrder.cost: lambda row: _last_if_none(row["cost_usd"]),
+}
+
+
 @app.command()
 def compare(
     job_ids: Annotated[
@@ -1173,6 +1195,13 @@ def compare(
     name: Annotated[
         str | None,
         typer.Option(help="And your jobs whose name holds this (case matters): a sweep's."),
+    ] = None,
+    sort: Annotated[
+        CompareOrder | None,
+        typer.Option(
+            help="Best first by: accuracy (highest last test accuracy), loss (lowest test "
+            "loss), cost (cheapest); a job without the figure last. Default: as asked."
+        ),
     ] = None,
 ) -> None:
     """Jobs side by side (a sweep's): the fields their specs differ in, and where each got to
@@ -1201,6 +1230,8 @@ def compare(
     fields = sorted({field for spec in specs for field in spec})
     differing = [f for f in fields if len({json.dumps(s.get(f)) for s in specs}) > 1]
     rows = [_compared(job, spec, differing) for job, spec in zip(jobs, specs, strict=True)]
+    if sort is not None:
+        rows.sort(key=COMPARE_KEYS[sort])
     table = Table(title=f"{len(jobs)} jobs" + (f" (name {name!r})" if name else ""))
     named = any(row["name"] for row in rows)
     headings = ["job", *(["name"] if named else []), "state", "round", *differing]

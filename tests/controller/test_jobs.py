@@ -1036,6 +1036,12 @@ def test_compare_shows_a_sweeps_jobs_side_by_side(
     # Execute
     by_name = runner.invoke(app, ["compare", "--name", "cmp lr", "--url", api_url], env=env)
     by_ids = runner.invoke(app, ["compare", *ids, ids[0], "--url", api_url], env=env)
+    ranked = {
+        order: runner.invoke(
+            app, ["compare", *ids[::-1], "--sort", order, "--url", api_url], env=env
+        )
+        for order in ("accuracy", "loss", "cost")
+    }
     alone = runner.invoke(app, ["compare", ids[0], "--url", api_url], env=env)
     none = runner.invoke(app, ["compare", "--name", "no such sweep", "--url", api_url], env=env)
     bad = runner.invoke(app, ["compare", ids[0], "../x", "--url", api_url], env=env)
@@ -1066,6 +1072,15 @@ def test_compare_shows_a_sweeps_jobs_side_by_side(
     assert f"{records[0]['rounds'][-1]['accuracy']:.4f}" in table
     assert by_ids.exit_code == 0, by_ids.output
     assert json.loads(by_ids.stdout.splitlines()[-1])["jobs"] == expected
+    best_first = {
+        "accuracy": sorted(expected, key=lambda row: -row["accuracy"]),
+        "loss": sorted(expected, key=lambda row: row["lowest_test_loss"]),
+        "cost": sorted(expected, key=lambda row: row["cost_usd"]),
+    }
+    assert best_first["accuracy"] != expected[::-1]  # the higher rate's job, given last, first
+    for order, result in ranked.items():
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout.splitlines()[-1])["jobs"] == best_first[order]
     assert alone.exit_code == 2
     assert "compare needs two jobs or more: 1 asked" in alone.output
     assert none.exit_code == 2
