@@ -411,6 +411,20 @@ def test_a_job_with_patience_stops_once_its_test_loss_stalls_and_keeps_its_best_
     assert line["accuracy"] == record["best"]["accuracy"]
 
 
+def trained_rates(
+    client: httpx.Client, platform: LocalPlatform, job_id: str
+) -> list[tuple[int, float]]:
+    """Each training activation of the job that trained (one that ran out of time starting,
+    beside other cold starts, reports nothing): its round, and the learning rate it reported
+    (its optimizer's)."""
+    ledger = client.get(f"/v1/jobs/{job_id}/ledger").json()
+    trained = [a for a in ledger if a["kind"] == "train" and a["outcome"] == "success"]
+    records = platform.wait([a["activation_id"] for a in trained], timeout_s=60)
+    return [
+        (a["round"], records[a["activation_id"]].response.result["learning_rate"]) for a in trained
+    ]
+
+
 def test_a_job_on_an_lr_schedule_trains_each_round_at_its_rate(
     client: httpx.Client, tf_platform: LocalPlatform
 ) -> None:
@@ -427,9 +441,7 @@ def test_a_job_on_an_lr_schedule_trains_each_round_at_its_rate(
     job_id = submit(client, spec)["job_id"]
     follow(client, job_id)
     record = job(client, job_id)["job"]
-    ledger = client.get(f"/v1/jobs/{job_id}/ledger").json()
-    trained = [a for a in ledger if a["kind"] == "train"]
-    records = tf_platform.wait([a["activation_id"] for a in trained], timeout_s=60)
+    trained = trained_rates(client, tf_platform, job_id)
 
     # Assert: each round's trainers at 0.002 × √2 × 0.5^round, as their optimizers held it.
     assert record["state"] == "done", record["error"]
@@ -440,9 +452,8 @@ def test_a_job_on_an_lr_schedule_trains_each_round_at_its_rate(
         for r, rate in enumerate(rates)
     ]
     assert len(trained) == 6
-    for a in trained:
-        reported = records[a["activation_id"]].response.result["learning_rate"]
-        assert reported == pytest.approx(rates[a["round"]], rel=1e-6)  # a float32 variable
+    for round_, reported in trained:
+        assert reported == pytest.approx(rates[round_], rel=1e-6)  # a float32 variable
 
 
 def test_a_job_that_diverges_fails_at_once_saying_so(
@@ -597,10 +608,7 @@ def test_a_job_trains_on_from_a_done_jobs_model_and_one_that_cannot_is_refused(
     staged = [e.message for e in record.events if e.kind == "staged"]
     assert f"the first round starts from job {source_id}'s model" in staged
     # At its own learning rate (× √4 workers), not the one the model's optimizer was saved at.
-    ledger = client.get(f"/v1/jobs/{onward}/ledger").json()
-    trained = [a["activation_id"] for a in ledger if a["kind"] == "train"]
-    results = tf_platform.wait(trained, timeout_s=60).values()
-    rates = [r.response.result["learning_rate"] for r in results]
+    rates = [rate for _, rate in trained_rates(client, tf_platform, onward)]
     assert rates == pytest.approx([4e-4] * 4, rel=1e-6)
     # Refused naming the field and why, nothing stored.
     said = {name: r.json()["detail"] for name, r in refused.items()}
