@@ -602,7 +602,9 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     # Its rounds: whole, then from the last finished one on, merged; whole once it has ended.
     assert (points_before, points_after) == (29, 30)
     assert viewed[0].endswith("?round_from=0"), viewed
-    assert viewed[running - 1].endswith("?round_from=28"), viewed
+    viewed_from = [url.rsplit("round_from=", 1)[1] for url in viewed[1:running]]
+    assert "28" in viewed_from, viewed
+    assert set(viewed_from) <= {"28", "29"}, viewed
     assert viewed[-1].endswith("?round_from=0"), viewed
 
 
