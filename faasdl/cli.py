@@ -506,7 +506,7 @@ def estimate(
 ) -> None:
     """Print a job's plan (its training actions' memory and timeout, rounds, aggregation tree)
     without running it, as the controller would plan it; JSON last."""
-    from faasdl.controller.plan import JobPlan, over_budget, plan_job
+    from faasdl.controller.plan import JobPlan, held_out, over_budget, plan_job
     from faasdl.controller.validator import JobSpec
     from faasdl.estimator.planner import check_workers
     from faasdl.estimator.sizer import Sizer, checked_facts
@@ -558,7 +558,8 @@ def estimate(
         db = sqlite_path(settings.store.url)
         try:
             facts = checked_facts(job)
-            check_workers(job, facts)  # before the store is opened: a refused job writes nothing
+            # Before the store is opened: a refused job writes nothing.
+            check_workers(job, held_out(job, facts))
             with contextlib.ExitStack() as stack:
                 store_url = None
                 if db is not None and not db.exists():  # no history: none is made here either
@@ -598,7 +599,12 @@ def _plan_table(plan: JobPlan, *, title: str) -> Table:
         "memory estimate": f"{train.memory_estimate_mb:g} MB = {parts} "
         f"({MEMORY_SOURCES[train.memory_source]}), rounded up to a class",
         "shards": f"{train.shard_examples:,} examples each ({plan.examples:,} in all; "
-        f"{plan.test_examples:,} test)",
+        + (
+            f"{plan.validation_examples:,} held out to validate, "
+            if plan.validation_examples
+            else ""
+        )
+        + f"{plan.test_examples:,} test)",
         "rounds": f"{plan.rounds} of {plan.epochs_per_round} epoch(s)",
         "data": f"examples of shape {dims(plan.input_shape)}, {plan.classes} classes"
         + (f", SHA-256 {plan.data_sha256[:12]}…" if plan.data_sha256 else ""),
@@ -1181,7 +1187,7 @@ def _last_if_none(value: float | None, sign: float = 1.0) -> tuple[bool, float]:
 #: How ``compare --sort`` orders its rows: best first.
 COMPARE_KEYS: dict[CompareOrder, Callable[[dict[str, Any]], tuple[bool, float]]] = {
     CompareOrder.accuracy: lambda row: _last_if_none(row["accuracy"], -1.0),
-    CompareOrder.loss: lambda row: _last_if_none(row["lowest_test_loss"]),
+    CompareOrder.loss: lambda row: _last_if_none(row["lowest_loss"]),
     CompareOrder.cost: lambda row: _last_if_none(row["cost_usd"]),
 }
 
@@ -1199,13 +1205,14 @@ def compare(
     sort: Annotated[
         CompareOrder | None,
         typer.Option(
-            help="Best first by: accuracy (highest last test accuracy), loss (lowest test "
-            "loss), cost (cheapest); a job without the figure last. Default: as asked."
+            help="Best first by: accuracy (highest last test accuracy), loss (lowest "
+            "validation loss, or test loss where a job holds no validation set out), cost "
+            "(cheapest); a job without the figure last. Default: as asked."
         ),
     ] = None,
 ) -> None:
     """Jobs side by side (a sweep's): the fields their specs differ in, and where each got to
-    (rounds, last test accuracy, lowest test loss, cost); JSON last."""
+    (rounds, last test accuracy, lowest validation or test loss, cost); JSON last."""
     given = list(dict.fromkeys(job_ids or []))
     wanted = list(given)
     with _controller(url) as client:
@@ -1235,10 +1242,10 @@ def compare(
     table = Table(title=f"{len(jobs)} jobs" + (f" (name {name!r})" if name else ""))
     named = any(row["name"] for row in rows)
     headings = ["job", *(["name"] if named else []), "state", "round", *differing]
-    for heading in [*headings, "accuracy", "lowest test loss", "cost (USD)"]:
+    for heading in [*headings, "accuracy", "lowest loss", "cost (USD)"]:
         table.add_column(heading, overflow="fold")
     for row in rows:
-        lowest = row["lowest_test_loss"]
+        lowest = row["lowest_loss"]
         table.add_row(
             row["job_id"],
             *([Text(row["name"] or "")] if named else []),
@@ -1246,7 +1253,9 @@ def compare(
             f"{row['round']}/{row['rounds']}",
             *[Text(_said(row["fields"][f])) for f in differing],
             "" if row["accuracy"] is None else f"{row['accuracy']:.4f}",
-            "" if lowest is None else f"{lowest:.4f} (round {row['lowest_at_round']})",
+            ""
+            if lowest is None
+            else f"{lowest:.4f} {row['lowest_loss_of']} (round {row['lowest_at_round']})",
             f"{row['cost_usd']:.6f}",
         )
     console.print(table)
@@ -1283,10 +1292,19 @@ def _compared(job: dict[str, Any], spec: dict[str, Any], differing: list[str]) -
         "rounds": (job["plan"] or {}).get("rounds", "?"),
         "fields": {field: spec.get(field) for field in differing},
         "accuracy": last["accuracy"] if last else None,
-        "lowest_test_loss": best["test_loss"] if best else None,
+        # The loss its best round was chosen by: the validation set's, else the test set's.
+        "lowest_loss": _chosen_loss(best)[1] if best else None,
+        "lowest_loss_of": _chosen_loss(best)[0] if best else None,
         "lowest_at_round": best["round"] if best else None,
         "cost_usd": job["cost_usd"],
     }
+
+
+def _chosen_loss(best: dict[str, Any]) -> tuple[str, float]:
+    """Which loss chose a job's best round, and its value there."""
+    if best.get("validation_loss") is None:
+        return "test", best["test_loss"]
+    return "validation", best["validation_loss"]
 
 
 @app.command()

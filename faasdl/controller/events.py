@@ -85,7 +85,14 @@ from faasdl.store.records import (
     round_prefix,
     update,
 )
-from faasdl.training.datasets import ONE_DATA_SET, NpzSpec, Shard, dims, split_shards
+from faasdl.training.datasets import (
+    ONE_DATA_SET,
+    NpzSpec,
+    Shard,
+    dims,
+    split_shards,
+    validation_set,
+)
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +258,10 @@ def kept_model(job: JobInfo) -> str:
 
 def lowest(best: BestRound) -> str:
     """What a job that keeps its best round's model says of it."""
-    return f", of its lowest test loss ({best.test_loss:.4f}, test accuracy {best.accuracy:.4f})"
+    return (
+        f", of its lowest {best.chosen} loss ({best.chosen_loss:.4f}, test accuracy "
+        f"{best.accuracy:.4f})"
+    )
 
 
 def no_model(job: JobInfo) -> str:
@@ -310,6 +320,11 @@ def test_blob(job_id: str) -> str:
     return f"{job_blobs(job_id)}data/test"
 
 
+def validation_blob(job_id: str) -> str:
+    """The training examples held out to choose by (``validation_fraction``)."""
+    return f"{job_blobs(job_id)}data/validation"
+
+
 def global_blob(job_id: str, round_: int) -> str:
     """The global model after ``round_`` rounds."""
     return f"{job_blobs(job_id)}global/{round_:05d}"
@@ -340,7 +355,8 @@ class JobRunner:
         self._train_attempts = 0
         self._train_failures = 0
         self._cost_usd = 0.0  # the job's cost as its record says (what its ledger has booked)
-        self._best: BestRound | None = None  # its round of the lowest test loss so far
+        # Its round of the lowest validation (or test) loss so far.
+        self._best: BestRound | None = None
 
     # ---- the job ----------------------------------------------------------------------------
 
@@ -500,12 +516,13 @@ class JobRunner:
                 self._stop_round(round_, spent)
                 break
             weights = global_blob(self.job_id, round_ + 1)
-            if self._best is None or result.test_loss < self._best.test_loss:
+            if self._best is None or result.chosen_loss < self._best.chosen_loss:
                 self._best = BestRound(
                     round=round_ + 1,
                     weights=weights,
                     test_loss=result.test_loss,
                     accuracy=result.accuracy,
+                    validation_loss=result.validation_loss,
                 )
             stop = self._stop_after(result)
             # The round's own record first: the job's keeps only the newest rounds.
@@ -517,7 +534,12 @@ class JobRunner:
                 event=_line(
                     "round_finished",
                     f"round {result.round + 1}/{self.plan.rounds}: loss {result.loss:.4f}, "
-                    f"test accuracy {result.accuracy:.4f}",
+                    + (
+                        f"validation loss {result.validation_loss:.4f}, "
+                        if result.validation_loss is not None
+                        else ""
+                    )
+                    + f"test accuracy {result.accuracy:.4f}",
                     result.round,
                 ),
             )
@@ -535,8 +557,8 @@ class JobRunner:
         patience, best = self.spec.patience, self._best
         if patience is not None and best is not None and result.round + 1 - best.round >= patience:
             return (
-                f"its test loss has not fallen below round {best.round}'s "
-                f"({best.test_loss:.4f}) for {patience} round(s) (patience)"
+                f"its {best.chosen} loss has not fallen below round {best.round}'s "
+                f"({best.chosen_loss:.4f}) for {patience} round(s) (patience)"
             )
         if budget is not None and (spent := self._spent_usd()) >= budget:
             return (
@@ -583,12 +605,14 @@ class JobRunner:
         self._change(lambda j: j.model_copy(update={"stopped_early": True, "stopped_because": why}))
 
     def _stage(self) -> None:
-        """Shards and the test set go to the store before any action starts (once: a restarted
-        controller finds them there; the split is seeded, so it would be the same anyway)."""
+        """Shards, the validation set and the test set go to the store before any action starts
+        (once: a restarted controller finds them there; the split is seeded, so it would be the
+        same anyway)."""
         store = self.rt.store
         workers = self.plan.workers
         names = [shard_blob(self.job_id, i) for i in range(workers)]
-        if all(store.blob_manifest(n) is not None for n in [*names, test_blob(self.job_id)]):
+        held = [validation_blob(self.job_id)] if self.plan.validation_examples else []
+        if all(store.blob_manifest(n) is not None for n in [*names, *held, test_blob(self.job_id)]):
             return
         dataset_spec = self.spec.dataset
         if isinstance(dataset_spec, NpzSpec) and not Path(dataset_spec.path).is_file():
@@ -606,7 +630,10 @@ class JobRunner:
             self._put_data(names)  # its data set freed as it returns, before another's loads
         finally:
             ONE_DATA_SET.release()
-        self._event(_line("staged", f"{workers} shards and the test set are in the store"))
+        validation = ", the validation set," if held else ""
+        self._event(
+            _line("staged", f"{workers} shards{validation} and the test set are in the store")
+        )
 
     def _initial_model(self) -> str | None:
         """The first round's global model: ``init_model``'s, copied into the job's blobs (so that
@@ -626,13 +653,18 @@ class JobRunner:
         return blob
 
     def _put_data(self, names: list[str]) -> None:
-        """Load the job's data set and store it as the shards ``names`` and the test set."""
+        """Load the job's data set and store it as the shards ``names``, the validation set and
+        the test set (the last: its presence says all are there)."""
         dataset = load_checked(self.spec)
         _check_as_planned(facts_of(dataset), self.plan)
-        shards = split_shards(dataset, len(names), seed=self.spec.seed)
+        seed, held = self.spec.seed, self.plan.validation_examples
+        shards = split_shards(dataset, len(names), seed=seed, held_out=held)
         for name, shard in zip(names, shards, strict=True):
             self._check_stop()
             self.rt.store.put_blob(name, shard.encode())
+        if held:
+            validation = validation_set(dataset, held, seed=seed)
+            self.rt.store.put_blob(validation_blob(self.job_id), validation.encode())
         test = Shard(index=0, x=dataset.x_test, y=dataset.y_test)
         self.rt.store.put_blob(test_blob(self.job_id), test.encode())
 
@@ -707,6 +739,8 @@ class JobRunner:
             loss=sum(loss * n for loss, n in losses.values()) / sum(n for _, n in losses.values()),
             test_loss=float(score["loss"]),
             accuracy=float(score["accuracy"]),
+            validation_loss=score.get("validation_loss"),
+            validation_accuracy=score.get("validation_accuracy"),
             started_ms=started,
             finished_ms=now_ms(),
         )
@@ -776,6 +810,9 @@ class JobRunner:
                         "classes": self.plan.classes,
                         "weights": weights,
                         "data": test_blob(self.job_id),
+                        "validation": (
+                            validation_blob(self.job_id) if self.plan.validation_examples else None
+                        ),
                         "batch_size": self.spec.batch_size,
                     },
                 )
@@ -1575,7 +1612,7 @@ def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
     facts = [
         ("input shape", dims(plan.input_shape), dims(data.input_shape)),
         ("classes", plan.classes, data.classes),
-        ("training examples", plan.examples, data.examples),
+        ("training examples", plan.examples + plan.validation_examples, data.examples),
         ("test examples", plan.test_examples, data.test_examples),
     ]
     if plan.data_sha256 is not None:  # a plan made before plans kept it has none
@@ -1592,8 +1629,9 @@ def _check_as_planned(data: DataFacts, plan: JobPlan) -> None:
 def _finish_round(
     result: RoundResult, job: JobInfo, *, stop: str | None, rounds: int, best: BestRound
 ) -> JobInfo:
-    """``job`` with the round of ``result`` finished (``best``: its round of the lowest test loss
-    now); ``stop``: why it stops after it, if it does (before its last round: stopped early)."""
+    """``job`` with the round of ``result`` finished (``best``: its round of the lowest
+    validation, or test, loss now); ``stop``: why it stops after it, if it does (before its last
+    round: stopped early)."""
     early = stop is not None and result.round + 1 < rounds
     return job.with_round(
         result,

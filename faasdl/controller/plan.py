@@ -6,6 +6,8 @@ a restarted controller runs the same plan. Limits corrected after a failure are 
 
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import BaseModel
 
 from faasdl.aggregation.tree import aggregator_memory_mb, fan_in, plan_tree
@@ -25,8 +27,9 @@ class JobPlan(BaseModel):
     train: ActionPlan
     rounds: int
     epochs_per_round: int
-    examples: int
+    examples: int  # the training examples the shards hold
     test_examples: int
+    validation_examples: int = 0  # held out of the training set (validation_fraction)
     input_shape: tuple[int, ...]
     classes: int
     data_sha256: str | None = None  # the .npz file's content when the job was planned
@@ -62,7 +65,8 @@ def make_plan(
     max_fan_in: int,
     price_per_gb_s: float,
 ) -> JobPlan:
-    """The whole job's plan around the training action's (pure)."""
+    """The whole job's plan around the training action's (pure); ``data``'s training examples
+    are those left once the validation set is held out."""
     model_mb = STATE_COPIES[spec.optimizer] * params * 4 / MIB
     estimate = aggregator_memory_mb(model_mb)
     memory = round_to_class(
@@ -79,6 +83,7 @@ def make_plan(
         epochs_per_round=spec.epochs_per_round,
         examples=data.examples,
         test_examples=data.test_examples,
+        validation_examples=data.validation_examples,
         input_shape=data.input_shape,
         classes=data.classes,
         data_sha256=data.sha256,
@@ -115,7 +120,9 @@ def _train_cost_usd(spec: JobSpec, train: ActionPlan, price_per_gb_s: float) -> 
 
 
 def plan_job(sizer: Sizer, spec: JobSpec, data: DataFacts, *, max_fan_in: int) -> JobPlan:
-    """Size the job on ``sizer``'s platform (measuring the model's profile the first time)."""
+    """Size the job on ``sizer``'s platform (measuring the model's profile the first time),
+    its shards holding the training examples its validation set leaves."""
+    data = held_out(spec, data)
     train = sizer.plan(spec.sizing(), data)
     profile = sizer.profile(spec.model, data.input_shape, data.classes)
     return make_plan(
@@ -128,3 +135,10 @@ def plan_job(sizer: Sizer, spec: JobSpec, data: DataFacts, *, max_fan_in: int) -
         max_fan_in=max_fan_in,
         price_per_gb_s=sizer.settings.price_per_gb_s,
     )
+
+
+def held_out(spec: JobSpec, data: DataFacts) -> DataFacts:
+    """``data``'s facts as the job's shards see them: its training examples less those its
+    ``validation_fraction`` holds out (``ValidationError`` where it holds out none)."""
+    held = spec.validation_examples(data.examples)
+    return dataclasses.replace(data, examples=data.examples - held, validation_examples=held)

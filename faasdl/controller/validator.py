@@ -19,6 +19,7 @@ from faasdl.canary.strategies import (
     StrategyName,
     make_strategy,
 )
+from faasdl.errors import ValidationError
 from faasdl.estimator.planner import EstimateRequest
 from faasdl.store.records import JOB_ID_PATTERN
 
@@ -98,14 +99,25 @@ class JobSpec(EstimateRequest):
         None,
         ge=1,
         le=10_000,
-        description="Stop once this many rounds have passed without a test loss below the "
-        "lowest before (Keras' EarlyStopping patience, on the job's test set).",
+        description="Stop once this many rounds have passed without a validation loss below "
+        "the lowest before (Keras' EarlyStopping patience; the test loss without "
+        "validation_fraction).",
     )
     keep_model: Literal["last", "best"] = Field(
         "last",
         description="The model the job keeps as it ends (done, finished, cancelled, failed or "
         "stopped by its budget): its last finished round's, or best: its round of the lowest "
-        "test loss (Keras' restore_best_weights).",
+        "validation loss (Keras' restore_best_weights; the test loss without "
+        "validation_fraction).",
+    )
+    validation_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=0.5,
+        description="Share of the training examples held out, drawn by the seed, to choose by: "
+        "each round's model is scored on them as well as on the test set, and patience and "
+        "keep_model: best go by their loss (Keras' validation_split). 0: none held out; those "
+        "go by the test loss then, and the test set chooses the model it scores.",
     )
     max_cost_usd: float | None = Field(
         None,
@@ -172,6 +184,18 @@ class JobSpec(EstimateRequest):
         if epochs is not None and value > epochs:
             raise ValueError(f"is more epochs ({value}) than the job has ({epochs})")
         return value
+
+    def validation_examples(self, examples: int) -> int:
+        """How many of ``examples`` training examples ``validation_fraction`` holds out; raises
+        ``ValidationError`` where it holds out none."""
+        held = round(examples * self.validation_fraction)
+        if self.validation_fraction and not held:
+            raise ValidationError(
+                f"{self.validation_fraction} of the {examples:,} training examples holds none "
+                f"out: {1 / examples:.3g} holds one, 0 none",
+                field="validation_fraction",
+            )
+        return held
 
     @property
     def epochs_per_round(self) -> int:

@@ -202,16 +202,22 @@ def summary(
         )
     named = f" ({job['spec']['name']})" if job["spec"].get("name") else ""
     table = Table(title=escape(f"job {job['job_id']}{named}: {job['state']}"))
-    for column in ("round", "epochs", "train loss", "test loss", "test accuracy", "seconds"):
-        table.add_column(column, justify="right")
     listed = job["rounds"][-rounds:] if rounds else job["rounds"]
+    validated = any(r.get("validation_loss") is not None for r in listed)
+    columns = ["round", "epochs", "train loss", "test loss", "test accuracy", "seconds"]
+    if validated:  # a job that holds out a validation set (validation_fraction)
+        columns[3:3] = ["validation loss", "validation accuracy"]
+    for column in columns:
+        table.add_column(column, justify="right")
     for r in listed:
+        scores = [f"{r['test_loss']:.4f}", f"{r['accuracy']:.4f}"]
+        if validated:
+            scores[:0] = [_four(r.get("validation_loss")), _four(r.get("validation_accuracy"))]
         table.add_row(
             str(r["round"] + 1),
             str(r["epochs"]),
             f"{r['loss']:.4f}",
-            f"{r['test_loss']:.4f}",
-            f"{r['accuracy']:.4f}",
+            *scores,
             f"{(r['finished_ms'] - r['started_ms']) / 1000:.1f}",
         )
     recovered = " and recovered" if job["state"] == "done" else ""  # a failed job's last was not
@@ -235,6 +241,10 @@ def summary(
         caption += f"\n{ended[-1]}"
     table.caption = escape(caption)  # its words as they are: a path or an error may hold [...]
     return table
+
+
+def _four(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
 
 
 def _what(job: dict[str, Any]) -> str:

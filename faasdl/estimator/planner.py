@@ -64,6 +64,7 @@ class DataFacts:
     input_shape: tuple[int, ...]
     classes: int
     test_examples: int = 0  # not used in sizing; a job's plan reports it
+    validation_examples: int = 0  # held out of the training examples (a job's plan reports it)
     sha256: str | None = None  # a user's file's (Dataset.sha256); a job's plan keeps it
 
 

@@ -114,7 +114,7 @@ class LedgerTotals(BaseModel):
 
 class RoundResult(BaseModel):
     """One round: the training loss averaged over the shards, and the new global model's test
-    loss and accuracy."""
+    loss and accuracy (and its validation set's, where the job holds one out)."""
 
     round: int
     epochs: int
@@ -122,17 +122,35 @@ class RoundResult(BaseModel):
     loss: float
     test_loss: float
     accuracy: float
+    validation_loss: float | None = None
+    validation_accuracy: float | None = None
     started_ms: int
     finished_ms: int
 
+    @property
+    def chosen_loss(self) -> float:
+        """The loss a job chooses its best round by: the validation set's, else the test's."""
+        return self.test_loss if self.validation_loss is None else self.validation_loss
+
 
 class BestRound(BaseModel):
-    """A job's round of the lowest test loss so far: its global model, and how it scored."""
+    """A job's round of the lowest validation loss so far (the test loss, without a validation
+    set): its global model, and how it scored."""
 
     round: int  # rounds finished with it, as ``JobInfo.round`` counts them
     weights: str
     test_loss: float
     accuracy: float
+    validation_loss: float | None = None
+
+    @property
+    def chosen(self) -> Literal["validation", "test"]:
+        """Which loss chose it."""
+        return "test" if self.validation_loss is None else "validation"
+
+    @property
+    def chosen_loss(self) -> float:
+        return self.test_loss if self.validation_loss is None else self.validation_loss
 
 
 class FailureReport(BaseModel):

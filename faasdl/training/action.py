@@ -16,8 +16,8 @@ that all of it happens in the container's ``/init``: a warm or prewarmed contain
   unit through Canary's fenced API, and report losses, peak memory, phase durations and
   checkpoint stalls;
 * ``{"mode": "evaluate", ...}`` (:class:`EvaluateArgs`): the loss and accuracy of stored weights
-  on a stored data set (the controller's per-round test accuracy), and the peak memory (the
-  ledger's, as a trainer's).
+  on a stored data set (the controller's per-round test accuracy), and on a second one (the job's
+  validation set) where it names one, and the peak memory (the ledger's, as a trainer's).
 
 Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's application error.
 """
@@ -88,6 +88,11 @@ class EvaluateArgs(_Args):
     classes: int = Field(ge=2)
     weights: str = Field(description="Blob of the weights to evaluate.")
     data: str = Field(description="Blob of the examples (a shard: safetensors x, y).")
+    validation: str | None = Field(
+        None,
+        description="Blob of a second set of examples, scored after the first is let go "
+        "(the job's validation set); none: the first only.",
+    )
     batch_size: int = Field(
         256,
         ge=1,
@@ -189,9 +194,15 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
         trainer = Trainer(model, TrainConfig(batch_size=args.batch_size, epochs=1))
     trainer.load(TrainState(weights=unpack(store.get_blob(args.weights), what="weights")["w"]))
     scores = trainer.evaluate(data.x, data.y, batch_size=args.batch_size)
+    examples = data.count
+    del data  # let go before the validation set is read: one set in memory at a time
+    if args.validation is not None:
+        held = Shard.from_bytes(store.get_blob(args.validation), index=0)
+        validated = trainer.evaluate(held.x, held.y, batch_size=args.batch_size)
+        scores |= {f"validation_{name}": value for name, value in validated.items()}
     return {
         **scores,
-        "examples": data.count,
+        "examples": examples,
         "model_reused": reused,
         "peak_rss_mb": round(peak_rss_mb(), 1),
     }

@@ -91,6 +91,18 @@ def stored(controller: Controller) -> list[str]:
         ({**MLP, "max_cost_usd": math.inf}, "max_cost_usd", "finite number"),
         ({**MLP, "patience": 0}, "patience", "greater than or equal to 1"),
         ({**MLP, "keep_model": "first"}, "keep_model", "'last' or 'best'"),
+        ({**MLP, "validation_fraction": 0.6}, "validation_fraction", "less than or equal to 0.5"),
+        ({**MLP, "validation_fraction": 1e-4}, "validation_fraction", "holds none out"),
+        (  # a shard each for the examples the validation set leaves: 900 of 1,000
+            {
+                **MLP,
+                "dataset": {"name": "synthetic", "shape": [8, 8, 1], "train_size": 1000},
+                "workers": 1000,
+                "validation_fraction": 0.1,
+            },
+            "workers",
+            "1000 workers for 900 examples",
+        ),
         ({**MLP, "dataset": {"name": "synthetic", "noise": math.nan}}, "noise", "finite number"),
         ({**MLP, "colour": "blue"}, "colour", ""),
         ({**MLP, "name": "sweep\nlr=3e-4"}, "name", "at 5: a name is one line of text"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -613,7 +614,12 @@ def summary_facts(browser: Any, base: str, key: str, job_id: str, *names: str) -
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     sign_in(page, base, key)
     page.goto(f"{base}/ui#job={job_id}")
-    facts = [page.locator("#job-summary div").filter(has_text=name) for name in names]
+    facts = [
+        page.locator("#job-summary div").filter(
+            has=page.locator("dt", has_text=re.compile(f"^{re.escape(name)}"))
+        )
+        for name in names
+    ]
     facts[0].wait_for(timeout=10_000)
     said = [" ".join(fact.inner_text().split()) for fact in facts]
     page.close()
@@ -623,28 +629,54 @@ def summary_facts(browser: Any, base: str, key: str, job_id: str, *names: str) -
 def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
     served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
 ) -> None:
-    # Arrange: a done job of three rounds that keeps its second's model (keep_model: best).
+    # Arrange: done jobs of three rounds that keep their second's model (keep_model: best),
+    # one chosen by its test loss, one by its validation set's.
     store, base, key = unstarted
-    job_id = "b" * 16
-    best = BestRound(
-        round=2, weights=f"jobs/{job_id}/global/00002", test_loss=0.0521, accuracy=0.9833
-    )
-    done, _ = stored_job(
-        served[0],
-        epochs=3,
-        job_id=job_id,
-        state=JobState.DONE,
-        created_ms=int(time.time() * 1000),
-        round=3,
-        best=best,
-    )
-    assert create(store, done.model_copy(update={"spec": {**done.spec, "keep_model": "best"}}))
+    tested, validated = "b" * 16, "9" * 16
+    rounds = [
+        round_result(n).model_copy(update={"validation_loss": v, "validation_accuracy": 0.95})
+        for n, v in enumerate([0.3, 0.2, 0.25])
+    ]
+    for job_id, validation_loss in [(tested, None), (validated, 0.2)]:
+        best = BestRound(
+            round=2,
+            weights=f"jobs/{job_id}/global/00002",
+            test_loss=0.0521,
+            accuracy=0.9833,
+            validation_loss=validation_loss,
+        )
+        done, _ = stored_job(
+            served[0],
+            epochs=3,
+            job_id=job_id,
+            state=JobState.DONE,
+            created_ms=int(time.time() * 1000),
+            round=3,
+            best=best,
+            rounds=rounds if validation_loss else [],
+        )
+        assert create(store, done.model_copy(update={"spec": {**done.spec, "keep_model": "best"}}))
 
     # Execute
-    [said] = summary_facts(browser, base, key, job_id, "Kept model")
+    [said] = summary_facts(browser, base, key, tested, "Kept model")
+    kept, last = summary_facts(browser, base, key, validated, "Kept model", "Validation loss")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    sign_in(page, base, key)
+    page.goto(f"{base}/ui#job={validated}")
+    points = page.locator('[data-kind="curves"] circle.validation-loss-point')
+    points.first.wait_for(timeout=10_000)
+    drawn = points.evaluate_all("cs => cs.map(c => c.querySelector('title').textContent)")
+    page.close()
 
-    # Assert
-    assert said == "Kept model round 2's, of its lowest test loss (0.052, accuracy 0.983)"
+    # Assert: each says which loss chose it; the validated one's curves draw its validation loss.
+    assert said == "Kept model round 2's, of its lowest test loss (0.052, test accuracy 0.983)"
+    assert (
+        kept == "Kept model round 2's, of its lowest validation loss (0.200, test accuracy 0.983)"
+    )
+    assert last == "Validation loss 0.250"
+    assert drawn == [
+        f"round {n}: validation loss {v}" for n, v in [(1, "0.300"), (2, "0.200"), (3, "0.250")]
+    ]
 
 
 def test_a_queued_jobs_page_says_what_it_waits_for(

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import numpy as np
@@ -34,6 +34,7 @@ from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.datasets import partial_file
 from faasdl.controller.datasets import uploads as uploads_of
+from faasdl.controller.events import shard_blob, validation_blob
 from faasdl.controller.jobs import Controller
 from faasdl.controller.plan import JobPlan
 from faasdl.controller.validator import JobSpec
@@ -54,7 +55,7 @@ from faasdl.store.records import (
     job_key,
     update,
 )
-from faasdl.training.datasets import ONE_DATA_SET
+from faasdl.training.datasets import ONE_DATA_SET, Shard
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually, write_and_die
 from tests.controller.conftest import round_result
@@ -341,18 +342,44 @@ def test_a_job_stops_in_the_round_that_passes_its_budget_and_trains_no_more_when
     assert client.get(f"/v1/jobs/{job_id}/ledger").json() == used
 
 
+#: One-epoch rounds at a learning rate whose loss stalls within a few rounds, patience 2.
+PATIENT_JOB = {
+    **DIGITS_JOB,
+    "workers": 2,
+    "epochs": 60,
+    "learning_rate": 0.01,
+    "patience": 2,
+    "keep_model": "best",
+}
+
+
+def patient_end(record: dict[str, Any], of: Literal["test", "validation"]) -> tuple[int, int, str]:
+    """How a ``PATIENT_JOB`` whose rounds scored as ``record``'s did (by its ``of`` set's loss)
+    ends: its best round (the first of the lowest), the rounds it trains (to the first two past
+    the lowest before it, or all) and its log's last line."""
+    rounds = record["rounds"]
+    losses = [r[f"{of}_loss"] for r in rounds]
+    best = 1 + min(range(len(losses)), key=losses.__getitem__)
+    lowest = [1 + min(range(n), key=losses.__getitem__) for n in range(1, len(losses) + 1)]
+    stalled = [n for n, at in enumerate(lowest, start=1) if n - at >= 2]
+    kept = (
+        f"its model is round {best}'s, of its lowest {of} loss ({losses[best - 1]:.4f}, test "
+        f"accuracy {rounds[best - 1]['accuracy']:.4f})"
+    )
+    why = (
+        f"stopped early: its {of} loss has not fallen below round {best}'s "
+        f"({losses[best - 1]:.4f}) for 2 round(s) (patience)"
+        if stalled
+        else "all rounds done"
+    )
+    return best, stalled[0] if stalled else record["plan"]["rounds"], f"{why}; {kept}"
+
+
 def test_a_job_with_patience_stops_once_its_test_loss_stalls_and_keeps_its_best_round(
     client: httpx.Client, controller: Controller, api_url: str, admin_key: str
 ) -> None:
-    # Arrange: one-epoch rounds at a learning rate whose test loss stalls within a few rounds.
-    spec = {
-        **DIGITS_JOB,
-        "workers": 2,
-        "epochs": 60,
-        "learning_rate": 0.01,
-        "patience": 2,
-        "keep_model": "best",
-    }
+    # Arrange
+    spec = PATIENT_JOB
 
     # Execute: that job; and one like it without patience, cancelled after nine rounds.
     job_id = submit(client, spec)["job_id"]
@@ -368,33 +395,21 @@ def test_a_job_with_patience_stops_once_its_test_loss_stalls_and_keeps_its_best_
     # Assert: it stopped at the first round two rounds past its lowest test loss (or trained
     # every round), and kept that lowest round's model, saying so.
     assert record["state"] == "done", record["error"]
-    losses = [r["test_loss"] for r in record["rounds"]]
-    best = 1 + min(range(len(losses)), key=losses.__getitem__)  # the first of the lowest
-    lowest = [1 + min(range(n), key=losses.__getitem__) for n in range(1, len(losses) + 1)]
-    stalled = [n for n, at in enumerate(lowest, start=1) if n - at >= 2]
-    assert record["round"] == (stalled[0] if stalled else 60)
-    assert record["stopped_early"] is bool(stalled)
+    best, trained, said = patient_end(record, "test")
+    assert record["round"] == trained
+    assert record["stopped_early"] is (trained < 60)
     assert record["best"] == {
         "round": best,
         "weights": f"jobs/{job_id}/global/{best:05d}",
-        "test_loss": losses[best - 1],
+        "test_loss": record["rounds"][best - 1]["test_loss"],
         "accuracy": record["rounds"][best - 1]["accuracy"],
+        "validation_loss": None,
     }
     assert record["model"] == f"jobs/{job_id}/global/{best:05d}"
-    kept = (
-        f"its model is round {best}'s, of its lowest test loss ({losses[best - 1]:.4f}, test "
-        f"accuracy {record['rounds'][best - 1]['accuracy']:.4f})"
-    )
-    why = (
-        f"stopped early: its test loss has not fallen below round {best}'s "
-        f"({losses[best - 1]:.4f}) for 2 round(s) (patience)"
-        if stalled
-        else "all rounds done"
-    )
-    assert record["events"][-1]["message"] == f"{why}; {kept}"
+    assert record["events"][-1]["message"] == said
     assert status.exit_code == 0, status.output
     # Its summary says which round's model it kept (the caption folded to the table's width).
-    assert f"{why}; {kept}" in " ".join(status.stderr.split())
+    assert said in " ".join(status.stderr.split())
     # Cancelled, a job keeps its best round's model as well.
     losses = [r["test_loss"] for r in cancelled["rounds"]]
     best = 1 + min(range(len(losses)), key=losses.__getitem__)
@@ -409,6 +424,63 @@ def test_a_job_with_patience_stops_once_its_test_loss_stalls_and_keeps_its_best_
     listed = client.get("/v1/jobs", params={"limit": 1000}).json()
     [line] = [j for j in listed if j["job_id"] == job_id]
     assert line["accuracy"] == record["best"]["accuracy"]
+
+
+def test_a_job_with_a_validation_set_chooses_its_best_round_by_it_not_by_the_test_set(
+    client: httpx.Client, controller: Controller, api_url: str, admin_key: str
+) -> None:
+    # Arrange: the patience job, a fifth of its training examples held out.
+    spec = {**PATIENT_JOB, "epochs": 40, "validation_fraction": 0.2}
+
+    # Execute
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    record = job(client, job_id)["job"]
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
+
+    # Assert: 288 of digits' 1,438 training examples held out, the shards holding the rest;
+    # each round scored on both sets, and patience and the kept model going by the validation
+    # loss.
+    assert record["state"] == "done", record["error"]
+    plan = record["plan"]
+    assert (plan["examples"], plan["validation_examples"], plan["test_examples"]) == (
+        1150,
+        288,
+        359,
+    )
+    store = controller.store
+    held = Shard.from_bytes(store.get_blob(validation_blob(job_id)), index=0)
+    shards = [Shard.from_bytes(store.get_blob(shard_blob(job_id, i)), index=i) for i in range(2)]
+    assert (held.count, sum(s.count for s in shards)) == (288, 1150)
+    assert "2 shards, the validation set, and the test set are in the store" in [
+        e["message"] for e in record["events"] if e["kind"] == "staged"
+    ]
+    rounds = record["rounds"]
+    assert all(0 <= r["validation_accuracy"] <= 1 for r in rounds)
+    assert all(r["validation_loss"] != r["test_loss"] for r in rounds)  # two sets, not one
+    best, trained, said = patient_end(record, "validation")
+    assert record["round"] == trained
+    assert record["best"] == {
+        "round": best,
+        "weights": f"jobs/{job_id}/global/{best:05d}",
+        "test_loss": rounds[best - 1]["test_loss"],
+        "accuracy": rounds[best - 1]["accuracy"],
+        "validation_loss": rounds[best - 1]["validation_loss"],
+    }
+    assert record["model"] == record["best"]["weights"]
+    assert record["events"][-1]["message"] == said
+    finished = [e["message"] for e in record["events"] if e["kind"] == "round_finished"]
+    first = rounds[0]
+    assert finished[0] == (
+        f"round 1/40: loss {first['loss']:.4f}, validation loss {first['validation_loss']:.4f}, "
+        f"test accuracy {first['accuracy']:.4f}"
+    )
+    assert status.exit_code == 0, status.output
+    table = " ".join(status.stderr.split())
+    assert "validation loss" in table
+    kept = rounds[best - 1]
+    assert f"{kept['validation_loss']:.4f} │ {kept['validation_accuracy']:.4f}" in table
 
 
 def trained_rates(
@@ -1068,7 +1140,8 @@ def test_compare_shows_a_sweeps_jobs_side_by_side(
             "rounds": 1,
             "fields": {"learning_rate": r["spec"]["learning_rate"]},
             "accuracy": r["rounds"][-1]["accuracy"],
-            "lowest_test_loss": r["best"]["test_loss"],
+            "lowest_loss": r["best"]["test_loss"],
+            "lowest_loss_of": "test",
             "lowest_at_round": 1,
             "cost_usd": r["cost_usd"],
         }
@@ -1082,7 +1155,7 @@ def test_compare_shows_a_sweeps_jobs_side_by_side(
     assert json.loads(by_ids.stdout.splitlines()[-1])["jobs"] == expected
     best_first = {
         "accuracy": sorted(expected, key=lambda row: -row["accuracy"]),
-        "loss": sorted(expected, key=lambda row: row["lowest_test_loss"]),
+        "loss": sorted(expected, key=lambda row: row["lowest_loss"]),
         "cost": sorted(expected, key=lambda row: row["cost_usd"]),
     }
     assert best_first["accuracy"] != expected[::-1]  # the higher rate's job, given last, first

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.controller.validator import JobSpec
+from faasdl.errors import ValidationError
 
 JOB = {"model": "mlp", "dataset": {"name": "digits"}, "epochs": 5, "workers": 4}
 
@@ -27,3 +29,23 @@ def test_a_learning_rate_schedule_gives_each_round_its_factor() -> None:
     # The workers' √4 and the round's factor, together.
     assert cosine.worker_learning_rate(4, 4) == pytest.approx(1e-3 * 2 * 0.1)
     assert JobSpec.model_validate(JOB).worker_learning_rate(4, 3) == pytest.approx(2e-3)
+
+
+def test_a_validation_fraction_holds_its_share_of_the_training_examples_out() -> None:
+    half = JobSpec.model_validate({**JOB, "validation_fraction": 0.5})
+    tenth = JobSpec.model_validate({**JOB, "validation_fraction": 0.1})
+    none = JobSpec.model_validate(JOB)
+
+    assert [half.validation_examples(n) for n in (2, 3, 1437)] == [1, 2, 718]
+    assert tenth.validation_examples(1437) == 144
+    assert none.validation_examples(1437) == 0
+    # One that rounds to no example is refused, naming the field and what would hold one out.
+    with pytest.raises(ValidationError) as refused:
+        tenth.validation_examples(4)
+    assert str(refused.value) == (
+        "validation_fraction: 0.1 of the 4 training examples holds none out: 0.25 holds one, 0 none"
+    )
+    assert refused.value.field == "validation_fraction"
+    # More than half is refused by the schema: the shards would train on less than they choose by.
+    with pytest.raises(PydanticValidationError, match=r"less than or equal to 0\.5"):
+        JobSpec.model_validate({**JOB, "validation_fraction": 0.6})

@@ -13,6 +13,7 @@ from faasdl.training import datasets
 from faasdl.training.datasets import (
     DIGITS_IMAGES,
     MAX_LABEL,
+    Dataset,
     DigitsSpec,
     NpzSpec,
     Shard,
@@ -21,6 +22,7 @@ from faasdl.training.datasets import (
     load_dataset,
     split_shards,
     untrained_classes,
+    validation_set,
 )
 
 
@@ -58,6 +60,30 @@ def test_shards_cover_the_training_set_once_and_depend_only_on_the_seed() -> Non
     again = split_shards(data, 3, seed=7)
     assert all(np.array_equal(a.y, b.y) for a, b in zip(shards, again, strict=True))
     assert not np.array_equal(next(split_shards(data, 3, seed=8)).y, shards[0].y)
+
+
+def test_a_validation_set_is_held_out_of_the_shards_by_the_seed() -> None:
+    # Arrange: 100 training examples, each its own value.
+    values = np.arange(100, dtype=np.float32)[:, None]
+    labels = np.arange(100, dtype=np.int32) % 2
+    data = Dataset(values, labels, values[:2], labels[:2], classes=2)
+
+    # Execute
+    shards = list(split_shards(data, 3, seed=5, held_out=20))
+    held = validation_set(data, 20, seed=5)
+    other = validation_set(data, 20, seed=6)
+
+    # Assert: the shards and the validation set part the training set between them; the same
+    # seed holds the same examples out, another other ones.
+    trained = np.concatenate([s.x[:, 0] for s in shards])
+    assert sorted(s.count for s in shards) == [26, 27, 27]
+    assert held.count == 20
+    assert sorted([*trained, *held.x[:, 0]]) == list(range(100))
+    assert np.array_equal(held.y, held.x[:, 0].astype(np.int32) % 2)
+    assert np.array_equal(validation_set(data, 20, seed=5).x, held.x)
+    assert not np.array_equal(np.sort(other.x[:, 0]), np.sort(held.x[:, 0]))
+    with pytest.raises(ValidationError, match="cannot split 2 examples into 3 shards"):
+        split_shards(data, 3, seed=5, held_out=98)
 
 
 def test_shards_are_copied_out_one_at_a_time() -> None:

@@ -274,9 +274,15 @@ function renderSummary(view) {
       + (job.plan && job.plan.train_cost_usd != null
         ? ` (its training ${fmt(job.plan.train_cost_usd, 6)} by past runs)` : "")],
   ];
+  if (last && last.validation_loss != null) {
+    facts.splice(6, 0, ["Validation loss", fmt(last.validation_loss)]);
+  }
   if (job.spec.keep_model === "best" && job.best) {
-    facts.push(["Kept model", `round ${job.best.round}'s, of its lowest test loss `
-      + `(${fmt(job.best.test_loss)}, accuracy ${fmt(job.best.accuracy)})`]);
+    const validated = job.best.validation_loss != null;
+    facts.push(["Kept model", `round ${job.best.round}'s, of its lowest `
+      + `${validated ? "validation" : "test"} loss `
+      + `(${fmt(validated ? job.best.validation_loss : job.best.test_loss)}, `
+      + `test accuracy ${fmt(job.best.accuracy)})`]);
   }
   if (view.queue_position !== null) facts.push(["Queue position", view.queue_position]);
   if (view.waiting_for) facts.push(["Waiting for", view.waiting_for]);
@@ -422,7 +428,8 @@ function renderLanes(view, ledger) {
   $("#lanes").replaceChildren(chart);
 }
 
-// Training loss, test loss (left axis) and test accuracy (right axis, 0–1), a point per round.
+// Training loss, test loss, validation loss where the job holds a validation set out (left axis)
+// and test accuracy (right axis, 0–1), a point per round.
 function renderCurves(rounds) {
   const width = Math.max(480, Math.min(900, $("#curves").clientWidth - 2));
   const height = 220;
@@ -433,7 +440,8 @@ function renderCurves(rounds) {
     $("#curves").replaceChildren(chart);
     return;
   }
-  const losses = rounds.flatMap((r) => [r.loss, r.test_loss]);
+  const validated = rounds.some((r) => r.validation_loss != null);
+  const losses = rounds.flatMap((r) => [r.loss, r.test_loss, r.validation_loss ?? 0]);
   const top = Math.max(1e-9, ...losses);
   const plot = width - 2 * pad - 160; // room for the legend on the right
   const px = (i) => pad + (rounds.length > 1 ? i / (rounds.length - 1) : 0.5) * plot;
@@ -446,15 +454,17 @@ function renderCurves(rounds) {
   const series = [
     ["loss", (r) => r.loss, top, "training loss"],
     ["test-loss", (r) => r.test_loss, top, "test loss"],
+    ...(validated ? [["validation-loss", (r) => r.validation_loss, top, "validation loss"]] : []),
     ["accuracy", (r) => r.accuracy, 1, "test accuracy"],
   ];
   series.forEach(([cls, , , name], i) => chart.append(
     svg("line", { class: cls, x1: width - 150, x2: width - 130, y1: pad + 8 + i * 18, y2: pad + 8 + i * 18 }),
     svg("text", { x: width - 124, y: pad + 12 + i * 18 }, name)));
   for (const [cls, value, max, name] of series) {
-    const points = rounds.map((r, i) => `${px(i)},${py(value(r), max)}`).join(" ");
+    const scored = rounds.map((r, i) => [r, i]).filter(([r]) => value(r) != null);
+    const points = scored.map(([r, i]) => `${px(i)},${py(value(r), max)}`).join(" ");
     chart.append(svg("polyline", { class: cls, points }));
-    rounds.forEach((r, i) => chart.append(titled(svg("circle", {
+    scored.forEach(([r, i]) => chart.append(titled(svg("circle", {
       class: `${cls}-point`, cx: px(i), cy: py(value(r), max), r: 3.5, "data-round": r.round,
     }), `round ${r.round + 1}: ${name} ${fmt(value(r))}`)));
   }
