@@ -25,6 +25,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from faasdl.controller.client import ENDED
 from faasdl.errors import PlatformUnavailable
 from faasdl.store.records import LedgerTotals
 
@@ -62,7 +63,7 @@ def watch(
         with Live(picture.group, console=console, refresh_per_second=4, transient=False) as live:
             while True:
                 picture.show(view, live.console)
-                if view["job"]["state"] in ("done", "failed", "cancelled"):
+                if view["job"]["state"] in ENDED:
                     if latest == 0:
                         return view
                     return _read_through_outages(read, 0, live.console, reconnect_s)
@@ -117,6 +118,13 @@ class _Picture:
         self.rounds.update(
             self.overall, completed=job["round"], info=f"{info}${job['cost_usd']:.6f}"
         )
+        if job["state"] in ENDED:
+            # No round in progress: its units' bars would say what the last look saw (a unit
+            # running, of a round since finished).
+            for bar in self.bars.values():
+                self.units.remove_task(bar)
+            self.bars.clear()
+            return
         for unit in view["units"]:
             shard = unit["shard"]
             if shard not in self.bars:

@@ -937,6 +937,8 @@ def test_the_cli_submits_watches_lists_downloads_and_deletes(
     assert "an API key is required" in keyless.output
     assert submitted.exit_code == 0, submitted.output
     assert "round_finished" in submitted.output
+    # Its last picture draws no unit's bar: the job has ended, none runs.
+    assert not re.search(r"shard \d+ \S+ +round \d+ ", submitted.output), submitted.output
     [row] = [j for j in json.loads(listed.stdout.splitlines()[-1]) if j["job_id"] == job_id]
     when = datetime.fromtimestamp(row["created_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
     assert re.search(rf"{job_id}\s*│\s*{when}", listed.output)  # submitted, in local time
