@@ -628,15 +628,31 @@ def _plan_table(plan: JobPlan, *, title: str) -> Table:
 
 
 def _expected_cost(plan: JobPlan) -> str:
-    """What a plan's training actions cost by past runs, in words."""
+    """What a plan's actions cost by past runs, in words."""
     train, cost = plan.train, plan.train_cost_usd
     start, epoch = train.median_overhead_ms, train.median_epoch_ms
     if cost is None or start is None or epoch is None:
         return "unknown: no past run of its signature (a first job measures it)"
+    training = (
+        f"its training actions ${cost:.6f} ({start / 1000:g} s an action's start and end, "
+        f"{epoch / 1000:g} s an epoch)"
+    )
+    if plan.expected_cost_usd is None:
+        return (
+            f"{training}, by the medians of past runs; cold starts, aggregation, evaluation "
+            "and warm replicas come on top"
+        )
+    aggregate_ms, evaluate_ms = train.median_aggregate_ms or 0, train.median_evaluate_ms or 0
+    merge = plan.expected_cost_usd - cost
+    aggregations = (
+        f"{plan.aggregations} aggregation(s) of {aggregate_ms / 1000:g} s and "
+        if plan.aggregations
+        else ""
+    )
     return (
-        f"${cost:.6f} for its training actions, by the medians of past runs ({start / 1000:g} s "
-        f"an action's start and end, {epoch / 1000:g} s an epoch); cold starts, aggregation, "
-        "evaluation and warm replicas come on top"
+        f"${plan.expected_cost_usd:.6f} by the medians of past runs: {training}, each round's "
+        f"{aggregations}evaluation of {evaluate_ms / 1000:g} s ${merge:.6f}; cold starts and "
+        "warm replicas come on top"
     )
 
 

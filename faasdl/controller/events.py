@@ -1044,6 +1044,8 @@ class JobRunner:
                     record,
                     failure,
                 )
+            elif failure is None:
+                self.rt.sizer.learn_merge_step(self.plan.train, task.kind, record)
         if task.kind != "train" or task.done:
             return failure
         unit = ended.unit = self._read_unit(task)

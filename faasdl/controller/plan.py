@@ -40,13 +40,32 @@ class JobPlan(BaseModel):
     aggregate_timeout_ms: int
     fan_in: int
     tree: list[list[list[int]]]
-    # What its training actions would cost by the medians of past runs (none without history):
-    # cold starts, aggregation, evaluation and warm replicas come on top.
+    # What its training actions would cost by the medians of past runs (none without history),
+    # and all its actions, its rounds' aggregations and evaluations too (none until those are
+    # on record as well): cold starts and warm replicas come on top.
     train_cost_usd: float | None = None
+    expected_cost_usd: float | None = None
 
     @property
     def workers(self) -> int:
         return self.train.containers
+
+    @property
+    def aggregations(self) -> int:
+        """Aggregation actions a round runs: the tree's groups (none for one trainer)."""
+        return sum(len(level) for level in self.tree)
+
+    def merge_cost_usd(self, price_per_gb_s: float) -> float | None:
+        """What its rounds' aggregations and evaluations would cost by the medians of past
+        runs; none where one of them is not on record."""
+        aggregate_ms, evaluate_ms = self.train.median_aggregate_ms, self.train.median_evaluate_ms
+        if evaluate_ms is None or (aggregate_ms is None and self.aggregations):
+            return None
+        gb_ms = (
+            self.aggregations * self.aggregate_memory_mb * (aggregate_ms or 0)
+            + self.train.memory_mb * evaluate_ms
+        ) / 1024
+        return self.rounds * gb_ms / 1000 * price_per_gb_s
 
     @property
     def demand_mb(self) -> int:
@@ -77,7 +96,7 @@ def make_plan(
     )
     fan = fan_in(model_mb=model_mb, memory_mb=memory, max_fan_in=max_fan_in)
     tree = plan_tree(train.containers, fan)
-    return JobPlan(
+    plan = JobPlan(
         train=train,
         rounds=spec.rounds,
         epochs_per_round=spec.epochs_per_round,
@@ -97,15 +116,23 @@ def make_plan(
         tree=[[list(group) for group in level] for level in tree.levels],
         train_cost_usd=_train_cost_usd(spec, train, price_per_gb_s),
     )
+    merge = plan.merge_cost_usd(price_per_gb_s)
+    if plan.train_cost_usd is None or merge is None:
+        return plan
+    return plan.model_copy(update={"expected_cost_usd": plan.train_cost_usd + merge})
 
 
 def over_budget(spec: JobSpec, plan: JobPlan) -> str | None:
-    """What a job whose ``max_cost_usd`` is below its plan's ``train_cost_usd`` is told."""
-    budget, expected = spec.max_cost_usd, plan.train_cost_usd
+    """What a job whose ``max_cost_usd`` is below its plan's expected cost (its actions', or
+    its training actions' where the others are not on record) is told."""
+    budget = spec.max_cost_usd
+    expected, what = plan.expected_cost_usd, "its actions"
+    if expected is None:
+        expected, what = plan.train_cost_usd, "its training actions"
     if budget is None or expected is None or expected <= budget:
         return None
     return (
-        f"its max_cost_usd ({budget:.6f}) is below what its training actions cost by past runs "
+        f"its max_cost_usd ({budget:.6f}) is below what {what} cost by past runs "
         f"({expected:.6f}): it will stop before its last round"
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Literal
 
 from faasdl.errors import StoreError
 from faasdl.store.base import StateStore
@@ -76,6 +77,20 @@ def record_run(
                 "timeout_ms": timeout_ms,
             }
         )
+
+    update(store, history_key(sig), ExecutionHistory, change)
+
+
+def record_merge_step(
+    store: StateStore, sig: str, kind: Literal["aggregate", "evaluate"], duration_ms: int
+) -> None:
+    """Add the time of one successful aggregation or evaluation of a job whose trainers run
+    ``sig`` (without a cold start): the latest few, as a training run's."""
+
+    def change(old: ExecutionHistory | None) -> ExecutionHistory:
+        old = old or ExecutionHistory(signature=sig)
+        field = f"{kind}_ms"
+        return old.model_copy(update={field: [*getattr(old, field), duration_ms][-KEEP_DURATIONS:]})
 
     update(store, history_key(sig), ExecutionHistory, change)
 

@@ -84,6 +84,9 @@ class ActionPlan(BaseModel):
     # its time per epoch; none without history (and in plans made before they were kept).
     median_overhead_ms: int | None = None
     median_epoch_ms: int | None = None
+    # And of the rounds' aggregations and evaluations (jobs of the signature's).
+    median_aggregate_ms: int | None = None
+    median_evaluate_ms: int | None = None
 
 
 def check_workers(request: EstimateRequest, data: DataFacts) -> None:
@@ -187,6 +190,8 @@ def plan_training(
         timeout_source=timeout.source,
         median_overhead_ms=_median_ms(past.overhead_ms) if past else None,
         median_epoch_ms=_median_ms(past.epoch_ms) if past else None,
+        median_aggregate_ms=_median_ms(past.aggregate_ms) if past else None,
+        median_evaluate_ms=_median_ms(past.evaluate_ms) if past else None,
     )
 
 

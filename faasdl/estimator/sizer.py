@@ -13,7 +13,7 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import fields
-from typing import Any
+from typing import Any, Literal
 
 from faasdl.actions import TRAIN, deploy_variant
 from faasdl.config import Settings
@@ -199,6 +199,14 @@ class Sizer:
                 known.runtime_id or "unnamed",
             )
         return measured
+
+    def learn_merge_step(
+        self, plan: ActionPlan, kind: Literal["aggregate", "evaluate"], activation: Activation
+    ) -> None:
+        """Record how long a successful aggregation or evaluation of a job whose trainers run
+        ``plan`` took, its cold start aside (what its plans' expected cost is made of)."""
+        ms = (activation.duration or 0) - (activation.init_time or 0)
+        history.record_merge_step(self.store, plan.signature, kind, max(0, ms))
 
     def learn(self, plan: ActionPlan, activation: Activation, failure: Failure | None) -> None:
         """Record what a training activation of ``plan`` used, or the limits it failed under."""

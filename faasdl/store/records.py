@@ -380,6 +380,10 @@ class ExecutionHistory(Record):
     peak_memory_mb: float = 0.0
     overhead_ms: list[int] = Field(default_factory=list)
     epoch_ms: list[int] = Field(default_factory=list)
+    # The jobs' other activations of each round, by the trainers' signature: an aggregation's
+    # and an evaluation's time, without a cold start (none in records from before).
+    aggregate_ms: list[int] = Field(default_factory=list)
+    evaluate_ms: list[int] = Field(default_factory=list)
     memory_floor_mb: int = 0
     timeout_floor_ms: int = 0
     timeout_ms: int = 0

@@ -1050,27 +1050,36 @@ def test_the_cli_asks_the_controller_for_a_plan_with_url(
     ) in " ".join(here.output.split())
 
 
-def test_a_plan_says_what_its_training_costs_by_past_runs_and_warns_a_budget_below_it(
+def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below_it(
     api_url: str, admin_key: str, client: httpx.Client, controller: Controller, tmp_path: Path
 ) -> None:
     # Arrange: a run of the job's signature in the history; the job on a budget below what its
-    # training would cost, and one of a signature never run (another batch size).
+    # actions would cost, one of a signature never run (another batch size), and one of a
+    # signature whose training alone is on record (as a history from before kept it).
     follow(client, submit(client, {**DIGITS_JOB, "epochs": 1})["job_id"])
     job = {**DIGITS_JOB, "epochs": 4, "sync_every": 2, "max_cost_usd": 1e-6}
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(job))
     unrun = tmp_path / "unrun.yaml"
     unrun.write_text(yaml.safe_dump({**job, "batch_size": 24}))
+    trained = tmp_path / "trained.yaml"
+    trained.write_text(yaml.safe_dump({**job, "batch_size": 20}))
+    signature = controller.estimate(JobSpec.model_validate({**job, "batch_size": 20})).train
+    history.record_run(
+        controller.store, signature.signature, peak_memory_mb=300, overhead_ms=400, epoch_ms=200
+    )
     env = {"FAASDL_CLIENT__API_KEY": admin_key}
 
     # Execute
     asked = runner.invoke(app, ["estimate", "--spec", str(spec), "--url", api_url], env=env)
     never = runner.invoke(app, ["estimate", "--spec", str(unrun), "--url", api_url], env=env)
+    partly = runner.invoke(app, ["estimate", "--spec", str(trained), "--url", api_url], env=env)
     submitted = submit(client, job)
     client.delete(f"/v1/jobs/{submitted['job_id']}")
 
     # Assert: the medians of the signature's past runs, the cost they give its four epochs in
-    # two rounds on four trainers, and the warning, in the plan and as the job is submitted.
+    # two rounds on four trainers, with each round's aggregations and evaluation, and the
+    # warning, in the plan and as the job is submitted.
     assert asked.exit_code == 0, asked.output
     plan = json.loads(asked.stdout.splitlines()[-1])
     train = plan["train"]
@@ -1079,18 +1088,32 @@ def test_a_plan_says_what_its_training_costs_by_past_runs_and_warns_a_budget_bel
     assert past.runs > 0
     assert train["median_overhead_ms"] == round(statistics.median(past.overhead_ms))
     assert train["median_epoch_ms"] == round(statistics.median(past.epoch_ms))
+    assert train["median_aggregate_ms"] == round(statistics.median(past.aggregate_ms))
+    assert train["median_evaluate_ms"] == round(statistics.median(past.evaluate_ms))
+    price = Settings().price_per_gb_s
     ms = 2 * train["median_overhead_ms"] + 4 * train["median_epoch_ms"]
-    cost = 4 * train["memory_mb"] / 1024 * ms / 1000 * Settings().price_per_gb_s
+    cost = 4 * train["memory_mb"] / 1024 * ms / 1000 * price
+    aggregations = sum(len(level) for level in plan["tree"])
+    assert aggregations >= 1
+    merge_gb_ms = (
+        aggregations * plan["aggregate_memory_mb"] * train["median_aggregate_ms"]
+        + train["memory_mb"] * train["median_evaluate_ms"]
+    ) / 1024
+    merge = 2 * merge_gb_ms / 1000 * price
     assert plan["train_cost_usd"] == pytest.approx(cost)
+    assert plan["expected_cost_usd"] == pytest.approx(cost + merge)
     shown = " ".join(asked.stderr.split())
-    assert (
-        f"expected cost │ ${cost:.6f} for its training actions, by the medians of past runs "
-        f"({train['median_overhead_ms'] / 1000:g} s an action's start and end, "
-        f"{train['median_epoch_ms'] / 1000:g} s an epoch)"
-    ) in shown
+    assert plan_row(asked.stderr, "expected cost") == (
+        f"${cost + merge:.6f} by the medians of past runs: its training actions "
+        f"${cost:.6f} ({train['median_overhead_ms'] / 1000:g} s an action's start and end, "
+        f"{train['median_epoch_ms'] / 1000:g} s an epoch), each round's {aggregations} "
+        f"aggregation(s) of {train['median_aggregate_ms'] / 1000:g} s and evaluation of "
+        f"{train['median_evaluate_ms'] / 1000:g} s ${merge:.6f}; cold starts and warm replicas "
+        "come on top"
+    )
     warning = (
-        f"its max_cost_usd (0.000001) is below what its training actions cost by past runs "
-        f"({cost:.6f}): it will stop before its last round"
+        f"its max_cost_usd (0.000001) is below what its actions cost by past runs "
+        f"({cost + merge:.6f}): it will stop before its last round"
     )
     assert f"warning: {warning}" in shown
     assert submitted["events"][0]["message"].endswith(f"; {warning}")
@@ -1099,6 +1122,30 @@ def test_a_plan_says_what_its_training_costs_by_past_runs_and_warns_a_budget_bel
     assert "unknown: no past run of its signature (a first job measures it)" in " ".join(
         never.stderr.split()
     )
+    # Its training alone on record: that, and what it leaves out.
+    assert partly.exit_code == 0, partly.output
+    partial = json.loads(partly.stdout.splitlines()[-1])
+    assert partial["expected_cost_usd"] is None
+    assert plan_row(partly.stderr, "expected cost") == (
+        f"its training actions ${partial['train_cost_usd']:.6f} (0.4 s an action's start and "
+        "end, 0.2 s an epoch), by the medians of past runs; cold starts, aggregation, "
+        "evaluation and warm replicas come on top"
+    )
+    assert "below what its training actions cost by past runs" in " ".join(partly.stderr.split())
+
+
+def plan_row(output: str, name: str) -> str:
+    """The words of row ``name`` of the plan's table in ``output``, its wrapped lines joined."""
+    words, inside = [], False
+    for line in output.splitlines():
+        cells = line.split("│")
+        if len(cells) != 4:  # a border, or a line outside the table
+            continue
+        if label := cells[1].strip():
+            inside = label == name
+        if inside:
+            words.append(cells[2].strip())
+    return " ".join(words)
 
 
 def test_compare_shows_a_sweeps_jobs_side_by_side(

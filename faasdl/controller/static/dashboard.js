@@ -271,8 +271,10 @@ function renderSummary(view) {
     ["Activations", job.activation_count],
     ["Cost (USD)", fmt(job.cost_usd, 6)
       + (job.spec.max_cost_usd ? ` of its ${job.spec.max_cost_usd} budget` : "")
-      + (job.plan && job.plan.train_cost_usd != null
-        ? ` (its training ${fmt(job.plan.train_cost_usd, 6)} by past runs)` : "")],
+      + (job.plan && job.plan.expected_cost_usd != null
+        ? ` (its actions ${fmt(job.plan.expected_cost_usd, 6)} by past runs)`
+        : job.plan && job.plan.train_cost_usd != null
+          ? ` (its training ${fmt(job.plan.train_cost_usd, 6)} by past runs)` : "")],
   ];
   if (last && last.validation_loss != null) {
     facts.splice(6, 0, ["Validation loss", fmt(last.validation_loss)]);
