@@ -649,10 +649,16 @@ def _expected_cost(plan: JobPlan) -> str:
         if plan.aggregations
         else ""
     )
-    return (
+    said = (
         f"${plan.expected_cost_usd:.6f} by the medians of past runs: {training}, each round's "
-        f"{aggregations}evaluation of {evaluate_ms / 1000:g} s ${merge:.6f}; cold starts and "
-        "warm replicas come on top"
+        f"{aggregations}evaluation of {evaluate_ms / 1000:g} s ${merge:.6f}"
+    )
+    cold, start_ms = plan.expected_cost_cold_usd, train.median_cold_start_ms
+    if cold is None or start_ms is None:
+        return f"{said}; cold starts and warm replicas come on top"
+    return (
+        f"{said}; ${cold:.6f} with each of its {plan.workers} trainer(s) starting cold once "
+        f"({start_ms / 1000:g} s a start); warm replicas come on top"
     )
 
 

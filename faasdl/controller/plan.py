@@ -42,9 +42,11 @@ class JobPlan(BaseModel):
     tree: list[list[list[int]]]
     # What its training actions would cost by the medians of past runs (none without history),
     # and all its actions, its rounds' aggregations and evaluations too (none until those are
-    # on record as well): cold starts and warm replicas come on top.
+    # on record as well), on warm containers; and that with each trainer starting cold once
+    # (none before a cold start is on record). Warm replicas come on top.
     train_cost_usd: float | None = None
     expected_cost_usd: float | None = None
+    expected_cost_cold_usd: float | None = None
 
     @property
     def workers(self) -> int:
@@ -119,21 +121,36 @@ def make_plan(
     merge = plan.merge_cost_usd(price_per_gb_s)
     if plan.train_cost_usd is None or merge is None:
         return plan
-    return plan.model_copy(update={"expected_cost_usd": plan.train_cost_usd + merge})
+    warm = plan.train_cost_usd + merge
+    start_ms = train.median_cold_start_ms
+    cold = None
+    if start_ms is not None:
+        cold = warm + train.containers * train.memory_mb / 1024 * start_ms / 1000 * price_per_gb_s
+    return plan.model_copy(update={"expected_cost_usd": warm, "expected_cost_cold_usd": cold})
 
 
 def over_budget(spec: JobSpec, plan: JobPlan) -> str | None:
     """What a job whose ``max_cost_usd`` is below its plan's expected cost (its actions', or
-    its training actions' where the others are not on record) is told."""
+    its training actions' where the others are not on record) is told; or below it with its
+    trainers' cold starts."""
     budget = spec.max_cost_usd
     expected, what = plan.expected_cost_usd, "its actions"
     if expected is None:
         expected, what = plan.train_cost_usd, "its training actions"
-    if budget is None or expected is None or expected <= budget:
+    if budget is None or expected is None:
+        return None
+    if expected > budget:
+        return (
+            f"its max_cost_usd ({budget:.6f}) is below what {what} cost by past runs "
+            f"({expected:.6f}): it will stop before its last round"
+        )
+    cold = plan.expected_cost_cold_usd
+    if cold is None or cold <= budget:
         return None
     return (
-        f"its max_cost_usd ({budget:.6f}) is below what {what} cost by past runs "
-        f"({expected:.6f}): it will stop before its last round"
+        f"its max_cost_usd ({budget:.6f}) is below what its actions cost by past runs with each "
+        f"of its {plan.workers} trainer(s) starting cold once ({cold:.6f}; {expected:.6f} on warm "
+        "containers): it may stop before its last round"
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,6 +87,8 @@ class ActionPlan(BaseModel):
     # And of the rounds' aggregations and evaluations (jobs of the signature's).
     median_aggregate_ms: int | None = None
     median_evaluate_ms: int | None = None
+    # The median of the runtime's cold starts on record (its /init; none before one).
+    median_cold_start_ms: int | None = None
 
 
 def check_workers(request: EstimateRequest, data: DataFacts) -> None:
@@ -120,6 +122,7 @@ def plan_training(
     step_mb: int,
     price_per_gb_s: float,
     coefficients: Coefficients = DEFAULT,
+    cold_starts_ms: Sequence[int] = (),
 ) -> ActionPlan:
     """Containers, memory and timeout of one training action; raises ``ValidationError`` for a
     job that cannot run as asked and ``EstimationError`` for one no limit of the platform fits."""
@@ -192,10 +195,11 @@ def plan_training(
         median_epoch_ms=_median_ms(past.epoch_ms) if past else None,
         median_aggregate_ms=_median_ms(past.aggregate_ms) if past else None,
         median_evaluate_ms=_median_ms(past.evaluate_ms) if past else None,
+        median_cold_start_ms=_median_ms(cold_starts_ms),
     )
 
 
-def _median_ms(durations: list[int]) -> int | None:
+def _median_ms(durations: Sequence[int]) -> int | None:
     return round(statistics.median(durations)) if durations else None
 
 

@@ -136,6 +136,7 @@ class Sizer:
             profile=self.profile(request.model, facts.input_shape, facts.classes),
             baseline_mb=runtime.peak_memory_mb,
             init_ms=max(runtime.init_ms, default=0),
+            cold_starts_ms=runtime.init_ms,
             limits=self.platform.limits(),
             history=lambda sig: history.read(self.store, sig),
             step_mb=self.settings.estimator.memory_step_mb,

@@ -693,7 +693,9 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     over_half = pool // (2 * plan.train.containers) + 64
     train = plan.train.model_copy(update={"memory_mb": over_half})
     plan = plan.model_copy(update={"train": train, "train_cost_usd": 0.0123})
-    running = running.model_copy(update={"plan": plan.model_dump(mode="json")})
+    # The running one's plan knows its other actions' cost and its cold starts' too.
+    known = plan.model_copy(update={"expected_cost_usd": 0.02, "expected_cost_cold_usd": 0.03})
+    running = running.model_copy(update={"plan": known.model_dump(mode="json")})
     spec = {**queued.spec, "max_cost_usd": 0.05}
     queued = queued.model_copy(update={"plan": plan.model_dump(mode="json"), "spec": spec})
     assert create(store, running)
@@ -701,9 +703,14 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
 
     # Execute
     said, cost = summary_facts(browser, base, key, queued.job_id, "Waiting for", "Cost")
+    [running_cost] = summary_facts(browser, base, key, running.job_id, "Cost")
 
     # Assert
     assert cost == "Cost (USD) 0.000000 of its 0.05 budget (its training 0.012300 by past runs)"
+    assert running_cost == (
+        "Cost (USD) 0.000000 (its actions 0.020000 by past runs, 0.030000 with its trainers' "
+        "cold starts)"
+    )
     assert 2 * plan.demand_mb > pool
     free = pool - plan.demand_mb
     assert said == (

@@ -1074,6 +1074,13 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
     asked = runner.invoke(app, ["estimate", "--spec", str(spec), "--url", api_url], env=env)
     never = runner.invoke(app, ["estimate", "--spec", str(unrun), "--url", api_url], env=env)
     partly = runner.invoke(app, ["estimate", "--spec", str(trained), "--url", api_url], env=env)
+    planned = json.loads(asked.stdout.splitlines()[-1])  # a budget between its two figures:
+    between = round((planned["expected_cost_usd"] + planned["expected_cost_cold_usd"]) / 2, 6)
+    maybe = runner.invoke(
+        app,
+        ["estimate", "--spec", str(spec), "--set", f"max_cost_usd={between}", "--url", api_url],
+        env=env,
+    )
     submitted = submit(client, job)
     client.delete(f"/v1/jobs/{submitted['job_id']}")
 
@@ -1100,16 +1107,24 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
         + train["memory_mb"] * train["median_evaluate_ms"]
     ) / 1024
     merge = 2 * merge_gb_ms / 1000 * price
+    runtime = history.read_baseline(
+        controller.store, controller.settings.estimator.baseline_runtime
+    )
+    assert runtime is not None
+    assert train["median_cold_start_ms"] == round(statistics.median(runtime.init_ms))
+    starts = 4 * train["memory_mb"] / 1024 * train["median_cold_start_ms"] / 1000 * price
     assert plan["train_cost_usd"] == pytest.approx(cost)
     assert plan["expected_cost_usd"] == pytest.approx(cost + merge)
+    assert plan["expected_cost_cold_usd"] == pytest.approx(cost + merge + starts)
     shown = " ".join(asked.stderr.split())
     assert plan_row(asked.stderr, "expected cost") == (
         f"${cost + merge:.6f} by the medians of past runs: its training actions "
         f"${cost:.6f} ({train['median_overhead_ms'] / 1000:g} s an action's start and end, "
         f"{train['median_epoch_ms'] / 1000:g} s an epoch), each round's {aggregations} "
         f"aggregation(s) of {train['median_aggregate_ms'] / 1000:g} s and evaluation of "
-        f"{train['median_evaluate_ms'] / 1000:g} s ${merge:.6f}; cold starts and warm replicas "
-        "come on top"
+        f"{train['median_evaluate_ms'] / 1000:g} s ${merge:.6f}; ${cost + merge + starts:.6f} "
+        f"with each of its 4 trainer(s) starting cold once "
+        f"({train['median_cold_start_ms'] / 1000:g} s a start); warm replicas come on top"
     )
     warning = (
         f"its max_cost_usd (0.000001) is below what its actions cost by past runs "
@@ -1117,6 +1132,13 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
     )
     assert f"warning: {warning}" in shown
     assert submitted["events"][0]["message"].endswith(f"; {warning}")
+    # A budget its actions fit on warm containers, not with their cold starts: it may stop.
+    assert maybe.exit_code == 0, maybe.output
+    assert (
+        f"warning: its max_cost_usd ({between:.6f}) is below what its actions cost by past runs "
+        f"with each of its 4 trainer(s) starting cold once ({cost + merge + starts:.6f}; "
+        f"{cost + merge:.6f} on warm containers): it may stop before its last round"
+    ) in " ".join(maybe.stderr.split())
     assert never.exit_code == 0, never.output
     assert json.loads(never.stdout.splitlines()[-1])["train_cost_usd"] is None
     assert "unknown: no past run of its signature (a first job measures it)" in " ".join(

@@ -272,7 +272,10 @@ function renderSummary(view) {
     ["Cost (USD)", fmt(job.cost_usd, 6)
       + (job.spec.max_cost_usd ? ` of its ${job.spec.max_cost_usd} budget` : "")
       + (job.plan && job.plan.expected_cost_usd != null
-        ? ` (its actions ${fmt(job.plan.expected_cost_usd, 6)} by past runs)`
+        ? ` (its actions ${fmt(job.plan.expected_cost_usd, 6)} by past runs`
+          + (job.plan.expected_cost_cold_usd != null
+            ? `, ${fmt(job.plan.expected_cost_cold_usd, 6)} with its trainers' cold starts)`
+            : ")")
         : job.plan && job.plan.train_cost_usd != null
           ? ` (its training ${fmt(job.plan.train_cost_usd, 6)} by past runs)` : "")],
   ];
