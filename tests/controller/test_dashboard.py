@@ -692,7 +692,15 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     queued, _ = stored_job(controller, job_id="f" * 16, state=JobState.QUEUED, created_ms=t + 1)
     over_half = pool // (2 * plan.train.containers) + 64
     train = plan.train.model_copy(update={"memory_mb": over_half})
-    plan = plan.model_copy(update={"train": train, "train_cost_usd": 0.0123})
+    # Its training's cost alone by past runs (whatever the history earlier tests left says).
+    plan = plan.model_copy(
+        update={
+            "train": train,
+            "train_cost_usd": 0.0123,
+            "expected_cost_usd": None,
+            "expected_cost_cold_usd": None,
+        }
+    )
     # The running one's plan knows its other actions' cost and its cold starts' too.
     known = plan.model_copy(update={"expected_cost_usd": 0.02, "expected_cost_cold_usd": 0.03})
     running = running.model_copy(update={"plan": known.model_dump(mode="json")})
