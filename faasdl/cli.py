@@ -618,6 +618,14 @@ def _plan_table(plan: JobPlan, *, title: str) -> Table:
         )
         + f", time limit {plan.aggregate_timeout_ms / 1000:g} s, fan-in {plan.fan_in}, "
         f"{len(plan.tree)} level(s): {plan.tree}",
+        "evaluation": "one a round, "
+        + (
+            f"{plan.evaluate_memory_mb} MB of its own: its largest set "
+            f"({max(plan.test_examples, plan.validation_examples):,} examples) is more than "
+            "a trainer holds"
+            if plan.evaluate_memory_mb
+            else "on the trainers' containers"
+        ),
         "signature": f"{train.signature} (the history's key)",
         "expected cost": _expected_cost(plan),
     }

@@ -927,6 +927,8 @@ class JobRunner:
     def _limits(self, task: _Task) -> Limits:
         if task.kind == "aggregate":
             return Limits(self.plan.aggregate_memory_mb, self.plan.aggregate_timeout_ms)
+        if task.kind == "evaluate":
+            return Limits(self.plan.evaluate_mb, self.plan.train.timeout_ms)
         return Limits(self.plan.train.memory_mb, self.plan.train.timeout_ms)
 
     def _variant(self, task: _Task) -> tuple[str, float]:
@@ -1219,6 +1221,8 @@ class JobRunner:
         plan = self.plan.model_copy(deep=True)
         if task.kind == "aggregate":
             plan.aggregate_memory_mb, plan.aggregate_timeout_ms = fixed.memory_mb, fixed.timeout_ms
+        elif task.kind == "evaluate":  # its memory its own, its time limit the trainers'
+            plan.evaluate_memory_mb, plan.train.timeout_ms = fixed.memory_mb, fixed.timeout_ms
         else:
             plan.train.memory_mb, plan.train.timeout_ms = fixed.memory_mb, fixed.timeout_ms
         self.plan = plan

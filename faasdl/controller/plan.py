@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 from faasdl.aggregation.tree import aggregator_memory_mb, fan_in, plan_tree
 from faasdl.controller.validator import JobSpec
-from faasdl.estimator.memory import MIB, round_to_class
+from faasdl.errors import EstimationError, ValidationError
+from faasdl.estimator.memory import DEFAULT, MIB, round_to_class
 from faasdl.estimator.planner import ActionPlan, DataFacts
 from faasdl.estimator.sizer import Sizer
 from faasdl.platform.base import PlatformLimits
@@ -38,6 +39,9 @@ class JobPlan(BaseModel):
     # What an aggregator holds, before the class (none in plans made before it was recorded).
     aggregate_memory_estimate_mb: float | None = None
     aggregate_timeout_ms: int
+    # An evaluation's memory, where the larger of its two sets (test, validation) needs more
+    # than a trainer holds for its shard; none: the trainers' (it runs on their containers).
+    evaluate_memory_mb: int | None = None
     fan_in: int
     tree: list[list[list[int]]]
     # What its training actions would cost by the medians of past runs (none without history),
@@ -53,6 +57,12 @@ class JobPlan(BaseModel):
         return self.train.containers
 
     @property
+    def evaluate_mb(self) -> int:
+        """The memory an evaluation runs with: its own, or the trainers' where that is more (a
+        failure may have raised theirs since)."""
+        return max(self.evaluate_memory_mb or 0, self.train.memory_mb)
+
+    @property
     def aggregations(self) -> int:
         """Aggregation actions a round runs: the tree's groups (none for one trainer)."""
         return sum(len(level) for level in self.tree)
@@ -65,7 +75,7 @@ class JobPlan(BaseModel):
             return None
         gb_ms = (
             self.aggregations * self.aggregate_memory_mb * (aggregate_ms or 0)
-            + self.train.memory_mb * evaluate_ms
+            + self.evaluate_mb * evaluate_ms
         ) / 1024
         return self.rounds * gb_ms / 1000 * price_per_gb_s
 
@@ -98,6 +108,7 @@ def make_plan(
     )
     fan = fan_in(model_mb=model_mb, memory_mb=memory, max_fan_in=max_fan_in)
     tree = plan_tree(train.containers, fan)
+    evaluate_mb = _evaluate_memory_mb(data, train, limits=limits, step_mb=step_mb)
     plan = JobPlan(
         train=train,
         rounds=spec.rounds,
@@ -114,6 +125,7 @@ def make_plan(
         aggregate_timeout_ms=max(
             limits.timeout_min_ms, min(limits.timeout_max_ms, AGGREGATE_TIMEOUT_MS)
         ),
+        evaluate_memory_mb=evaluate_mb if evaluate_mb > train.memory_mb else None,
         fan_in=fan,
         tree=[[list(group) for group in level] for level in tree.levels],
         train_cost_usd=_train_cost_usd(spec, train, price_per_gb_s),
@@ -127,6 +139,29 @@ def make_plan(
     if start_ms is not None:
         cold = warm + train.containers * train.memory_mb / 1024 * start_ms / 1000 * price_per_gb_s
     return plan.model_copy(update={"expected_cost_usd": warm, "expected_cost_cold_usd": cold})
+
+
+def _evaluate_memory_mb(
+    data: DataFacts, train: ActionPlan, *, limits: PlatformLimits, step_mb: int
+) -> int:
+    """The memory class of an evaluation: a trainer's estimate with its shard's part grown to
+    the larger set it scores (the test set, or the validation set), as the sizing counts a
+    shard (:mod:`faasdl.estimator.memory`); raises ``ValidationError`` where no class of the
+    platform's holds it."""
+    largest = max(data.test_examples, data.validation_examples)
+    more = max(0, largest - train.shard_examples) * data.example_bytes / MIB
+    needed = train.memory_estimate_mb + more * DEFAULT.shard * DEFAULT.margin
+    try:
+        return round_to_class(
+            needed, step_mb=step_mb, min_mb=limits.memory_min_mb, max_mb=limits.memory_max_mb
+        )
+    except EstimationError as exc:
+        raise ValidationError(
+            f"an evaluation of its {largest:,} test or validation examples needs {needed:.0f} "
+            f"MB, more than the platform allows an action ({limits.memory_max_mb} MB): hold "
+            "fewer out",
+            field="dataset",
+        ) from exc
 
 
 def over_budget(spec: JobSpec, plan: JobPlan) -> str | None:

@@ -483,6 +483,46 @@ def test_a_job_with_a_validation_set_chooses_its_best_round_by_it_not_by_the_tes
     assert f"{kept['validation_loss']:.4f} │ {kept['validation_accuracy']:.4f}" in table
 
 
+def test_an_evaluation_of_a_test_set_larger_than_a_trainer_holds_runs_with_memory_of_its_own(
+    client: httpx.Client, api_url: str, admin_key: str, tmp_path: Path
+) -> None:
+    # Arrange: 4,000 training examples on four trainers (1,000 a shard) and 20,000 to test.
+    spec = {
+        **DIGITS_JOB,
+        "dataset": {
+            "name": "synthetic",
+            "shape": [16, 16, 3],
+            "train_size": 4000,
+            "test_size": 20000,
+        },
+        "epochs": 1,
+    }
+    file = tmp_path / "job.yaml"
+    file.write_text(yaml.safe_dump(spec))
+
+    # Execute
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    estimated = runner.invoke(app, ["estimate", "--spec", str(file), "--url", api_url], env=env)
+    job_id = submit(client, spec)["job_id"]
+    follow(client, job_id)
+    record = job(client, job_id)["job"]
+    ledger = client.get(f"/v1/jobs/{job_id}/ledger").json()
+
+    # Assert: the plan gives the evaluation a larger class than the trainers', and it ran so.
+    assert record["state"] == "done", record["error"]
+    plan = record["plan"]
+    assert plan["evaluate_memory_mb"] > plan["train"]["memory_mb"]
+    memory = {(a["kind"], a["memory_mb"]) for a in ledger if a["outcome"] == "success"}
+    assert ("evaluate", plan["evaluate_memory_mb"]) in memory
+    assert ("train", plan["train"]["memory_mb"]) in memory
+    assert record["rounds"][0]["accuracy"] > 0.5  # it scored the 20,000
+    assert estimated.exit_code == 0, estimated.output
+    assert plan_row(estimated.stderr, "evaluation") == (
+        f"one a round, {plan['evaluate_memory_mb']} MB of its own: its largest set (20,000 "
+        "examples) is more than a trainer holds"
+    )
+
+
 def trained_rates(
     client: httpx.Client, platform: LocalPlatform, job_id: str
 ) -> list[tuple[int, float]]:

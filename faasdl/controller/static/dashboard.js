@@ -481,7 +481,8 @@ function renderMemory(plan, ledger) {
   const rows = [
     ["train", plan.train.memory_estimate_mb, plan.train.memory_mb],
     ["aggregate", plan.aggregate_memory_estimate_mb ?? null, plan.aggregate_memory_mb],
-    ["evaluate", null, plan.train.memory_mb],  // the training action evaluates
+    // The training action evaluates, with memory of its own where its sets need more.
+    ["evaluate", null, Math.max(plan.evaluate_memory_mb ?? 0, plan.train.memory_mb)],
   ].map(([kind, estimate, limit]) => {
     const lines = ledger.filter((l) => l.kind === kind);
     const peaks = lines.map((l) => l.peak_memory_mb).filter((p) => p !== null);
