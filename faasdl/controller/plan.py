@@ -158,8 +158,8 @@ def _evaluate_memory_mb(
     except EstimationError as exc:
         raise ValidationError(
             f"an evaluation of its {largest:,} test or validation examples needs {needed:.0f} "
-            f"MB, more than the platform allows an action ({limits.memory_max_mb} MB): hold "
-            "fewer out",
+            f"MB, more than the platform allows an action ({limits.memory_max_mb} MB): a "
+            "smaller test set, or validation_fraction, fits",
             field="dataset",
         ) from exc
 
