@@ -39,7 +39,7 @@ from faasdl.config import (
     image_problem,
 )
 from faasdl.errors import FaasdlError, PlatformUnavailable, ValidationError
-from faasdl.store.records import JobState
+from faasdl.store.records import BestRound, JobState
 
 if TYPE_CHECKING:
     from faasdl.controller.client import ControllerClient
@@ -1313,7 +1313,8 @@ def _said(value: Any) -> str:
 def _compared(job: dict[str, Any], spec: dict[str, Any], differing: list[str]) -> dict[str, Any]:
     """What ``compare`` says of ``job``: its differing fields and where it got to."""
     last = job["rounds"][-1] if job["rounds"] else None
-    best = job.get("best")  # none from a controller before it was kept
+    kept = job.get("best")  # none from a controller before it was kept
+    best = BestRound.model_validate(kept) if kept else None
     return {
         "job_id": job["job_id"],
         "name": job["spec"].get("name"),
@@ -1323,18 +1324,11 @@ def _compared(job: dict[str, Any], spec: dict[str, Any], differing: list[str]) -
         "fields": {field: spec.get(field) for field in differing},
         "accuracy": last["accuracy"] if last else None,
         # The loss its best round was chosen by: the validation set's, else the test set's.
-        "lowest_loss": _chosen_loss(best)[1] if best else None,
-        "lowest_loss_of": _chosen_loss(best)[0] if best else None,
-        "lowest_at_round": best["round"] if best else None,
+        "lowest_loss": best.chosen_loss if best else None,
+        "lowest_loss_of": best.chosen if best else None,
+        "lowest_at_round": best.round if best else None,
         "cost_usd": job["cost_usd"],
     }
-
-
-def _chosen_loss(best: dict[str, Any]) -> tuple[str, float]:
-    """Which loss chose a job's best round, and its value there."""
-    if best.get("validation_loss") is None:
-        return "test", best["test_loss"]
-    return "validation", best["validation_loss"]
 
 
 @app.command()
