@@ -17,6 +17,7 @@ import shlex
 import sys
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -1222,6 +1223,23 @@ COMPARE_KEYS: dict[CompareOrder, Callable[[dict[str, Any]], tuple[bool, float]]]
 }
 
 
+def _ranked(
+    rows: list[dict[str, Any]], order: CompareOrder
+) -> tuple[list[dict[str, Any]], str | None]:
+    """``compare``'s ``rows`` best first by ``order``, and what a reader must know of how: the
+    lowest losses of jobs with a validation set and of jobs without are of different sets, which
+    do not compare, so those go by the test loss of each one's round of its lowest loss."""
+    kinds = Counter(row["lowest_loss_of"] for row in rows if row["lowest_loss_of"])
+    if order is not CompareOrder.loss or len(kinds) < 2:
+        return sorted(rows, key=COMPARE_KEYS[order]), None
+    counts = ", ".join(f"{kind} for {n}" for kind, n in sorted(kinds.items(), reverse=True))
+    caveat = (
+        f"their lowest losses are of different sets ({counts}), which do not compare: sorted "
+        "by the test loss of each one's round of its lowest loss"
+    )
+    return sorted(rows, key=lambda row: _last_if_none(row["test_loss_at_lowest"])), caveat
+
+
 @app.command()
 def compare(
     job_ids: Annotated[
@@ -1236,8 +1254,9 @@ def compare(
         CompareOrder | None,
         typer.Option(
             help="Best first by: accuracy (highest last test accuracy), loss (lowest "
-            "validation loss, or test loss where a job holds no validation set out), cost "
-            "(cheapest); a job without the figure last. Default: as asked."
+            "validation loss, or test loss where a job holds no validation set out; jobs of "
+            "both kinds by the test loss of that round), cost (cheapest); a job without the "
+            "figure last. Default: as asked."
         ),
     ] = None,
 ) -> None:
@@ -1268,7 +1287,9 @@ def compare(
     differing = [f for f in fields if len({json.dumps(s.get(f)) for s in specs}) > 1]
     rows = [_compared(job, spec, differing) for job, spec in zip(jobs, specs, strict=True)]
     if sort is not None:
-        rows.sort(key=COMPARE_KEYS[sort])
+        rows, caveat = _ranked(rows, sort)
+        if caveat:
+            console.print(caveat, markup=False)
     table = Table(title=f"{len(jobs)} jobs" + (f" (name {name!r})" if name else ""))
     named = any(row["name"] for row in rows)
     headings = ["job", *(["name"] if named else []), "state", "round", *differing]
@@ -1327,6 +1348,7 @@ def _compared(job: dict[str, Any], spec: dict[str, Any], differing: list[str]) -
         "lowest_loss": best.chosen_loss if best else None,
         "lowest_loss_of": best.chosen if best else None,
         "lowest_at_round": best.round if best else None,
+        "test_loss_at_lowest": best.test_loss if best else None,
         "cost_usd": job["cost_usd"],
     }
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 from faasdl import __version__
-from faasdl.cli import LOG_WIDTH, app, stderr_console
+from faasdl.cli import LOG_WIDTH, CompareOrder, _ranked, app, stderr_console
 from faasdl.config import StoreSettings
 from faasdl.controller.client import ControllerClient
 from faasdl.errors import PlatformUnavailable
@@ -34,6 +34,45 @@ def test_version() -> None:
 
     assert result.exit_code == 0
     assert result.stdout.strip() == __version__
+
+
+def compared(
+    job_id: str, of: str | None, lowest: float | None, test: float | None
+) -> dict[str, Any]:
+    """A row of ``compare``'s of job ``job_id``: its lowest loss, of ``of``, and its test loss."""
+    return {
+        "job_id": job_id,
+        "accuracy": None,
+        "lowest_loss": lowest,
+        "lowest_loss_of": of,
+        "test_loss_at_lowest": test,
+        "cost_usd": 0.0,
+    }
+
+
+def test_compare_sorts_lowest_losses_of_different_sets_by_their_test_losses_saying_so() -> None:
+    # Arrange: two jobs chosen by their validation losses, one by its test loss, one without a
+    # round; by their lowest losses, the test-chosen one would rank first.
+    rows = [
+        compared("a", "validation", 0.30, 0.20),
+        compared("b", "test", 0.10, 0.10),
+        compared("c", None, None, None),
+        compared("d", "validation", 0.20, 0.05),
+    ]
+
+    # Execute
+    mixed, caveat = _ranked(rows, CompareOrder.loss)
+    alike, none = _ranked([r for r in rows if r["lowest_loss_of"] != "test"], CompareOrder.loss)
+
+    # Assert
+    assert [r["job_id"] for r in mixed] == ["d", "b", "a", "c"]
+    assert caveat == (
+        "their lowest losses are of different sets (validation for 2, test for 1), which do not "
+        "compare: sorted by the test loss of each one's round of its lowest loss"
+    )
+    assert [r["job_id"] for r in alike] == ["d", "a", "c"]
+    assert none is None
+    assert _ranked(rows, CompareOrder.cost)[1] is None
 
 
 def test_platform_info_prints_the_limits_as_json(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1254,6 +1254,7 @@ def test_compare_shows_a_sweeps_jobs_side_by_side(
             "lowest_loss": r["best"]["test_loss"],
             "lowest_loss_of": "test",
             "lowest_at_round": 1,
+            "test_loss_at_lowest": r["best"]["test_loss"],
             "cost_usd": r["cost_usd"],
         }
         for r in records
