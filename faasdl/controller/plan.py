@@ -46,8 +46,10 @@ class JobPlan(BaseModel):
     tree: list[list[list[int]]]
     # What its training actions would cost by the medians of past runs (none without history),
     # and all its actions, its rounds' aggregations and evaluations too (none until those are
-    # on record as well), on warm containers; and that with each trainer starting cold once
-    # (none before a cold start is on record). Warm replicas come on top.
+    # on record as well), on warm containers; and that with each of its containers starting cold
+    # once (none before a cold start is on record): its trainers, its aggregators (those of
+    # the tree's widest level: each level runs after the one before), and its evaluation where
+    # it has a memory class of its own. Warm replicas come on top.
     train_cost_usd: float | None = None
     expected_cost_usd: float | None = None
     expected_cost_cold_usd: float | None = None
@@ -78,6 +80,34 @@ class JobPlan(BaseModel):
             + self.evaluate_mb * evaluate_ms
         ) / 1024
         return self.rounds * gb_ms / 1000 * price_per_gb_s
+
+    def cold_starts_said(self) -> str:
+        """The containers whose cold starts ``expected_cost_cold_usd`` counts, in words."""
+        aggregators = max((len(level) for level in self.tree), default=0)
+        return ", ".join(
+            [
+                f"{self.workers} trainer(s)",
+                *([f"{aggregators} aggregator(s)"] if aggregators else []),
+                *(["its evaluation's"] if self.evaluate_memory_mb else []),
+            ]
+        )
+
+    def cold_starts_gb_s(self) -> float | None:
+        """The GB·s of starting each of its containers cold once, by the cold starts on record
+        (the runtime's, an aggregation's: none on record counts nothing); none before the
+        runtime's first."""
+        start_ms = self.train.median_cold_start_ms
+        if start_ms is None:
+            return None
+        aggregators = max((len(level) for level in self.tree), default=0)
+        mb_ms = (
+            self.workers * self.train.memory_mb * start_ms
+            + aggregators
+            * self.aggregate_memory_mb
+            * (self.train.median_aggregate_cold_start_ms or 0)
+            + (self.evaluate_mb * start_ms if self.evaluate_memory_mb else 0)
+        )
+        return mb_ms / 1024 / 1000
 
     @property
     def demand_mb(self) -> int:
@@ -134,10 +164,8 @@ def make_plan(
     if plan.train_cost_usd is None or merge is None:
         return plan
     warm = plan.train_cost_usd + merge
-    start_ms = train.median_cold_start_ms
-    cold = None
-    if start_ms is not None:
-        cold = warm + train.containers * train.memory_mb / 1024 * start_ms / 1000 * price_per_gb_s
+    starts = plan.cold_starts_gb_s()
+    cold = None if starts is None else warm + starts * price_per_gb_s
     return plan.model_copy(update={"expected_cost_usd": warm, "expected_cost_cold_usd": cold})
 
 
@@ -167,7 +195,7 @@ def _evaluate_memory_mb(
 def over_budget(spec: JobSpec, plan: JobPlan) -> str | None:
     """What a job whose ``max_cost_usd`` is below its plan's expected cost (its actions', or
     its training actions' where the others are not on record) is told; or below it with its
-    trainers' cold starts."""
+    containers' cold starts."""
     budget = spec.max_cost_usd
     expected, what = plan.expected_cost_usd, "its actions"
     if expected is None:
@@ -184,8 +212,8 @@ def over_budget(spec: JobSpec, plan: JobPlan) -> str | None:
         return None
     return (
         f"its max_cost_usd ({budget:.6f}) is below what its actions cost by past runs with each "
-        f"of its {plan.workers} trainer(s) starting cold once ({cold:.6f}; {expected:.6f} on warm "
-        "containers): it may stop before its last round"
+        f"of its containers starting cold once ({plan.cold_starts_said()}: {cold:.6f}; "
+        f"{expected:.6f} on warm ones): it may stop before its last round"
     )
 
 

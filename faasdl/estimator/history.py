@@ -82,15 +82,23 @@ def record_run(
 
 
 def record_merge_step(
-    store: StateStore, sig: str, kind: Literal["aggregate", "evaluate"], duration_ms: int
+    store: StateStore,
+    sig: str,
+    kind: Literal["aggregate", "evaluate"],
+    duration_ms: int,
+    init_ms: int = 0,
 ) -> None:
     """Add the time of one successful aggregation or evaluation of a job whose trainers run
-    ``sig`` (without a cold start): the latest few, as a training run's."""
+    ``sig`` (without a cold start) and an aggregation's cold start (``init_ms``, none: 0): the
+    latest few, as a training run's."""
 
     def change(old: ExecutionHistory | None) -> ExecutionHistory:
         old = old or ExecutionHistory(signature=sig)
         field = f"{kind}_ms"
-        return old.model_copy(update={field: [*getattr(old, field), duration_ms][-KEEP_DURATIONS:]})
+        changed = {field: [*getattr(old, field), duration_ms][-KEEP_DURATIONS:]}
+        if kind == "aggregate" and init_ms > 0:
+            changed["aggregate_init_ms"] = [*old.aggregate_init_ms, init_ms][-KEEP_DURATIONS:]
+        return old.model_copy(update=changed)
 
     update(store, history_key(sig), ExecutionHistory, change)
 

@@ -87,8 +87,10 @@ class ActionPlan(BaseModel):
     # And of the rounds' aggregations and evaluations (jobs of the signature's).
     median_aggregate_ms: int | None = None
     median_evaluate_ms: int | None = None
-    # The median of the runtime's cold starts on record (its /init; none before one).
+    # The median of the runtime's cold starts on record (its /init; none before one), and of an
+    # aggregation's (its own action's, the jobs of the signature's).
     median_cold_start_ms: int | None = None
+    median_aggregate_cold_start_ms: int | None = None
 
 
 def check_workers(request: EstimateRequest, data: DataFacts) -> None:
@@ -196,6 +198,7 @@ def plan_training(
         median_aggregate_ms=_median_ms(past.aggregate_ms) if past else None,
         median_evaluate_ms=_median_ms(past.evaluate_ms) if past else None,
         median_cold_start_ms=_median_ms(cold_starts_ms),
+        median_aggregate_cold_start_ms=_median_ms(past.aggregate_init_ms) if past else None,
     )
 
 

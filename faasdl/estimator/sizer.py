@@ -205,9 +205,11 @@ class Sizer:
         self, plan: ActionPlan, kind: Literal["aggregate", "evaluate"], activation: Activation
     ) -> None:
         """Record how long a successful aggregation or evaluation of a job whose trainers run
-        ``plan`` took, its cold start aside (what its plans' expected cost is made of)."""
-        ms = (activation.duration or 0) - (activation.init_time or 0)
-        history.record_merge_step(self.store, plan.signature, kind, max(0, ms))
+        ``plan`` took, its cold start aside, and an aggregation's cold start (what its plans'
+        expected cost is made of; an evaluation's is the runtime's, as a trainer's)."""
+        init_ms = activation.init_time or 0
+        ms = max(0, (activation.duration or 0) - init_ms)
+        history.record_merge_step(self.store, plan.signature, kind, ms, init_ms)
 
     def learn(self, plan: ActionPlan, activation: Activation, failure: Failure | None) -> None:
         """Record what a training activation of ``plan`` used, or the limits it failed under."""

@@ -384,6 +384,9 @@ class ExecutionHistory(Record):
     # and an evaluation's time, without a cold start (none in records from before).
     aggregate_ms: list[int] = Field(default_factory=list)
     evaluate_ms: list[int] = Field(default_factory=list)
+    # An aggregation's cold starts: its own action, NumPy only, so not the runtime's (a trainer's
+    # imports TensorFlow).
+    aggregate_init_ms: list[int] = Field(default_factory=list)
     memory_floor_mb: int = 0
     timeout_floor_ms: int = 0
     timeout_ms: int = 0

@@ -716,7 +716,7 @@ def test_a_queued_jobs_page_says_what_it_waits_for(
     # Assert
     assert cost == "Cost (USD) 0.000000 of its 0.05 budget (its training 0.012300 by past runs)"
     assert running_cost == (
-        "Cost (USD) 0.000000 (its actions 0.020000 by past runs, 0.030000 with its trainers' "
+        "Cost (USD) 0.000000 (its actions 0.020000 by past runs, 0.030000 with its containers' "
         "cold starts)"
     )
     assert 2 * plan.demand_mb > pool

@@ -160,7 +160,10 @@ def finished(client: httpx.Client) -> tuple[str, list[tuple[str, dict[str, Any]]
 
 
 def test_a_four_unit_job_completes_and_its_model_evaluates(
-    client: httpx.Client, finished: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path
+    client: httpx.Client,
+    controller: Controller,
+    finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+    tmp_path: Path,
 ) -> None:
     job_id, events = finished
 
@@ -184,6 +187,13 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert [a["start_ms"] for a in ledger] == sorted(a["start_ms"] for a in ledger)
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
     assert all(0 < a["peak_memory_mb"] <= a["memory_mb"] for a in ledger)
+    # The module's first aggregations started cold: their starts are on its signature's record
+    # (what a plan's cost with cold starts counts for its aggregators).
+    started = [a["init_ms"] for a in ledger if a["kind"] == "aggregate" and a["init_ms"] > 0]
+    past = history.read(controller.store, record["plan"]["train"]["signature"])
+    assert started
+    assert past is not None
+    assert sorted(past.aggregate_init_ms) == sorted(started)
     # A long job's page reads its ledger from its latest rounds on.
     latest = client.get(f"/v1/jobs/{job_id}/ledger", params={"round_from": 2}).json()
     assert latest == [a for a in ledger if a["round"] == 2]
@@ -1152,7 +1162,14 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
     )
     assert runtime is not None
     assert train["median_cold_start_ms"] == round(statistics.median(runtime.init_ms))
-    starts = 4 * train["memory_mb"] / 1024 * train["median_cold_start_ms"] / 1000 * price
+    aggregator_ms = train["median_aggregate_cold_start_ms"]
+    assert aggregator_ms == round(statistics.median(past.aggregate_init_ms))  # the first job's
+    aggregators = max(len(level) for level in plan["tree"])
+    starts_mb_ms = (
+        4 * train["memory_mb"] * train["median_cold_start_ms"]
+        + aggregators * plan["aggregate_memory_mb"] * aggregator_ms
+    )
+    starts = starts_mb_ms / 1024 / 1000 * price
     assert plan["train_cost_usd"] == pytest.approx(cost)
     assert plan["expected_cost_usd"] == pytest.approx(cost + merge)
     assert plan["expected_cost_cold_usd"] == pytest.approx(cost + merge + starts)
@@ -1163,8 +1180,9 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
         f"{train['median_epoch_ms'] / 1000:g} s an epoch), each round's {aggregations} "
         f"aggregation(s) of {train['median_aggregate_ms'] / 1000:g} s and evaluation of "
         f"{train['median_evaluate_ms'] / 1000:g} s ${merge:.6f}; ${cost + merge + starts:.6f} "
-        f"with each of its 4 trainer(s) starting cold once "
-        f"({train['median_cold_start_ms'] / 1000:g} s a start); warm replicas come on top"
+        f"with each of its containers starting cold once (4 trainer(s), {aggregators} "
+        f"aggregator(s); {train['median_cold_start_ms'] / 1000:g} s a start, an aggregator's "
+        f"{aggregator_ms / 1000:g} s); warm replicas come on top"
     )
     warning = (
         f"its max_cost_usd (0.000001) is below what its actions cost by past runs "
@@ -1176,8 +1194,9 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
     assert maybe.exit_code == 0, maybe.output
     assert (
         f"warning: its max_cost_usd ({between:.6f}) is below what its actions cost by past runs "
-        f"with each of its 4 trainer(s) starting cold once ({cost + merge + starts:.6f}; "
-        f"{cost + merge:.6f} on warm containers): it may stop before its last round"
+        f"with each of its containers starting cold once (4 trainer(s), {aggregators} "
+        f"aggregator(s): {cost + merge + starts:.6f}; {cost + merge:.6f} on warm ones): it may "
+        "stop before its last round"
     ) in " ".join(maybe.stderr.split())
     assert never.exit_code == 0, never.output
     assert json.loads(never.stdout.splitlines()[-1])["train_cost_usd"] is None

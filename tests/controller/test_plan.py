@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faasdl.controller.plan import make_plan
+from faasdl.controller.plan import JobPlan, make_plan
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import ValidationError
 from faasdl.estimator.memory import DEFAULT, MIB
@@ -16,6 +16,7 @@ LIMITS = PlatformLimits(
     timeout_min_ms=100, timeout_max_ms=300_000, timeout_std_ms=60_000,
 )  # fmt: skip
 SPEC = JobSpec.model_validate({"model": "mlp", "epochs": 2, "workers": 4})
+PRICE = 0.000017
 EXAMPLE = 3 * 32 * 32 * 4 + 4  # a 32×32×3 float32 image and its label
 TRAIN = ActionPlan(
     containers=4,
@@ -30,7 +31,9 @@ TRAIN = ActionPlan(
 )
 
 
-def planned(test_examples: int, validation_examples: int = 0) -> int | None:
+def plan_of(
+    test_examples: int, validation_examples: int = 0, *, train: ActionPlan = TRAIN, fan_in: int = 8
+) -> JobPlan:
     data = DataFacts(
         examples=4_000,
         example_bytes=EXAMPLE,
@@ -39,17 +42,20 @@ def planned(test_examples: int, validation_examples: int = 0) -> int | None:
         test_examples=test_examples,
         validation_examples=validation_examples,
     )
-    plan = make_plan(
+    return make_plan(
         SPEC,
         data,
-        TRAIN,
+        train,
         params=100_000,
         limits=LIMITS,
         step_mb=64,
-        max_fan_in=8,
-        price_per_gb_s=0.000017,
+        max_fan_in=fan_in,
+        price_per_gb_s=PRICE,
     )
-    return plan.evaluate_memory_mb
+
+
+def planned(test_examples: int, validation_examples: int = 0) -> int | None:
+    return plan_of(test_examples, validation_examples).evaluate_memory_mb
 
 
 def test_an_evaluation_runs_on_the_trainers_memory_unless_its_largest_set_needs_more() -> None:
@@ -64,3 +70,46 @@ def test_an_evaluation_runs_on_the_trainers_memory_unless_its_largest_set_needs_
     # One no class holds is refused, naming what to change.
     with pytest.raises(ValidationError, match=r"its 80,000 test or validation examples needs"):
         planned(80_000)
+
+
+def test_the_cost_with_cold_starts_counts_each_container_once() -> None:
+    # Arrange: a signature with every median on record (a trainer's start 3 s, an aggregator's
+    # 0.4 s), in a tree of two aggregators then one.
+    timed = TRAIN.model_copy(
+        update={
+            "median_overhead_ms": 500,
+            "median_epoch_ms": 200,
+            "median_aggregate_ms": 50,
+            "median_evaluate_ms": 300,
+            "median_cold_start_ms": 3_000,
+            "median_aggregate_cold_start_ms": 400,
+        }
+    )
+
+    # Execute
+    shared = plan_of(1_000, train=timed, fan_in=2)
+    own = plan_of(20_000, train=timed, fan_in=2)
+    unknown = plan_of(
+        1_000, train=timed.model_copy(update={"median_aggregate_cold_start_ms": None}), fan_in=2
+    )
+
+    # Assert: four trainers' starts and the widest level's two aggregators'; the evaluation's
+    # where it has a class of its own; an aggregator's start not on record counts nothing.
+    assert shared.tree == [[[0, 1], [2, 3]], [[0, 1]]]
+    trainers = 4 * 768 * 3_000
+    aggregators = 2 * shared.aggregate_memory_mb * 400
+    assert shared.expected_cost_usd is not None
+    assert shared.expected_cost_cold_usd == pytest.approx(
+        shared.expected_cost_usd + (trainers + aggregators) / 1024 / 1000 * PRICE
+    )
+    assert shared.cold_starts_said() == "4 trainer(s), 2 aggregator(s)"
+    assert own.evaluate_memory_mb is not None
+    assert own.expected_cost_usd is not None
+    evaluation = own.evaluate_memory_mb * 3_000
+    assert own.expected_cost_cold_usd == pytest.approx(
+        own.expected_cost_usd + (trainers + aggregators + evaluation) / 1024 / 1000 * PRICE
+    )
+    assert own.cold_starts_said() == "4 trainer(s), 2 aggregator(s), its evaluation's"
+    assert unknown.expected_cost_cold_usd == pytest.approx(
+        shared.expected_cost_usd + trainers / 1024 / 1000 * PRICE
+    )

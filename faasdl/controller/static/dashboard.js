@@ -274,7 +274,7 @@ function renderSummary(view) {
       + (job.plan && job.plan.expected_cost_usd != null
         ? ` (its actions ${fmt(job.plan.expected_cost_usd, 6)} by past runs`
           + (job.plan.expected_cost_cold_usd != null
-            ? `, ${fmt(job.plan.expected_cost_cold_usd, 6)} with its trainers' cold starts)`
+            ? `, ${fmt(job.plan.expected_cost_cold_usd, 6)} with its containers' cold starts)`
             : ")")
         : job.plan && job.plan.train_cost_usd != null
           ? ` (its training ${fmt(job.plan.train_cost_usd, 6)} by past runs)` : "")],
