@@ -665,12 +665,13 @@ def _expected_cost(plan: JobPlan) -> str:
     cold, start_ms = plan.expected_cost_cold_usd, train.median_cold_start_ms
     if cold is None or start_ms is None:
         return f"{said}; cold starts and warm replicas come on top"
-    aggregator_ms = train.median_aggregate_cold_start_ms
+    build_ms, aggregator_ms = train.median_build_ms, train.median_aggregate_cold_start_ms
+    build = "" if build_ms is None else f" and {build_ms / 1000:g} s to build its trainer"
     aggregator = "" if aggregator_ms is None else f", an aggregator's {aggregator_ms / 1000:g} s"
     return (
         f"{said}; ${cold:.6f} with each of its containers starting cold once "
-        f"({plan.cold_starts_said()}; {start_ms / 1000:g} s a start{aggregator}); warm replicas "
-        "come on top"
+        f"({plan.cold_starts_said()}; {start_ms / 1000:g} s a start{build}{aggregator}); warm "
+        "replicas come on top"
     )
 
 

@@ -47,9 +47,10 @@ class JobPlan(BaseModel):
     # What its training actions would cost by the medians of past runs (none without history),
     # and all its actions, its rounds' aggregations and evaluations too (none until those are
     # on record as well), on warm containers; and that with each of its containers starting cold
-    # once (none before a cold start is on record): its trainers, its aggregators (those of
-    # the tree's widest level: each level runs after the one before), and its evaluation where
-    # it has a memory class of its own. Warm replicas come on top.
+    # once (none before a cold start is on record): its trainers (the runtime's start and the
+    # build of a trainer), its aggregators (those of the tree's widest level: each level runs
+    # after the one before), and its evaluation where it has a memory class of its own. Warm
+    # replicas come on top.
     train_cost_usd: float | None = None
     expected_cost_usd: float | None = None
     expected_cost_cold_usd: float | None = None
@@ -94,14 +95,14 @@ class JobPlan(BaseModel):
 
     def cold_starts_gb_s(self) -> float | None:
         """The GB·s of starting each of its containers cold once, by the cold starts on record
-        (the runtime's, an aggregation's: none on record counts nothing); none before the
-        runtime's first."""
+        (the runtime's, a trainer's build, an aggregation's: none on record counts nothing);
+        none before the runtime's first."""
         start_ms = self.train.median_cold_start_ms
         if start_ms is None:
             return None
         aggregators = max((len(level) for level in self.tree), default=0)
         mb_ms = (
-            self.workers * self.train.memory_mb * start_ms
+            self.workers * self.train.memory_mb * (start_ms + (self.train.median_build_ms or 0))
             + aggregators
             * self.aggregate_memory_mb
             * (self.train.median_aggregate_cold_start_ms or 0)

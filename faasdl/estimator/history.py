@@ -55,9 +55,11 @@ def record_run(
     epoch_ms: int,
     timeout_ms: int = 0,
     runtime_id: str = "",
+    build_ms: int | None = None,
 ) -> None:
-    """Add one successful run (under a time limit of ``timeout_ms``, on runtime ``runtime_id``):
-    the peak is the largest seen on that runtime, durations the latest few. A run on another
+    """Add one successful run (under a time limit of ``timeout_ms``, on runtime ``runtime_id``;
+    one that built its trainer took ``build_ms`` to): the peak is the largest seen on that
+    runtime, durations the latest few. A run on another
     runtime than the peak's starts the peak and the memory floor again: what an older runtime
     needed says nothing of this one (a lighter one would otherwise be planned as the old for good,
     the history only raising a peak)."""
@@ -68,12 +70,14 @@ def record_run(
             old = old.model_copy(
                 update={"runtime_id": runtime_id, "peak_memory_mb": 0.0, "memory_floor_mb": 0}
             )
+        built = [] if build_ms is None else [build_ms]
         return old.model_copy(
             update={
                 "runs": old.runs + 1,
                 "peak_memory_mb": max(old.peak_memory_mb, peak_memory_mb),
                 "overhead_ms": [*old.overhead_ms, overhead_ms][-KEEP_DURATIONS:],
                 "epoch_ms": [*old.epoch_ms, epoch_ms][-KEEP_DURATIONS:],
+                "build_ms": [*old.build_ms, *built][-KEEP_DURATIONS:],
                 "timeout_ms": timeout_ms,
             }
         )

@@ -91,6 +91,8 @@ class ActionPlan(BaseModel):
     # aggregation's (its own action's, the jobs of the signature's).
     median_cold_start_ms: int | None = None
     median_aggregate_cold_start_ms: int | None = None
+    # A container's first run's building and tracing of its trainer (the signature's).
+    median_build_ms: int | None = None
 
 
 def check_workers(request: EstimateRequest, data: DataFacts) -> None:
@@ -199,6 +201,7 @@ def plan_training(
         median_evaluate_ms=_median_ms(past.evaluate_ms) if past else None,
         median_cold_start_ms=_median_ms(cold_starts_ms),
         median_aggregate_cold_start_ms=_median_ms(past.aggregate_init_ms) if past else None,
+        median_build_ms=_median_ms(past.build_ms) if past else None,
     )
 
 

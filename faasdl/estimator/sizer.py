@@ -237,6 +237,10 @@ class Sizer:
                 epoch_ms=math.ceil(train_ms / epochs),
                 timeout_ms=plan.timeout_ms,
                 runtime_id=runtime_id,
+                # A container's first run of the signature built and traced its trainer.
+                build_ms=None
+                if result.get("trainer_reused", True)
+                else round(1000 * float(phases.get("build", 0.0))),
             )
         elif failure.kind is FailureKind.OUT_OF_MEMORY:
             history.record_failure(self.store, plan.signature, memory_floor_mb=plan.memory_mb)

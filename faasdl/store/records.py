@@ -380,6 +380,9 @@ class ExecutionHistory(Record):
     peak_memory_mb: float = 0.0
     overhead_ms: list[int] = Field(default_factory=list)
     epoch_ms: list[int] = Field(default_factory=list)
+    # A container's first run of the signature builds its trainer and traces its step (in the
+    # run's overhead too, which a warm container's runs outnumber): none in records from before.
+    build_ms: list[int] = Field(default_factory=list)
     # The jobs' other activations of each round, by the trainers' signature: an aggregation's
     # and an evaluation's time, without a cold start (none in records from before).
     aggregate_ms: list[int] = Field(default_factory=list)

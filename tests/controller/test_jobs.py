@@ -187,13 +187,24 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert [a["start_ms"] for a in ledger] == sorted(a["start_ms"] for a in ledger)
     assert all(a["outcome"] == "success" and a["cost_usd"] > 0 for a in ledger)
     assert all(0 < a["peak_memory_mb"] <= a["memory_mb"] for a in ledger)
-    # The module's first aggregations started cold: their starts are on its signature's record
-    # (what a plan's cost with cold starts counts for its aggregators).
+    # The module's first aggregations started cold, its first trainers built theirs: their
+    # starts and builds are on its signature's record (what a plan's cost with cold starts
+    # counts for each container).
     started = [a["init_ms"] for a in ledger if a["kind"] == "aggregate" and a["init_ms"] > 0]
+    results = [
+        activation.response.result
+        for a in ledger
+        if a["kind"] == "train"
+        and (activation := controller.platform.get_activation(a["activation_id"])) is not None
+    ]
+    built = [r["phases_s"]["build"] for r in results if not r["trainer_reused"]]
     past = history.read(controller.store, record["plan"]["train"]["signature"])
     assert started
+    assert len(results) == 12
+    assert len(built) >= 4  # each of its four trainers' first unit
     assert past is not None
     assert sorted(past.aggregate_init_ms) == sorted(started)
+    assert sorted(past.build_ms) == sorted(round(1000 * s) for s in built)
     # A long job's page reads its ledger from its latest rounds on.
     latest = client.get(f"/v1/jobs/{job_id}/ledger", params={"round_from": 2}).json()
     assert latest == [a for a in ledger if a["round"] == 2]
@@ -1162,11 +1173,12 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
     )
     assert runtime is not None
     assert train["median_cold_start_ms"] == round(statistics.median(runtime.init_ms))
-    aggregator_ms = train["median_aggregate_cold_start_ms"]
+    aggregator_ms, build_ms = train["median_aggregate_cold_start_ms"], train["median_build_ms"]
     assert aggregator_ms == round(statistics.median(past.aggregate_init_ms))  # the first job's
+    assert build_ms == round(statistics.median(past.build_ms))
     aggregators = max(len(level) for level in plan["tree"])
     starts_mb_ms = (
-        4 * train["memory_mb"] * train["median_cold_start_ms"]
+        4 * train["memory_mb"] * (train["median_cold_start_ms"] + build_ms)
         + aggregators * plan["aggregate_memory_mb"] * aggregator_ms
     )
     starts = starts_mb_ms / 1024 / 1000 * price
@@ -1181,8 +1193,9 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
         f"aggregation(s) of {train['median_aggregate_ms'] / 1000:g} s and evaluation of "
         f"{train['median_evaluate_ms'] / 1000:g} s ${merge:.6f}; ${cost + merge + starts:.6f} "
         f"with each of its containers starting cold once (4 trainer(s), {aggregators} "
-        f"aggregator(s); {train['median_cold_start_ms'] / 1000:g} s a start, an aggregator's "
-        f"{aggregator_ms / 1000:g} s); warm replicas come on top"
+        f"aggregator(s); {train['median_cold_start_ms'] / 1000:g} s a start and "
+        f"{build_ms / 1000:g} s to build its trainer, an aggregator's {aggregator_ms / 1000:g} s); "
+        "warm replicas come on top"
     )
     warning = (
         f"its max_cost_usd (0.000001) is below what its actions cost by past runs "

@@ -73,8 +73,8 @@ def test_an_evaluation_runs_on_the_trainers_memory_unless_its_largest_set_needs_
 
 
 def test_the_cost_with_cold_starts_counts_each_container_once() -> None:
-    # Arrange: a signature with every median on record (a trainer's start 3 s, an aggregator's
-    # 0.4 s), in a tree of two aggregators then one.
+    # Arrange: a signature with every median on record (a trainer's start 3 s and its build 1.2
+    # s, an aggregator's start 0.4 s), in a tree of two aggregators then one.
     timed = TRAIN.model_copy(
         update={
             "median_overhead_ms": 500,
@@ -82,6 +82,7 @@ def test_the_cost_with_cold_starts_counts_each_container_once() -> None:
             "median_aggregate_ms": 50,
             "median_evaluate_ms": 300,
             "median_cold_start_ms": 3_000,
+            "median_build_ms": 1_200,
             "median_aggregate_cold_start_ms": 400,
         }
     )
@@ -93,10 +94,11 @@ def test_the_cost_with_cold_starts_counts_each_container_once() -> None:
         1_000, train=timed.model_copy(update={"median_aggregate_cold_start_ms": None}), fan_in=2
     )
 
-    # Assert: four trainers' starts and the widest level's two aggregators'; the evaluation's
-    # where it has a class of its own; an aggregator's start not on record counts nothing.
+    # Assert: four trainers' starts and builds, and the widest level's two aggregators' starts;
+    # the evaluation's where it has a class of its own; an aggregator's start not on record
+    # counts nothing.
     assert shared.tree == [[[0, 1], [2, 3]], [[0, 1]]]
-    trainers = 4 * 768 * 3_000
+    trainers = 4 * 768 * (3_000 + 1_200)
     aggregators = 2 * shared.aggregate_memory_mb * 400
     assert shared.expected_cost_usd is not None
     assert shared.expected_cost_cold_usd == pytest.approx(
