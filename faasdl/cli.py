@@ -1299,8 +1299,8 @@ def compare(
     headings = ["job", *(["name"] if named else []), "state", "round", *differing]
     for heading in [*headings, "accuracy", "lowest loss", "cost (USD)"]:
         table.add_column(heading, overflow="fold")
+    mixed = len({row["lowest_loss_of"] for row in rows if row["lowest_loss_of"]}) > 1
     for row in rows:
-        lowest = row["lowest_loss"]
         table.add_row(
             row["job_id"],
             *([Text(row["name"] or "")] if named else []),
@@ -1308,15 +1308,23 @@ def compare(
             f"{row['round']}/{row['rounds']}",
             *[Text(_said(row["fields"][f])) for f in differing],
             "" if row["accuracy"] is None else f"{row['accuracy']:.4f}",
-            ""
-            if lowest is None
-            else f"{lowest:.4f} {row['lowest_loss_of']} (round {row['lowest_at_round']})",
+            _lowest_said(row, mixed),
             f"{row['cost_usd']:.6f}",
         )
     console.print(table)
     if not differing:
         console.print("their specs differ in nothing but their names", markup=False)
     typer.echo(json.dumps({"differing": differing, "jobs": rows}))
+
+
+def _lowest_said(row: dict[str, Any], mixed: bool) -> str:
+    """``compare``'s lowest loss of ``row``: which set's, its round, and, among jobs of both
+    kinds (``mixed``), the test loss that round of one chosen by its validation loss."""
+    lowest, of = row["lowest_loss"], row["lowest_loss_of"]
+    if lowest is None:
+        return ""
+    test = f"; test {row['test_loss_at_lowest']:.4f}" if mixed and of == "validation" else ""
+    return f"{lowest:.4f} {of} (round {row['lowest_at_round']}{test})"
 
 
 def _flat(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:

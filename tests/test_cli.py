@@ -19,7 +19,7 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 from faasdl import __version__
-from faasdl.cli import LOG_WIDTH, CompareOrder, _ranked, app, stderr_console
+from faasdl.cli import LOG_WIDTH, CompareOrder, _lowest_said, _ranked, app, stderr_console
 from faasdl.config import StoreSettings
 from faasdl.controller.client import ControllerClient
 from faasdl.errors import PlatformUnavailable
@@ -73,6 +73,11 @@ def test_compare_sorts_lowest_losses_of_different_sets_by_their_test_losses_sayi
     assert [r["job_id"] for r in alike] == ["d", "a", "c"]
     assert none is None
     assert _ranked(rows, CompareOrder.cost)[1] is None
+    # The table shows the test loss they were sorted by beside a validation loss, among both.
+    rows[0]["lowest_at_round"] = 7
+    assert _lowest_said(rows[0], mixed=True) == "0.3000 validation (round 7; test 0.2000)"
+    assert _lowest_said(rows[0], mixed=False) == "0.3000 validation (round 7)"
+    assert _lowest_said(rows[2], mixed=True) == ""
 
 
 def test_platform_info_prints_the_limits_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
