@@ -90,8 +90,7 @@ from faasdl.training.datasets import (
     NpzSpec,
     Shard,
     dims,
-    split_shards,
-    validation_set,
+    split_training_set,
 )
 
 log = logging.getLogger(__name__)
@@ -658,12 +657,11 @@ class JobRunner:
         dataset = load_checked(self.spec)
         _check_as_planned(facts_of(dataset), self.plan)
         seed, held = self.spec.seed, self.plan.validation_examples
-        shards = split_shards(dataset, len(names), seed=seed, held_out=held)
+        validation, shards = split_training_set(dataset, len(names), seed=seed, held_out=held)
         for name, shard in zip(names, shards, strict=True):
             self._check_stop()
             self.rt.store.put_blob(name, shard.encode())
         if held:
-            validation = validation_set(dataset, held, seed=seed)
             self.rt.store.put_blob(validation_blob(self.job_id), validation.encode())
         test = Shard(index=0, x=dataset.x_test, y=dataset.y_test)
         self.rt.store.put_blob(test_blob(self.job_id), test.encode())

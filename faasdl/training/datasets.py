@@ -194,27 +194,31 @@ def load_dataset(spec: DigitsSpec | SyntheticSpec | NpzSpec) -> Dataset:
         return _npz(spec)
 
 
-def split_shards(dataset: Dataset, shards: int, *, seed: int, held_out: int = 0) -> Iterator[Shard]:
-    """Shuffle the training set once with ``seed`` and cut it, less its first ``held_out``
-    examples (:func:`validation_set`'s), into ``shards`` near-equal shards, each copied out as
-    it is taken: a caller that stores one before it takes the next holds one beside the data
-    set, not all of them (a second copy of the data set, 1 GB at the size limit)."""
+def split_training_set(
+    dataset: Dataset, shards: int, *, seed: int, held_out: int = 0
+) -> tuple[Shard, Iterator[Shard]]:
+    """Shuffle the training set once with ``seed``: its first ``held_out`` examples are the
+    validation set (empty: none held out), the rest are cut into ``shards`` near-equal shards,
+    each copied out as it is taken: a caller that stores one before it takes the next holds one
+    beside the data set, not all of them (a second copy of the data set, 1 GB at the size
+    limit)."""
     examples = len(dataset.y_train) - held_out
     if not 1 <= shards <= examples:
         raise ValidationError(
             f"cannot split {examples} examples into {shards} shards", field="workers"
         )
-    order = np.random.default_rng(seed).permutation(len(dataset.y_train))[held_out:]
-    return (
+    order = np.random.default_rng(seed).permutation(len(dataset.y_train))
+    held, rest = order[:held_out], order[held_out:]
+    validation = Shard(index=0, x=dataset.x_train[held], y=dataset.y_train[held])
+    return validation, (
         Shard(index=i, x=dataset.x_train[part], y=dataset.y_train[part])
-        for i, part in enumerate(np.array_split(order, shards))
+        for i, part in enumerate(np.array_split(rest, shards))
     )
 
 
-def validation_set(dataset: Dataset, held_out: int, *, seed: int) -> Shard:
-    """The ``held_out`` training examples :func:`split_shards` leaves out with the same seed."""
-    order = np.random.default_rng(seed).permutation(len(dataset.y_train))[:held_out]
-    return Shard(index=0, x=dataset.x_train[order], y=dataset.y_train[order])
+def split_shards(dataset: Dataset, shards: int, *, seed: int) -> Iterator[Shard]:
+    """The training set in ``shards`` shards, none held out (:func:`split_training_set`)."""
+    return split_training_set(dataset, shards, seed=seed)[1]
 
 
 def preload() -> None:

@@ -21,8 +21,8 @@ from faasdl.training.datasets import (
     data_notes,
     load_dataset,
     split_shards,
+    split_training_set,
     untrained_classes,
-    validation_set,
 )
 
 
@@ -69,9 +69,9 @@ def test_a_validation_set_is_held_out_of_the_shards_by_the_seed() -> None:
     data = Dataset(values, labels, values[:2], labels[:2], classes=2)
 
     # Execute
-    shards = list(split_shards(data, 3, seed=5, held_out=20))
-    held = validation_set(data, 20, seed=5)
-    other = validation_set(data, 20, seed=6)
+    held, parts = split_training_set(data, 3, seed=5, held_out=20)
+    shards = list(parts)
+    other, _ = split_training_set(data, 3, seed=6, held_out=20)
 
     # Assert: the shards and the validation set part the training set between them; the same
     # seed holds the same examples out, another other ones.
@@ -80,10 +80,11 @@ def test_a_validation_set_is_held_out_of_the_shards_by_the_seed() -> None:
     assert held.count == 20
     assert sorted([*trained, *held.x[:, 0]]) == list(range(100))
     assert np.array_equal(held.y, held.x[:, 0].astype(np.int32) % 2)
-    assert np.array_equal(validation_set(data, 20, seed=5).x, held.x)
+    assert np.array_equal(split_training_set(data, 3, seed=5, held_out=20)[0].x, held.x)
+    assert split_training_set(data, 3, seed=5)[0].count == 0
     assert not np.array_equal(np.sort(other.x[:, 0]), np.sort(held.x[:, 0]))
     with pytest.raises(ValidationError, match="cannot split 2 examples into 3 shards"):
-        split_shards(data, 3, seed=5, held_out=98)
+        split_training_set(data, 3, seed=5, held_out=98)
 
 
 def test_shards_are_copied_out_one_at_a_time() -> None:
