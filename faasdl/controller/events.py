@@ -652,17 +652,18 @@ class JobRunner:
         return blob
 
     def _put_data(self, names: list[str]) -> None:
-        """Load the job's data set and store it as the shards ``names``, the validation set and
+        """Load the job's data set and store it as the validation set, the shards ``names`` and
         the test set (the last: its presence says all are there)."""
         dataset = load_checked(self.spec)
         _check_as_planned(facts_of(dataset), self.plan)
         seed, held = self.spec.seed, self.plan.validation_examples
         validation, shards = split_training_set(dataset, len(names), seed=seed, held_out=held)
+        if held:
+            self.rt.store.put_blob(validation_blob(self.job_id), validation.encode())
+        del validation  # a copy of up to half the training set: not held beside the shards
         for name, shard in zip(names, shards, strict=True):
             self._check_stop()
             self.rt.store.put_blob(name, shard.encode())
-        if held:
-            self.rt.store.put_blob(validation_blob(self.job_id), validation.encode())
         test = Shard(index=0, x=dataset.x_test, y=dataset.y_test)
         self.rt.store.put_blob(test_blob(self.job_id), test.encode())
 

@@ -59,10 +59,9 @@ def record_run(
 ) -> None:
     """Add one successful run (under a time limit of ``timeout_ms``, on runtime ``runtime_id``;
     one that built its trainer took ``build_ms`` to): the peak is the largest seen on that
-    runtime, durations the latest few. A run on another
-    runtime than the peak's starts the peak and the memory floor again: what an older runtime
-    needed says nothing of this one (a lighter one would otherwise be planned as the old for good,
-    the history only raising a peak)."""
+    runtime, durations the latest few. A run on another runtime than the peak's starts the peak
+    and the memory floor again: what an older runtime needed says nothing of this one (a lighter
+    one would otherwise be planned as the old for good, the history only raising a peak)."""
 
     def change(old: ExecutionHistory | None) -> ExecutionHistory:
         old = old or ExecutionHistory(signature=sig, runtime_id=runtime_id)
