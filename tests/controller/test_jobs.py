@@ -201,7 +201,7 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     past = history.read(controller.store, record["plan"]["train"]["signature"])
     assert started
     assert len(results) == 12
-    assert len(built) >= 4  # each of its four trainers' first unit
+    assert built  # the first units on its fresh containers (a primed replica's built before)
     assert past is not None
     assert sorted(past.aggregate_init_ms) == sorted(started)
     assert sorted(past.build_ms) == sorted(round(1000 * s) for s in built)
