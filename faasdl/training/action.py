@@ -140,20 +140,10 @@ def warm_up(args: dict[str, Any]) -> None:
         learning_rate=prime.learning_rate,
     )
     key = TrainerKey(prime.model, prime.input_shape, prime.classes, prime.optimizer)
-    _trace(_trainer(key, config), prime.input_shape, prime.batch_size)
-
-
-def _trace(trainer: Trainer, input_shape: tuple[int, ...], batch_size: int) -> None:
-    """Trace ``trainer``'s step with one step on zeros (every unit loads its state after): a
-    warm-up's, or a new trainer's first unit's before its first epoch, so that its epochs time
-    training alone and the container's one-off part is its build."""
-    config = trainer.config
-    trainer.config = dataclasses.replace(config, epochs=1)
-    try:
-        x = np.zeros((batch_size, *input_shape), np.float32)
-        trainer.train(x, np.zeros(batch_size, np.int32), trainer.initial_state())
-    finally:
-        trainer.config = config
+    trainer = _trainer(key, config)
+    x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
+    y = np.zeros(prime.batch_size, np.int32)
+    trainer.train(x, y, trainer.initial_state())  # traces the step; every unit loads its state
 
 
 def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
@@ -310,8 +300,8 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         )
         reused = key in _trainers
         trainer = _trainer(key, config)
-        if not reused:
-            _trace(trainer, input_shape, args.batch_size)
+        if not reused:  # a container's one-off part, not its first epoch's
+            trainer.trace()
     with phases("load"):
         start, resumed_from = _start(trainer, key, args, store, canary)
     per_epoch = steps_per_epoch(shard.count, args.batch_size)

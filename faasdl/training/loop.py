@@ -132,6 +132,11 @@ class Trainer:
         from (made on each call)."""
         return [v if isinstance(v, np.ndarray) else np.zeros(*v) for v in self._fresh]
 
+    def trace(self) -> None:
+        """Trace the training step, taking none: a new trainer's first unit does it as it
+        builds the trainer, so that its epochs time training alone."""
+        self._train_step.get_concrete_function()
+
     def initial_state(self) -> TrainState:
         return TrainState(weights=self.weights())
 

@@ -58,6 +58,25 @@ def test_two_runs_with_one_seed_give_bit_identical_weights(model: str) -> None:
     assert not np.array_equal(first.state.weights[0], other.state.weights[0])
 
 
+def test_a_traced_trainer_takes_no_step_and_trains_as_one_that_was_not() -> None:
+    # Arrange: two trainers of one model and seed, one traced first.
+    traced, plain = trainer("small_cnn"), trainer("small_cnn")
+    before = traced.weights()
+
+    # Execute
+    traced.trace()
+    after = traced.weights()
+    ours = traced.train(SHARD.x, SHARD.y, traced.initial_state())
+    theirs = plain.train(SHARD.x, SHARD.y, plain.initial_state())
+
+    # Assert: the step was traced once, before training and not again by it; tracing changed
+    # no weight, and the trained weights are those of the trainer that was not traced.
+    assert traced._train_step.experimental_get_tracing_count() == 1
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    pairs = zip(ours.state.weights, theirs.state.weights, strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)
+
+
 def test_a_state_without_optimizer_variables_starts_from_the_optimizer_as_built() -> None:
     # A warm container's trainer holds the last activation's step and moments: a round's first
     # state (weights only) must train as in a new trainer, not go on from them.
