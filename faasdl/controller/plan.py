@@ -48,9 +48,8 @@ class JobPlan(BaseModel):
     # and all its actions, its rounds' aggregations and evaluations too (none until those are
     # on record as well), on warm containers; and that with each of its containers starting cold
     # once (none before a cold start is on record): its trainers (the runtime's start and the
-    # build of a trainer), its aggregators (those of the tree's widest level: each level runs
-    # after the one before), and its evaluation where it has a memory class of its own. Warm
-    # replicas come on top.
+    # build of a trainer), its aggregators (``aggregators_at_once``), and its evaluation where it
+    # has a memory class of its own. Warm replicas come on top.
     train_cost_usd: float | None = None
     expected_cost_usd: float | None = None
     expected_cost_cold_usd: float | None = None
@@ -82,9 +81,15 @@ class JobPlan(BaseModel):
         ) / 1024
         return self.rounds * gb_ms / 1000 * price_per_gb_s
 
+    @property
+    def aggregators_at_once(self) -> int:
+        """Aggregators a round runs at once: the tree's widest level (each level runs after the
+        one before)."""
+        return max((len(level) for level in self.tree), default=0)
+
     def cold_starts_said(self) -> str:
         """The containers whose cold starts ``expected_cost_cold_usd`` counts, in words."""
-        aggregators = max((len(level) for level in self.tree), default=0)
+        aggregators = self.aggregators_at_once
         return ", ".join(
             [
                 f"{self.workers} trainer(s)",
@@ -100,10 +105,9 @@ class JobPlan(BaseModel):
         start_ms = self.train.median_cold_start_ms
         if start_ms is None:
             return None
-        aggregators = max((len(level) for level in self.tree), default=0)
         mb_ms = (
             self.workers * self.train.memory_mb * (start_ms + (self.train.median_build_ms or 0))
-            + aggregators
+            + self.aggregators_at_once
             * self.aggregate_memory_mb
             * (self.train.median_aggregate_cold_start_ms or 0)
             + (self.evaluate_mb * start_ms if self.evaluate_memory_mb else 0)
