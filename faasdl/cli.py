@@ -1227,13 +1227,18 @@ COMPARE_KEYS: dict[CompareOrder, Callable[[dict[str, Any]], tuple[bool, float]]]
 }
 
 
+def _loss_kinds(rows: list[dict[str, Any]]) -> Counter[str]:
+    """How many of ``compare``'s ``rows`` have their lowest loss of each set."""
+    return Counter(row["lowest_loss_of"] for row in rows if row["lowest_loss_of"])
+
+
 def _ranked(
     rows: list[dict[str, Any]], order: CompareOrder
 ) -> tuple[list[dict[str, Any]], str | None]:
     """``compare``'s ``rows`` best first by ``order``, and what a reader must know of how: the
     lowest losses of jobs with a validation set and of jobs without are of different sets, which
     do not compare, so those go by the test loss of each one's round of its lowest loss."""
-    kinds = Counter(row["lowest_loss_of"] for row in rows if row["lowest_loss_of"])
+    kinds = _loss_kinds(rows)
     if order is not CompareOrder.loss or len(kinds) < 2:
         return sorted(rows, key=COMPARE_KEYS[order]), None
     counts = ", ".join(f"{kind} for {n}" for kind, n in sorted(kinds.items(), reverse=True))
@@ -1299,7 +1304,7 @@ def compare(
     headings = ["job", *(["name"] if named else []), "state", "round", *differing]
     for heading in [*headings, "accuracy", "lowest loss", "cost (USD)"]:
         table.add_column(heading, overflow="fold")
-    mixed = len({row["lowest_loss_of"] for row in rows if row["lowest_loss_of"]}) > 1
+    mixed = len(_loss_kinds(rows)) > 1
     for row in rows:
         table.add_row(
             row["job_id"],
