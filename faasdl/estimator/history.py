@@ -8,7 +8,6 @@ compare-and-set, so concurrent jobs of one model never lose each other's measure
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Literal
 
@@ -147,20 +146,22 @@ def write_baseline(
     peak_memory_mb: float,
     init_ms: int | None,
     runtime_id: str = "",
-    earlier_init_ms: Sequence[int] = (),
+    earlier: BaselineRecord | None = None,
 ) -> BaselineRecord:
-    """Write the runtime's measured record. Its cold starts are ``earlier_init_ms`` (those the
-    record it replaces kept: like a signature's durations they follow the latest whichever
-    runtime's, for the slowest may be of several at once on a node, which the probe's alone
-    cannot show) then the probe's ``init_ms``."""
-    started = [init_ms] if init_ms is not None else []
+    """Write the runtime's measured record. Its cold starts are those of ``earlier`` (the record
+    it replaces: like a signature's durations they follow the latest whichever runtime's, for the
+    slowest may be of several at once on a node, which the probe's alone cannot show) then the
+    probe's ``init_ms``, a start of one at once."""
     record = BaselineRecord(
         runtime=runtime,
         runtime_id=runtime_id,
         peak_memory_mb=peak_memory_mb,
-        init_ms=[*earlier_init_ms, *started][-KEEP_DURATIONS:],
+        init_ms=earlier.init_ms if earlier is not None else [],
+        init_ms_by_trainers=earlier.init_ms_by_trainers if earlier is not None else {},
         measured_ms=int(time.time() * 1000),
     )
+    if init_ms is not None:
+        record = started(record, init_ms, trainers=1)
     store.put(record.key(), record.model_dump(mode="json"))
     return record
 
@@ -180,12 +181,27 @@ def note_runtime(store: StateStore, runtime: str, runtime_id: str) -> None:
     update(store, baseline_key(runtime), BaselineRecord, change)
 
 
-def record_init(store: StateStore, runtime: str, init_ms: int) -> None:
-    """Add a cold start's init time to the runtime's record (which must exist)."""
+def record_init(store: StateStore, runtime: str, init_ms: int, *, trainers: int) -> None:
+    """Add a cold start's init time, of a job that ran ``trainers`` at once, to the runtime's
+    record (which must exist)."""
 
     def change(old: BaselineRecord | None) -> BaselineRecord:
         if old is None:
             raise StoreError(f"no baseline recorded for runtime {runtime!r}")
-        return old.model_copy(update={"init_ms": [*old.init_ms, init_ms][-KEEP_DURATIONS:]})
+        return started(old, init_ms, trainers=trainers)
 
     update(store, baseline_key(runtime), BaselineRecord, change)
+
+
+def started(record: BaselineRecord, init_ms: int, *, trainers: int) -> BaselineRecord:
+    """``record`` with a start of ``init_ms`` among ``trainers`` at once added (pure): the
+    latest starts of each count, of the counts started latest."""
+    by_trainers = dict(record.init_ms_by_trainers)
+    alike = by_trainers.pop(trainers, [])
+    by_trainers[trainers] = [*alike, init_ms][-KEEP_DURATIONS:]
+    return record.model_copy(
+        update={
+            "init_ms": [*record.init_ms, init_ms][-KEEP_DURATIONS:],
+            "init_ms_by_trainers": dict(list(by_trainers.items())[-KEEP_DURATIONS:]),
+        }
+    )

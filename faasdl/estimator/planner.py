@@ -87,8 +87,9 @@ class ActionPlan(BaseModel):
     # And of the rounds' aggregations and evaluations (jobs of the signature's).
     median_aggregate_ms: int | None = None
     median_evaluate_ms: int | None = None
-    # The median of the runtime's cold starts on record (its /init; none before one), and of an
-    # aggregation's (its own action's, the jobs of the signature's).
+    # The median of the runtime's cold starts on record (its /init; none before one) of as many
+    # trainers at once (or the most up to as many), and of an aggregation's (its own action's,
+    # the jobs of the signature's).
     median_cold_start_ms: int | None = None
     median_aggregate_cold_start_ms: int | None = None
     # A container's first run's building and tracing of its trainer (the signature's).
@@ -126,10 +127,11 @@ def plan_training(
     step_mb: int,
     price_per_gb_s: float,
     coefficients: Coefficients = DEFAULT,
-    cold_starts_ms: Sequence[int] = (),
+    cold_starts_ms: Callable[[int], Sequence[int]] = lambda trainers: (),
 ) -> ActionPlan:
     """Containers, memory and timeout of one training action; raises ``ValidationError`` for a
-    job that cannot run as asked and ``EstimationError`` for one no limit of the platform fits."""
+    job that cannot run as asked and ``EstimationError`` for one no limit of the platform fits.
+    ``cold_starts_ms(n)``: the runtime's cold starts to plan ``n`` trainers at once by."""
     check_model(request.model, data.input_shape, data.classes)
 
     # Cached: the container search and the final plan ask for the same counts, and each
@@ -199,7 +201,7 @@ def plan_training(
         median_epoch_ms=_median_ms(past.epoch_ms) if past else None,
         median_aggregate_ms=_median_ms(past.aggregate_ms) if past else None,
         median_evaluate_ms=_median_ms(past.evaluate_ms) if past else None,
-        median_cold_start_ms=_median_ms(cold_starts_ms),
+        median_cold_start_ms=_median_ms(cold_starts_ms(containers)),
         median_aggregate_cold_start_ms=_median_ms(past.aggregate_init_ms) if past else None,
         median_build_ms=_median_ms(past.build_ms) if past else None,
     )

@@ -136,7 +136,7 @@ class Sizer:
             profile=self.profile(request.model, facts.input_shape, facts.classes),
             baseline_mb=runtime.peak_memory_mb,
             init_ms=max(runtime.init_ms, default=0),
-            cold_starts_ms=runtime.init_ms,
+            cold_starts_ms=runtime.starts_with,
             limits=self.platform.limits(),
             history=lambda sig: history.read(self.store, sig),
             step_mb=self.settings.estimator.memory_step_mb,
@@ -186,7 +186,7 @@ class Sizer:
             peak_memory_mb=float(result["peak_rss_mb"]),
             init_ms=record.init_time,
             runtime_id=str(result.get("runtime_id", "")),
-            earlier_init_ms=known.init_ms if known is not None else (),
+            earlier=known,
         )
         self._baseline_id = measured.runtime_id
         if known is not None:
@@ -214,17 +214,17 @@ class Sizer:
     def learn(self, plan: ActionPlan, activation: Activation, failure: Failure | None) -> None:
         """Record what a training activation of ``plan`` used, or the limits it failed under."""
         init_ms = activation.init_time or 0
+        runtime = self.settings.estimator.baseline_runtime
         # A cold start that ran out of time measured its limit, not itself (a hung or frozen
         # start, or one slower than any on record): the signature's floor keeps that lesson
         # (below); kept with the starts, it would raise the next limit of every signature past
         # it, and again at each such failure.
         if 0 < init_ms < plan.timeout_ms:
-            history.record_init(self.store, self.settings.estimator.baseline_runtime, init_ms)
+            history.record_init(self.store, runtime, init_ms, trainers=plan.containers)
         if failure is None:
             result: dict[str, Any] = activation.response.result or {}
             runtime_id = str(result.get("runtime_id", ""))
             if runtime_id != self._baseline_id:
-                runtime = self.settings.estimator.baseline_runtime
                 history.note_runtime(self.store, runtime, runtime_id)
             phases = result.get("phases_s", {})
             epochs = max(1, len(result.get("epochs", [])))

@@ -423,7 +423,17 @@ class BaselineRecord(Record):
     stale: bool = False
     peak_memory_mb: float
     init_ms: list[int] = Field(default_factory=list)
+    # The same starts by how many trainers their job ran at once (the probe's: 1): on one node
+    # those start side by side and each is slower; on a cluster they spread over its invokers.
+    # Empty in a record from before they were kept by it.
+    init_ms_by_trainers: dict[int, list[int]] = Field(default_factory=dict)
     measured_ms: int
+
+    def starts_with(self, trainers: int) -> list[int]:
+        """The cold starts to plan a job of ``trainers`` at once by: those of the most trainers
+        at once on record up to its own; every start where none is (a record from before)."""
+        fewer = [n for n in self.init_ms_by_trainers if n <= trainers]
+        return self.init_ms_by_trainers[max(fewer)] if fewer else self.init_ms
 
     def key(self) -> str:
         return baseline_key(self.runtime)

@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import datetime
@@ -205,6 +206,14 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert past is not None
     assert sorted(past.aggregate_init_ms) == sorted(started)
     assert sorted(past.build_ms) == sorted(round(1000 * s) for s in built)
+    # Its trainers' cold starts are the runtime's, kept as those of a job of four at once.
+    runtime = history.read_baseline(
+        controller.store, controller.settings.estimator.baseline_runtime
+    )
+    cold = Counter(a["init_ms"] for a in ledger if a["kind"] == "train" and a["init_ms"] > 0)
+    assert cold
+    assert runtime is not None
+    assert cold <= Counter(runtime.init_ms_by_trainers[4])
     # A long job's page reads its ledger from its latest rounds on.
     latest = client.get(f"/v1/jobs/{job_id}/ledger", params={"round_from": 2}).json()
     assert latest == [a for a in ledger if a["round"] == 2]
@@ -1172,7 +1181,7 @@ def test_a_plan_says_what_its_actions_cost_by_past_runs_and_warns_a_budget_below
         controller.store, controller.settings.estimator.baseline_runtime
     )
     assert runtime is not None
-    assert train["median_cold_start_ms"] == round(statistics.median(runtime.init_ms))
+    assert train["median_cold_start_ms"] == round(statistics.median(runtime.starts_with(4)))
     aggregator_ms, build_ms = train["median_aggregate_cold_start_ms"], train["median_build_ms"]
     assert aggregator_ms == round(statistics.median(past.aggregate_init_ms))  # the first job's
     assert build_ms == round(statistics.median(past.build_ms))

@@ -12,7 +12,7 @@ from faasdl.estimator.sizer import Sizer, checked_facts
 from faasdl.platform.base import Activation, ActivationResponse, KeyValue, PlatformLimits
 from faasdl.platform.classify import Failure, FailureKind
 from faasdl.platform.local import LocalPlatform
-from faasdl.store.records import ExecutionHistory
+from faasdl.store.records import BaselineRecord, ExecutionHistory
 from faasdl.store.sqlite import SqliteStore
 from faasdl.training.datasets import DigitsSpec, SyntheticSpec
 from faasdl.training.models import ModelProfile
@@ -216,7 +216,7 @@ def test_a_timeout_from_history_covers_the_slowest_cold_start_on_record(tmp_path
     with SqliteStore(path=tmp_path / "s.db") as store:
         history.write_baseline(store, runtime, peak_memory_mb=570.0, init_ms=6600)
         for _ in range(9):
-            history.record_init(store, runtime, 3000)
+            history.record_init(store, runtime, 3000, trainers=1)
         name = history.profile_name(request.model, facts.input_shape, facts.classes)
         history.write_profile(store, name, PROFILE)
         sizer = Sizer(platform=LocalPlatform(), store=store, settings=settings)
@@ -232,6 +232,67 @@ def test_a_timeout_from_history_covers_the_slowest_cold_start_on_record(tmp_path
     # gave 1.3 × 4.1 s: a 6 s limit that the four at once outlast).
     assert learned.timeout_source == "history"
     assert learned.timeout_ms == 12_000
+
+
+def test_cold_starts_are_planned_by_those_of_as_many_trainers_at_once() -> None:
+    # Arrange: the probe's lone start (6.1 s), three starts of jobs of three trainers at once on a
+    # node (7.0-8.2 s) and one of a job of eight; and a record from before starts were kept so.
+    record = BaselineRecord(runtime="tf", peak_memory_mb=570.0, measured_ms=0)
+    for init_ms, trainers in [(6100, 1), (7000, 3), (8200, 3), (7600, 3), (9900, 8)]:
+        record = history.started(record, init_ms, trainers=trainers)
+    older = BaselineRecord(runtime="tf", peak_memory_mb=570.0, init_ms=[6100, 7000], measured_ms=0)
+
+    # Execute
+    starts = {trainers: record.starts_with(trainers) for trainers in (1, 2, 3, 5, 8, 20)}
+
+    # Assert: a job's own count where it is on record, else the most up to it; every start kept
+    # in order; a record from before plans every job by every start.
+    assert starts == {
+        1: [6100], 2: [6100], 3: [7000, 8200, 7600], 5: [7000, 8200, 7600], 8: [9900], 20: [9900]
+    }  # fmt: skip
+    assert record.init_ms == [6100, 7000, 8200, 7600, 9900]
+    assert older.starts_with(3) == [6100, 7000]
+
+
+def test_the_starts_kept_are_the_latest_of_the_counts_started_latest() -> None:
+    record = BaselineRecord(runtime="tf", peak_memory_mb=570.0, measured_ms=0)
+    for trainers in range(1, history.KEEP_DURATIONS + 2):  # one more count than are kept
+        record = history.started(record, 1000 + trainers, trainers=trainers)
+    for init_ms in range(history.KEEP_DURATIONS + 1):  # one more start of the first kept
+        record = history.started(record, init_ms, trainers=2)
+
+    assert list(record.init_ms_by_trainers) == [*range(3, history.KEEP_DURATIONS + 2), 2]
+    assert record.init_ms_by_trainers[2] == list(range(1, history.KEEP_DURATIONS + 1))
+    assert record.starts_with(1) == record.init_ms  # the lone starts went: every start
+    assert len(record.init_ms) == history.KEEP_DURATIONS
+
+
+def test_a_plan_prices_its_trainers_cold_starts_by_those_of_as_many_at_once(
+    tmp_path: Path,
+) -> None:
+    # Arrange: a runtime whose lone start (the probe's) took 3 s and whose starts of two trainers
+    # at once took 5 s. The platform is never opened: a probe would fail the test.
+    settings = Settings()
+    runtime = settings.estimator.baseline_runtime
+    with SqliteStore(path=tmp_path / "s.db") as store:
+        history.write_baseline(store, runtime, peak_memory_mb=570.0, init_ms=3000)
+        for init_ms in (5000, 5200):
+            history.record_init(store, runtime, init_ms, trainers=2)
+        facts = checked_facts(EstimateRequest(model="mlp", dataset=DigitsSpec(), batch_size=16))
+        name = history.profile_name("mlp", facts.input_shape, facts.classes)
+        history.write_profile(store, name, PROFILE)
+        sizer = Sizer(platform=LocalPlatform(), store=store, settings=settings)
+
+        # Execute
+        planned = {
+            workers: sizer.plan(
+                EstimateRequest(model="mlp", dataset=DigitsSpec(), batch_size=16, workers=workers)
+            )
+            for workers in (1, 2, 4)
+        }
+
+    # Assert
+    assert {w: p.median_cold_start_ms for w, p in planned.items()} == {1: 3000, 2: 5100, 4: 5100}
 
 
 def activation(*, init_ms: int, timed_out: bool) -> Activation:
