@@ -229,6 +229,13 @@ class Sizer:
             phases = result.get("phases_s", {})
             epochs = max(1, len(result.get("epochs", [])))
             train_ms = 1000 * float(phases.get("train", 0.0))
+            # A container's first run of the signature built and traced its trainer, and its
+            # first step ran the step's graph for the first time: its one-off part, counted with
+            # its start and end (as its build is: the slowest is what a limit covers), not with
+            # the epochs a warm container's run takes.
+            built = not result.get("trainer_reused", True)
+            first_run_ms = 1000 * float(result.get("first_step_extra_s") or 0.0) if built else 0.0
+            train_ms -= first_run_ms
             history.record_run(
                 self.store,
                 plan.signature,
@@ -237,10 +244,9 @@ class Sizer:
                 epoch_ms=math.ceil(train_ms / epochs),
                 timeout_ms=plan.timeout_ms,
                 runtime_id=runtime_id,
-                # A container's first run of the signature built and traced its trainer.
-                build_ms=None
-                if result.get("trainer_reused", True)
-                else round(1000 * float(phases.get("build", 0.0))),
+                build_ms=round(1000 * float(phases.get("build", 0.0)) + first_run_ms)
+                if built
+                else None,
             )
         elif failure.kind is FailureKind.OUT_OF_MEMORY:
             history.record_failure(self.store, plan.signature, memory_floor_mb=plan.memory_mb)

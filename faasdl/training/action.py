@@ -141,9 +141,10 @@ def warm_up(args: dict[str, Any]) -> None:
     )
     key = TrainerKey(prime.model, prime.input_shape, prime.classes, prime.optimizer)
     trainer = _trainer(key, config)
+    trainer.trace()
     x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
     y = np.zeros(prime.batch_size, np.int32)
-    trainer.train(x, y, trainer.initial_state())  # traces the step; every unit loads its state
+    trainer.train(x, y, trainer.initial_state())  # the step's first run; each unit loads its state
 
 
 def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
@@ -345,6 +346,7 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
         "runtime_id": runtime_id(),
         "phases_s": {name: round(s, 4) for name, s in phases.seconds.items()},
         "first_step_at": first_step_at,
+        "first_step_extra_s": report.first_step_extra_s,
         "trainer_reused": reused,
         "learning_rate": float(trainer.optimizer.learning_rate),  # as the optimizer holds it
         "checkpoints": canary.persisted if canary else 0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -69,12 +71,32 @@ def test_a_traced_trainer_takes_no_step_and_trains_as_one_that_was_not() -> None
     ours = traced.train(SHARD.x, SHARD.y, traced.initial_state())
     theirs = plain.train(SHARD.x, SHARD.y, plain.initial_state())
 
-    # Assert: the step was traced once, before training and not again by it; tracing changed
-    # no weight, and the trained weights are those of the trainer that was not traced.
+    traced.snapshot(ours.state)
+
+    # Assert: the step, the weights' check and the snapshot's read were each traced once, before
+    # training and not again by it or by a snapshot; tracing changed no weight, and the trained
+    # weights are those of the trainer that was not traced.
     assert traced._train_step.experimental_get_tracing_count() == 1
+    assert traced._all_finite.experimental_get_tracing_count() == 1
+    assert traced._read_variables.experimental_get_tracing_count() == 1
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
     pairs = zip(ours.state.weights, theirs.state.weights, strict=True)
     assert all(np.array_equal(a, b) for a, b in pairs)
+    # Each attempt times its first two steps (what its first step's graph's first run cost).
+    assert len(ours.first_steps_s) == len(theirs.first_steps_s) == 2
+    assert ours.first_step_extra_s is not None
+    assert ours.first_step_extra_s == max(0.0, ours.first_steps_s[0] - ours.first_steps_s[1])
+
+
+def test_an_attempt_of_one_step_says_nothing_of_its_first_steps_extra() -> None:
+    one = trainer("mlp")
+    one.config = dataclasses.replace(one.config, epochs=1, batch_size=len(SHARD.y))
+
+    report = one.train(SHARD.x, SHARD.y, one.initial_state())
+
+    assert report.steps == 1
+    assert len(report.first_steps_s) == 1
+    assert report.first_step_extra_s is None
 
 
 def test_a_state_without_optimizer_variables_starts_from_the_optimizer_as_built() -> None:
