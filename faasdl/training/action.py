@@ -141,10 +141,11 @@ def warm_up(args: dict[str, Any]) -> None:
     )
     key = TrainerKey(prime.model, prime.input_shape, prime.classes, prime.optimizer)
     trainer = _trainer(key, config)
-    trainer.trace()
     x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
     y = np.zeros(prime.batch_size, np.int32)
-    trainer.train(x, y, trainer.initial_state())  # the step's first run; each unit loads its state
+    # Traces the step and runs it, the weights' check and the snapshot's read (their first runs);
+    # every unit loads its own state.
+    trainer.train(x, y, trainer.initial_state())
 
 
 def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
