@@ -358,9 +358,22 @@ class Checkpointer:
 
         A head whose blob is gone or fails its checksum is skipped for the one before it.
         """
+        return self._newest(lambda blob: decode(self.store.get_blob(blob)))
+
+    def restore_streamed(
+        self, load: Callable[[Iterator[bytes]], S]
+    ) -> tuple[S, CheckpointHead] | None:
+        """:meth:`restore`, each checkpoint handed to ``load`` a piece at a time as it is read
+        (:meth:`StateStore.read_blob <faasdl.store.base.StateStore.read_blob>`), never held
+        whole: a piece that fails its checksum raises from the iterator, mid-way through
+        ``load``, and the one before is loaded in its place (so ``load`` must set everything
+        each time)."""
+        return self._newest(lambda blob: load(self.store.read_blob(blob)[1]))
+
+    def _newest(self, read: Callable[[str], S]) -> tuple[S, CheckpointHead] | None:
         for head in reversed(self._unit().heads):
             try:
-                return decode(self.store.get_blob(head.blob)), head
+                return read(head.blob), head
             except (BlobNotFound, BlobCorrupted) as exc:
                 log.warning("checkpoint %s unreadable, trying the one before: %s", head.blob, exc)
         return None

@@ -24,10 +24,11 @@ Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's appl
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any, Literal, NamedTuple
 
@@ -40,7 +41,7 @@ from faasdl.store.base import StateStore
 from faasdl.training.datasets import Shard
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
 from faasdl.training.models import architecture, build_model, profile_model
-from faasdl.training.tensors import TrainState, pack, unpack
+from faasdl.training.tensors import TensorStream, TrainState, pack
 from faasdl.training.usage import Phases, peak_rss_mb, runtime_id
 
 # Keras imports scikit-learn as TensorFlow loads it, for its scikit-learn wrappers, which no
@@ -194,7 +195,8 @@ def evaluate(args: EvaluateArgs) -> dict[str, Any]:
     if trainer is None:
         model = build_model(args.model, input_shape, args.classes, seed=0)
         trainer = Trainer(model, TrainConfig(batch_size=args.batch_size, epochs=1))
-    trainer.load(TrainState(weights=unpack(store.get_blob(args.weights), what="weights")["w"]))
+    weights = TensorStream(store.read_blob(args.weights)[1], what="weights")
+    trainer.load_streamed(weights, weights_only=True)  # its optimizer may be another's
     scores = trainer.evaluate(data.x, data.y, batch_size=args.batch_size)
     examples = data.count
     del data  # let go before the validation set is read: one set in memory at a time
@@ -266,22 +268,28 @@ def _start(
 ) -> tuple[TrainState, int | None]:
     """Load the attempt's starting state into ``trainer``: the unit's newest checkpoint, else the
     global model, else the job's initial weights drawn from its seed (with the optimizer as
-    built). Returns the state's counters and the checkpoint position it resumed from, if any:
-    its arrays end with this call (held to the end of the attempt, a later round's global model
-    had raised its peak by 3P over the first round's)."""
-    restored = canary.restore(TrainState.from_bytes) if canary else None
+    built). Returns the state's counters and the checkpoint position it resumed from, if any.
+    A checkpoint or the global model is set as it is read, never held whole (beside the
+    variables, a later round's global model had raised its peak by its size, 3P with Adam)."""
+    restored = canary.restore_streamed(functools.partial(_resume, trainer)) if canary else None
     if restored is not None:
-        state, resumed_from = restored[0], restored[1].position
-    elif args.weights_in is not None:
+        return restored[0], restored[1].position
+    if args.weights_in is not None:
         # The global model carries the averaged optimizer state too: restarting Adam's moments
         # every round costs local training most of its progress per round.
-        groups = unpack(store.get_blob(args.weights_in), what="weights_in")
-        state = TrainState(weights=groups["w"], optimizer=groups.get("opt", []))
-        resumed_from = None
-    else:
-        state, resumed_from = TrainState(weights=_initial_weights(key, args.seed)), None
-    trainer.load(state)
-    return dataclasses.replace(state, weights=[], optimizer=[]), resumed_from
+        _, pieces = store.read_blob(args.weights_in)
+        trainer.load_streamed(TensorStream(pieces, what="weights_in"))
+        return TrainState(weights=[]), None
+    trainer.load(TrainState(weights=_initial_weights(key, args.seed)))
+    return TrainState(weights=[]), None
+
+
+def _resume(trainer: Trainer, pieces: Iterator[bytes]) -> TrainState:
+    """Load the checkpoint read as ``pieces`` into ``trainer``; its counters."""
+    stream = TensorStream(pieces, what="checkpoint")
+    counters = TrainState.counters_of(stream.metadata)
+    trainer.load_streamed(stream)
+    return counters
 
 
 def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from faasdl.errors import TrainingDiverged
-from faasdl.training.tensors import TrainState
+from faasdl.training.tensors import TensorStream, TrainState
 
 if TYPE_CHECKING:
     import keras
@@ -163,12 +163,44 @@ class Trainer:
         """Set weights and optimizer variables from ``state``; a state without optimizer
         variables starts from the optimizer as built (:attr:`fresh_optimizer`). Its learning
         rate is ``config``'s."""
+        _fit(self.model.weights, [a.shape for a in state.weights], "weights")
+        if state.optimizer:
+            _fit(self.optimizer.variables, [a.shape for a in state.optimizer], "optimizer state")
+        for variable, value in zip(self.model.weights, state.weights, strict=True):
+            variable.assign(value)
+        for variable, value in zip(self.optimizer.variables, state.optimizer, strict=False):
+            variable.assign(value)
+        self._loaded(optimizer=bool(state.optimizer))
+
+    def load_streamed(self, stream: TensorStream, *, weights_only: bool = False) -> None:
+        """:meth:`load` of a state :func:`~faasdl.training.tensors.pack` wrote (group ``w`` the
+        weights, ``opt`` the optimizer variables, passed over where ``weights_only``), each array
+        set as it is read: the file is never held whole beside the variables (a later round's
+        global model had raised an attempt's peak by its size, three times the model's with
+        Adam). Nothing is set where the file's arrays do not fit the model (``ValidationError``);
+        a file cut short leaves the trainer to be loaded again (every attempt loads its whole
+        state)."""
+        shapes = stream.shapes
+        _fit(self.model.weights, shapes.get("w", []), "weights")
+        optimizer = bool(shapes.get("opt")) and not weights_only
+        if optimizer:
+            _fit(self.optimizer.variables, shapes["opt"], "optimizer state")
+        targets = {
+            "w": self.model.weights,
+            **({"opt": self.optimizer.variables} if optimizer else {}),
+        }
+        for group, position, array in stream:
+            if group in targets:
+                targets[group][position].assign(array)
+            del array  # before the next is read: one array held at a time
+        self._loaded(optimizer=optimizer)
+
+    def _loaded(self, *, optimizer: bool) -> None:
+        """After a load: the optimizer as built where the state had no variables of its own,
+        and the configured learning rate."""
         import tensorflow as tf
 
-        _assign(self.model.weights, state.weights, "weights")
-        if state.optimizer:
-            _assign(self.optimizer.variables, state.optimizer, "optimizer state")
-        else:
+        if not optimizer:
             for variable, fresh in zip(self.optimizer.variables, self._fresh, strict=True):
                 variable.assign(fresh if isinstance(fresh, np.ndarray) else tf.zeros(*fresh))
         # The rate this run trains at: the state's (one of its variables) may be another
@@ -284,16 +316,15 @@ class Trainer:
         return {"loss": total / len(y), "accuracy": correct / len(y)}
 
 
-def _assign(variables: Any, values: list[np.ndarray], what: str) -> None:
+def _fit(variables: Any, shapes: list[tuple[int, ...]], what: str) -> None:
+    """Raise ``ValidationError`` unless ``shapes`` are those of ``variables``, one for one."""
     from faasdl.errors import ValidationError
 
     targets = list(variables)
-    if len(targets) != len(values) or any(
-        tuple(v.shape) != a.shape for v, a in zip(targets, values, strict=False)
+    if len(targets) != len(shapes) or any(
+        tuple(v.shape) != tuple(shape) for v, shape in zip(targets, shapes, strict=False)
     ):
         raise ValidationError(
-            f"the {what} do not fit the model ({len(values)} arrays for {len(targets)} variables)",
+            f"the {what} do not fit the model ({len(shapes)} arrays for {len(targets)} variables)",
             field="weights",
         )
-    for variable, value in zip(targets, values, strict=True):
-        variable.assign(value)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,121 @@ def decode(
     return {g: [a for _, a in sorted(items)] for g, items in groups.items()}, metadata
 
 
+@dataclass(frozen=True)
+class _Entry:
+    group: str
+    position: int  # in its group's order
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+class TensorStream:
+    """A safetensors file read a piece at a time (the pieces :meth:`StateStore.read_blob
+    <faasdl.store.base.StateStore.read_blob>` yields): its header read as it is made, then each
+    array handed out once its bytes have come, so that a reader that puts each where it goes
+    holds one array and one piece, never the file. ``shapes``: each group's arrays' shapes, in
+    the order :func:`decode` gives them; ``metadata``: the file's. Raises ``ValidationError``
+    naming ``what`` where the data is not a safetensors file (a short one: as it is read)."""
+
+    def __init__(self, pieces: Iterable[Buffer], *, what: str = "data") -> None:
+        self.what = what
+        self._pieces = iter(pieces)
+        self._held = bytearray()  # bytes read and not yet handed out
+        try:
+            self._fill(8)
+            size = int.from_bytes(self._held[:8], "little")
+            if len(self._held) < 8:
+                raise ValueError(f"a file of {len(self._held)} bytes")
+            self._fill(8 + size)
+            if len(self._held) < 8 + size:
+                raise ValueError(f"a header of {size} bytes in {len(self._held) - 8}")
+            header = json.loads(bytes(self._held[8 : 8 + size]))
+            if not isinstance(header, dict):
+                raise ValueError("the header is not a JSON object")
+            self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
+            del self._held[: 8 + size]
+            entries: list[tuple[str, str, np.dtype[Any], tuple[int, ...], int, int]] = []
+            for key, info in header.items():
+                dtype = DTYPES[info["dtype"]]
+                shape = tuple(int(n) for n in info["shape"])
+                begin, end = (int(n) for n in info["data_offsets"])
+                if not 0 <= begin <= end or end - begin != math.prod(shape) * dtype.itemsize:
+                    raise ValueError(f"{key}: bytes {begin}-{end} for {shape} {dtype}")
+                group, _, index = key.partition("/")
+                entries.append((group, index, dtype, shape, begin, end))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValidationError(f"not a safetensors file ({exc})", field=what) from exc
+        self._entries: list[_Entry] = []
+        self.shapes: dict[str, list[tuple[int, ...]]] = {}
+        for group in dict.fromkeys(e[0] for e in entries):
+            mine = sorted((e for e in entries if e[0] == group), key=lambda e: e[1])
+            self.shapes[group] = [e[3] for e in mine]
+            self._entries += [_Entry(group, i, *e[2:]) for i, e in enumerate(mine)]
+        self._entries.sort(key=lambda e: (e.begin, e.end))  # an empty array before its neighbour
+
+    def __iter__(self) -> Iterator[tuple[str, int, np.ndarray]]:
+        """Each array as ``(group, position, array)``, in the file's order; each a new array,
+        its own (the next one reads into another)."""
+        at = 0  # the file's body offset of the first byte held
+        for entry in self._entries:
+            if entry.begin < at:
+                raise ValidationError(
+                    f"not a safetensors file (its arrays overlap at byte {entry.begin})",
+                    field=self.what,
+                )
+            self._skip(entry.begin - at)
+            out = np.empty(entry.end - entry.begin, np.uint8)
+            filled = self._read_into(out)
+            if filled < len(out):
+                raise ValidationError(
+                    f"not a safetensors file (it ends {len(out) - filled} bytes short of its "
+                    f"array {entry.group}/{entry.position})",
+                    field=self.what,
+                )
+            at = entry.end
+            yield entry.group, entry.position, out.view(entry.dtype).reshape(entry.shape)
+            del out  # before the next is made: the reader may have let it go
+
+    def _fill(self, size: int) -> None:
+        """Read pieces until ``size`` bytes are held (fewer at the file's end)."""
+        while len(self._held) < size:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return
+            self._held += memoryview(piece).cast("B")
+
+    def _skip(self, count: int) -> None:
+        while count > 0:
+            self._fill(1)
+            if not self._held:
+                return
+            taken = min(count, len(self._held))
+            del self._held[:taken]
+            count -= taken
+
+    def _read_into(self, out: np.ndarray) -> int:
+        """Move the next ``len(out)`` bytes into ``out``; the bytes moved (fewer at the end)."""
+        filled = 0
+        while filled < len(out):
+            if not self._held:
+                piece = next(self._pieces, None)
+                if piece is None:
+                    break
+                view = memoryview(piece).cast("B")
+                taken = min(len(view), len(out) - filled)
+                out[filled : filled + taken] = np.frombuffer(view[:taken], np.uint8)
+                filled += taken
+                self._held += view[taken:]  # the next array's first bytes
+                continue
+            taken = min(len(self._held), len(out) - filled)
+            out[filled : filled + taken] = np.frombuffer(self._held, np.uint8, count=taken)
+            del self._held[:taken]
+            filled += taken
+        return filled
+
+
 def unpack(data: Buffer, *, what: str = "data") -> dict[str, list[np.ndarray]]:
     """The groups :func:`pack` wrote (views of ``data``: see :func:`decode`)."""
     return decode(data, what=what)[0]
@@ -164,11 +280,17 @@ class TrainState:
     def from_bytes(cls, data: Buffer) -> TrainState:
         """The state :meth:`encode` wrote; its arrays are views of ``data``."""
         groups, metadata = decode(data, what="checkpoint")
+        counters = cls.counters_of(metadata)
+        return replace(counters, weights=groups.get("w", []), optimizer=groups.get("opt", []))
+
+    @classmethod
+    def counters_of(cls, metadata: dict[str, str]) -> TrainState:
+        """The counters (no arrays) of the state whose file's metadata is ``metadata``."""
         try:
             counters: dict[str, Any] = json.loads(metadata["faasdl"])
+            return cls(weights=[], **counters)
         except (ValueError, KeyError, TypeError) as exc:
             raise ValidationError("not a faasdl training state", field="checkpoint") from exc
-        return cls(weights=groups.get("w", []), optimizer=groups.get("opt", []), **counters)
 
 
 _ARRAYS = ("weights", "optimizer")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -247,3 +248,37 @@ def test_an_implicit_checkpoint_is_due_at_the_interval_and_before_the_deadline(
         assert ck.due()
     with attempt(store, unit(store).owner_epoch, checkpoints=False) as plain:
         assert not plain.due()
+
+
+def test_a_streamed_restore_that_meets_a_bad_chunk_mid_way_loads_the_one_before(
+    store: StateStore,
+) -> None:
+    # Arrange: two checkpoints of three chunks each; the newest's second chunk damaged.
+    size = 3 * store.chunk_bytes
+
+    def save_chunks(ck: Checkpointer, value: int) -> None:
+        ck.checkpoint(lambda: value, lambda v: bytes([v]) * size, position=value)
+        ck.flush()
+
+    with attempt(store, claim(store)) as ck:
+        save_chunks(ck, 1)
+        save_chunks(ck, 2)
+        newest = store.blob_manifest(unit(store).heads[-1].blob)
+        assert newest is not None
+        damaged = store._chunk_key(newest.name, newest.write_id, 1)
+        store._write_chunks([(damaged, b"x" * store.chunk_bytes)])
+        loads: list[list[int]] = []  # the first byte of each piece each load read
+
+        def load(pieces: Iterator[bytes]) -> int:
+            loads.append([])
+            for piece in pieces:
+                loads[-1].append(piece[0])
+            return loads[-1][0]
+
+        # Execute
+        restored = ck.restore_streamed(load)
+
+    # Assert: the newest was read up to its bad chunk, then the one before whole.
+    assert restored is not None
+    assert (restored[0], restored[1].position) == (1, 1)
+    assert loads == [[2], [1, 1, 1]]

@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
 
-from faasdl.errors import TrainingDiverged
+from faasdl.errors import TrainingDiverged, ValidationError
 from faasdl.training.datasets import DigitsSpec, Shard, load_dataset, split_shards
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
 from faasdl.training.models import build_model
-from faasdl.training.tensors import TrainState
+from faasdl.training.tensors import TensorStream, TrainState
 
 pytestmark = pytest.mark.tensorflow
 DIGITS = load_dataset(DigitsSpec())
@@ -189,3 +189,66 @@ def test_a_model_whose_test_loss_overflows_is_reported_as_diverged() -> None:
 
     with pytest.raises(TrainingDiverged, match=r"the model's loss on 359 examples is (nan|inf)"):
         t.evaluate(DIGITS.x_test, DIGITS.y_test)
+
+
+def streamed(state: TrainState, piece: int = 1000) -> TensorStream:
+    data = b"".join(state.encode())
+    return TensorStream(data[i : i + piece] for i in range(0, len(data), piece))
+
+
+def test_a_state_loaded_as_it_is_read_trains_as_one_loaded_whole() -> None:
+    # Arrange: a state with optimizer variables, and one of weights only (a round's first).
+    source = trainer("small_cnn")
+    full = source.train(SHARD.x, SHARD.y, source.initial_state()).state
+    bare = TrainState(weights=full.weights)
+    results = {}
+    for name, state in {"full": full, "bare": bare}.items():
+        whole, streaming = trainer("small_cnn", seed=9), trainer("small_cnn", seed=9)
+        whole.load(state)
+
+        # Execute
+        streaming.load_streamed(streamed(state))
+
+        ours = streaming.train_on(SHARD.x, SHARD.y, TrainState(weights=[]))  # as loaded
+        theirs = whole.train_on(SHARD.x, SHARD.y, TrainState(weights=[]))
+        results[name] = (streaming.snapshot(ours.state), whole.snapshot(theirs.state))
+
+    # Assert: bit for bit, optimizer state included (the bare state's from the optimizer as
+    # built), at the configured learning rate.
+    for by_stream, by_whole in results.values():
+        pairs = [*zip(by_stream.weights, by_whole.weights, strict=True)]
+        pairs += zip(by_stream.optimizer, by_whole.optimizer, strict=True)
+        assert all(np.array_equal(a, b) for a, b in pairs)
+    assert not np.array_equal(results["full"][0].weights[0], results["bare"][0].weights[0])
+
+
+def test_a_streamed_state_that_does_not_fit_the_model_sets_nothing() -> None:
+    # Arrange: an MLP's state for a small CNN, and an MLP's weights with a CNN's optimizer
+    # variables.
+    cnn, mlp = trainer("small_cnn"), trainer("mlp")
+    before = cnn.weights()
+    wrong = TrainState(weights=mlp.weights())
+    mixed = TrainState(weights=cnn.weights(), optimizer=mlp.fresh_optimizer)
+
+    # Execute
+    with pytest.raises(ValidationError) as weights:
+        cnn.load_streamed(streamed(wrong))
+    with pytest.raises(ValidationError) as optimizer:
+        cnn.load_streamed(streamed(mixed))
+
+    # Assert
+    assert "the weights do not fit the model" in str(weights.value)
+    assert "the optimizer state do not fit the model" in str(optimizer.value)
+    assert all(np.array_equal(a, b) for a, b in zip(before, cnn.weights(), strict=True))
+
+
+def test_weights_alone_are_loaded_from_a_state_whose_optimizer_is_another_models() -> None:
+    # An evaluation scores a global model whose optimizer state may be of another optimizer.
+    loaded, other = trainer("mlp"), trainer("mlp", seed=7)
+    state = TrainState(weights=other.weights(), optimizer=[np.ones(3, np.float32)])
+
+    loaded.load_streamed(streamed(state), weights_only=True)
+
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.weights(), state.weights, strict=True))
+    fresh = zip(loaded.optimizer.variables, loaded.fresh_optimizer, strict=True)
+    assert all(np.array_equal(v.numpy(), f) for v, f in fresh)

@@ -13,7 +13,7 @@ from safetensors.numpy import save as st_save
 from faasdl.config import StoreSettings
 from faasdl.errors import ValidationError
 from faasdl.store import make_store
-from faasdl.training.tensors import DTYPES, TrainState, decode, encode, pack, unpack
+from faasdl.training.tensors import DTYPES, TensorStream, TrainState, decode, encode, pack, unpack
 
 MIB = 1024 * 1024
 
@@ -145,3 +145,68 @@ def test_a_model_crosses_the_store_without_a_second_copy_of_its_arrays(tmp_path:
     assert written_peak < 0.25 * size, f"writing held {written_peak / MIB:.0f} MiB"
     assert read_peak < 1.25 * size, f"reading held {read_peak / MIB:.0f} MiB: the file and more"
     assert all(np.array_equal(a, b) for a, b in zip(back.weights, state.weights, strict=True))
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 4096, 1 << 30])
+def test_a_stream_of_pieces_hands_out_the_arrays_decode_reads(piece: int) -> None:
+    # Pieces of any size: a byte at a time, pieces that end inside the header and inside arrays
+    # (every array of `arrays()` is under 64 bytes), and the file whole.
+    data = b"".join(encode(arrays(), metadata={"note": "kept"}))
+    pieces = (data[i : i + piece] for i in range(0, len(data), piece))
+
+    stream = TensorStream(pieces, what="weights_in")
+    read = list(stream)
+
+    groups, _ = decode(data)
+    assert stream.shapes == {g: [a.shape for a in values] for g, values in groups.items()}
+    assert sorted((g, i) for g, i, _ in read) == sorted(
+        (g, i) for g, values in groups.items() for i in range(len(values))
+    )
+    for group, position, array in read:
+        expected = groups[group][position]
+        assert (array.dtype, array.shape) == (expected.dtype, expected.shape)
+        assert np.array_equal(array, expected)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x01\x00", "a file of 2 bytes"),
+        ((100).to_bytes(8, "little") + b"{}", "a header of 100 bytes in 2"),
+        (len(b"[1]").to_bytes(8, "little") + b"[1]", "not a JSON object"),
+        (b"".join(pack([np.ones(4, np.float32)]))[:-4], "ends 4 bytes short of its array w/0"),
+    ],
+)
+def test_a_stream_that_is_not_a_safetensors_file_is_refused_naming_the_field(
+    data: bytes, message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message) as caught:
+        list(TensorStream([data[:5], data[5:]], what="weights_in"))
+
+    assert caught.value.field == "weights_in"
+
+
+def test_a_streamed_model_is_read_holding_an_array_and_a_chunk_not_the_file(
+    tmp_path: Path,
+) -> None:
+    # Traced allocations: read whole (get_blob, then decode's views), the file is held; read
+    # as a stream whose arrays are each let go before the next (as a trainer sets them), one
+    # array and a chunk or two.
+    store = make_store(StoreSettings(), f"sqlite:///{tmp_path / 'state.db'}")
+    state = TrainState(weights=[np.full(4 * MIB, i, np.float32) for i in range(8)])  # 128 MiB
+    size, largest = sum(a.nbytes for a in state.weights), state.weights[0].nbytes
+    with store:
+        store.put_blob("model", state.encode())
+        tracemalloc.start()
+        try:
+            sums = {}
+            for _, position, array in TensorStream(store.read_blob("model")[1]):
+                sums[position] = float(array[0])
+                del array  # as a trainer lets each go once it is set
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        chunk = store.chunk_bytes
+
+    assert sums == {i: float(i) for i in range(8)}
+    assert peak < largest + 3 * chunk, f"reading held {peak / MIB:.0f} MiB of {size / MIB:.0f}"
