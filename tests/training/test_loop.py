@@ -73,12 +73,9 @@ def test_a_traced_trainer_takes_no_step_and_trains_as_one_that_was_not() -> None
 
     traced.snapshot(ours.state)
 
-    # Assert: the step, the weights' check and the snapshot's read were each traced once, before
-    # training and not again by it or by a snapshot; tracing changed no weight, and the trained
-    # weights are those of the trainer that was not traced.
+    # Assert: the step was traced once, before training and not again by it; tracing changed
+    # no weight, and the trained weights are those of the trainer that was not traced.
     assert traced._train_step.experimental_get_tracing_count() == 1
-    assert traced._all_finite.experimental_get_tracing_count() == 1
-    assert traced._read_variables.experimental_get_tracing_count() == 1
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
     pairs = zip(ours.state.weights, theirs.state.weights, strict=True)
     assert all(np.array_equal(a, b) for a, b in pairs)
