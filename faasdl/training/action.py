@@ -144,9 +144,7 @@ def warm_up(args: dict[str, Any]) -> None:
     trainer = _trainer(key, config)
     x = np.zeros((prime.batch_size, *prime.input_shape), np.float32)
     y = np.zeros(prime.batch_size, np.int32)
-    # Traces the step and runs it, the weights' check and the snapshot's read (their first runs);
-    # every unit loads its own state.
-    trainer.train(x, y, trainer.initial_state())
+    trainer.train(x, y, trainer.initial_state())  # traces the step; every unit loads its state
 
 
 def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
@@ -269,8 +267,8 @@ def _start(
     """Load the attempt's starting state into ``trainer``: the unit's newest checkpoint, else the
     global model, else the job's initial weights drawn from its seed (with the optimizer as
     built). Returns the state's counters and the checkpoint position it resumed from, if any.
-    A checkpoint or the global model is set as it is read, never held whole (beside the
-    variables, a later round's global model had raised its peak by its size, 3P with Adam)."""
+    A checkpoint or the global model is set as it is read, never held whole beside the
+    variables (:meth:`Trainer.load_streamed`)."""
     restored = canary.restore_streamed(functools.partial(_resume, trainer)) if canary else None
     if restored is not None:
         return restored[0], restored[1].position

@@ -154,9 +154,9 @@ class TensorStream:
         self._held = bytearray()  # bytes read and not yet handed out
         try:
             self._fill(8)
-            size = int.from_bytes(self._held[:8], "little")
             if len(self._held) < 8:
                 raise ValueError(f"a file of {len(self._held)} bytes")
+            size = int.from_bytes(self._held[:8], "little")
             self._fill(8 + size)
             if len(self._held) < 8 + size:
                 raise ValueError(f"a header of {size} bytes in {len(self._held) - 8}")
