@@ -168,6 +168,13 @@ def test_a_stream_of_pieces_hands_out_the_arrays_decode_reads(piece: int) -> Non
         assert np.array_equal(array, expected)
 
 
+def holed() -> bytes:
+    """A file whose one array starts 8 bytes into the body (safetensors refuses such holes)."""
+    header = b'{"w/0000":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}'
+    header += b" " * (-len(header) % 8)
+    return len(header).to_bytes(8, "little") + header + bytes(24)
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -175,6 +182,7 @@ def test_a_stream_of_pieces_hands_out_the_arrays_decode_reads(piece: int) -> Non
         ((100).to_bytes(8, "little") + b"{}", "a header of 100 bytes in 2"),
         (len(b"[1]").to_bytes(8, "little") + b"[1]", "not a JSON object"),
         (b"".join(pack([np.ones(4, np.float32)]))[:-4], "ends 4 bytes short of its array w/0"),
+        (holed(), "its array w/0 starts at byte 8, not 0"),
     ],
 )
 def test_a_stream_that_is_not_a_safetensors_file_is_refused_naming_the_field(
