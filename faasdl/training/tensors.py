@@ -109,35 +109,58 @@ def decode(
         size = int.from_bytes(view[:8], "little")
         if len(view) < 8 or size > len(view) - 8:
             raise ValueError(f"a header of {size} bytes in {len(view)}")
-        header = json.loads(bytes(view[8 : 8 + size]))
-        if not isinstance(header, dict):
-            raise ValueError("the header is not a JSON object")
-        metadata = header.pop("__metadata__", None) or {}
+        metadata, entries = _header(view[8 : 8 + size])
         body = view[8 + size :]
-        groups: dict[str, list[tuple[str, np.ndarray]]] = {}
-        for key, info in header.items():
-            dtype = DTYPES[info["dtype"]]
-            shape = tuple(int(n) for n in info["shape"])
-            begin, end = (int(n) for n in info["data_offsets"])
-            count = math.prod(shape)
-            if not 0 <= begin <= end <= len(body) or end - begin != count * dtype.itemsize:
-                raise ValueError(f"{key}: bytes {begin}-{end} for {shape} {dtype}")
-            array = np.frombuffer(body, dtype=dtype, count=count, offset=begin)
-            group, _, index = key.partition("/")
-            groups.setdefault(group, []).append((index, array.reshape(shape)))
+        groups: dict[str, list[np.ndarray]] = {}
+        for entry in entries:
+            if entry.end > len(body):
+                raise ValueError(entry.said)
+            array = np.frombuffer(body, entry.dtype, math.prod(entry.shape), entry.begin)
+            groups.setdefault(entry.group, []).append(array.reshape(entry.shape))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValidationError(f"not a safetensors file ({exc})", field=what) from exc
-    return {g: [a for _, a in sorted(items)] for g, items in groups.items()}, metadata
+    return groups, metadata
 
 
 @dataclass(frozen=True)
 class _Entry:
+    """One array a safetensors header names, with its place in its group's order."""
+
+    key: str
     group: str
-    position: int  # in its group's order
+    position: int
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
-    begin: int
+    begin: int  # its bytes in the file's body
     end: int
+
+    @property
+    def said(self) -> str:
+        return f"{self.key}: bytes {self.begin}-{self.end} for {self.shape} {self.dtype}"
+
+
+def _header(text: Buffer) -> tuple[dict[str, str], list[_Entry]]:
+    """A safetensors header's metadata and arrays, by group (in the order the groups first
+    come) and in each group by name; raises ``ValueError``, ``KeyError`` or ``TypeError`` where
+    it is not one."""
+    header = json.loads(bytes(text))
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    metadata: dict[str, str] = header.pop("__metadata__", None) or {}
+    named: dict[str, list[tuple[str, str, np.dtype[Any], tuple[int, ...], int, int]]] = {}
+    for key, info in header.items():
+        dtype = DTYPES[info["dtype"]]
+        shape = tuple(int(n) for n in info["shape"])
+        begin, end = (int(n) for n in info["data_offsets"])
+        if not 0 <= begin <= end or end - begin != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"{key}: bytes {begin}-{end} for {shape} {dtype}")
+        group, _, index = key.partition("/")
+        named.setdefault(group, []).append((index, key, dtype, shape, begin, end))
+    return metadata, [
+        _Entry(key, group, position, dtype, shape, begin, end)
+        for group, found in named.items()  # keys are unique: sorted by index, then name
+        for position, (_, key, dtype, shape, begin, end) in enumerate(sorted(found))
+    ]
 
 
 class TensorStream:
@@ -160,29 +183,15 @@ class TensorStream:
             self._fill(8 + size)
             if len(self._held) < 8 + size:
                 raise ValueError(f"a header of {size} bytes in {len(self._held) - 8}")
-            header = json.loads(bytes(self._held[8 : 8 + size]))
-            if not isinstance(header, dict):
-                raise ValueError("the header is not a JSON object")
-            self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
+            self.metadata, entries = _header(self._held[8 : 8 + size])
             del self._held[: 8 + size]
-            entries: list[tuple[str, str, np.dtype[Any], tuple[int, ...], int, int]] = []
-            for key, info in header.items():
-                dtype = DTYPES[info["dtype"]]
-                shape = tuple(int(n) for n in info["shape"])
-                begin, end = (int(n) for n in info["data_offsets"])
-                if not 0 <= begin <= end or end - begin != math.prod(shape) * dtype.itemsize:
-                    raise ValueError(f"{key}: bytes {begin}-{end} for {shape} {dtype}")
-                group, _, index = key.partition("/")
-                entries.append((group, index, dtype, shape, begin, end))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValidationError(f"not a safetensors file ({exc})", field=what) from exc
-        self._entries: list[_Entry] = []
         self.shapes: dict[str, list[tuple[int, ...]]] = {}
-        for group in dict.fromkeys(e[0] for e in entries):
-            mine = sorted((e for e in entries if e[0] == group), key=lambda e: e[1])
-            self.shapes[group] = [e[3] for e in mine]
-            self._entries += [_Entry(group, i, *e[2:]) for i, e in enumerate(mine)]
-        self._entries.sort(key=lambda e: (e.begin, e.end))  # an empty array before its neighbour
+        for entry in entries:
+            self.shapes.setdefault(entry.group, []).append(entry.shape)
+        # In the file's order, an empty array before the one that starts where it does.
+        self._entries = sorted(entries, key=lambda e: (e.begin, e.end))
 
     def __iter__(self) -> Iterator[tuple[str, int, np.ndarray]]:
         """Each array as ``(group, position, array)``, in the file's order; each a new array,
