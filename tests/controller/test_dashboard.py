@@ -555,7 +555,14 @@ def test_a_long_jobs_lanes_draw_its_latest_rounds_read_from_its_ledger_a_window_
     points_before = points.count()
     book(29)
     update(store, job_key(long.job_id), JobInfo, finish_round)
-    page.locator('[data-kind="activation"][data-round="29"]').first.wait_for(timeout=10_000)
+    # Both at once: a refresh between the booking and the round's end draws round 29's lines in
+    # the lanes of rounds 11-30, as the round in progress.
+    page.wait_for_function(
+        """() => document.querySelector('[data-kind="window"]')?.textContent
+            === 'rounds 12–31 of 40'
+            && document.querySelector('[data-kind="activation"][data-round="29"]') !== null""",
+        timeout=10_000,
+    )
     after = drawn.evaluate_all("gs => gs.map(g => Number(g.dataset.round))")
     said_after, count_after, peak = window.text_content(), train.nth(3).inner_text(), train.nth(2)
     peak_shown = peak.inner_text()
