@@ -136,7 +136,12 @@ class _Entry:
 
     @property
     def said(self) -> str:
-        return f"{self.key}: bytes {self.begin}-{self.end} for {self.shape} {self.dtype}"
+        return _said(self.key, self.begin, self.end, self.shape, self.dtype)
+
+
+def _said(key: str, begin: int, end: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> str:
+    """How an array whose bytes do not fit is named in a refusal."""
+    return f"{key}: bytes {begin}-{end} for {shape} {dtype}"
 
 
 def _header(text: Buffer) -> tuple[dict[str, str], list[_Entry]]:
@@ -153,7 +158,7 @@ def _header(text: Buffer) -> tuple[dict[str, str], list[_Entry]]:
         shape = tuple(int(n) for n in info["shape"])
         begin, end = (int(n) for n in info["data_offsets"])
         if not 0 <= begin <= end or end - begin != math.prod(shape) * dtype.itemsize:
-            raise ValueError(f"{key}: bytes {begin}-{end} for {shape} {dtype}")
+            raise ValueError(_said(key, begin, end, shape, dtype))
         group, _, index = key.partition("/")
         named.setdefault(group, []).append((index, key, dtype, shape, begin, end))
     return metadata, [
