@@ -8,10 +8,10 @@ where the baseline is the runtime with TensorFlow imported and a tiny model trai
 per environment by the action itself and kept in the store), P the parameter bytes, A the
 activation bytes one example produces in a forward pass, b the batch size, S the shard's bytes and
 L the number of layers. The coefficients count copies: k_p the weights and two Adam moments (3P),
-their gradients, the job's initial weights a warm container keeps, at the end the snapshot of
-weights and moments written to the store (3P: the file is written from views of it), and in a later
-round the global model's file read beside the variables it is loaded into (3P: its arrays are views
-of the file); k_a the activations kept for the backward pass and their gradients; k_s the shard
+their gradients, the job's initial weights a warm container keeps, and what reads and writes the
+state (the final state is written a block of a variable at a time, and a global model or a
+checkpoint set an array at a time as it is read: a variable's copies, not the state's); k_a the
+activations kept for the backward pass and their gradients; k_s the shard
 read from the store next to its arrays; k_l each layer's share of the traced graph. They were
 fitted to peaks measured on TensorFlow 2.21 (CPU, Linux x86-64) for dense, convolutional and
 Keras-application models (``faasdl bench estimator`` re-measures them), and the history of real

@@ -47,6 +47,16 @@ Pieces = tuple[Buffer, ...]
 
 
 @dataclass(frozen=True)
+class Streamed:
+    """A blob's bytes made as they are written: ``size`` bytes in all, ``pieces`` read once, in
+    order, each let go once its bytes are written (a model written from its variables one at a
+    time, never held whole beside them)."""
+
+    size: int
+    pieces: Iterable[Buffer]
+
+
+@dataclass(frozen=True)
 class Versioned:
     """A record's value and its version."""
 
@@ -263,9 +273,12 @@ class StateStore(Resource):
 
     # -- blobs -----------------------------------------------------------------------------
 
-    def put_blob(self, name: str, data: Buffer | Pieces, *, durable: bool = True) -> BlobManifest:
-        """Store ``data`` (bytes, or :data:`Pieces` to be stored one after another) under
-        ``name``, replacing any previous blob atomically.
+    def put_blob(
+        self, name: str, data: Buffer | Pieces | Streamed, *, durable: bool = True
+    ) -> BlobManifest:
+        """Store ``data`` (bytes, :data:`Pieces` to be stored one after another, or
+        :class:`Streamed` pieces made as they are written) under ``name``, replacing any previous
+        blob atomically.
 
         Chunks (or the spill file) are written first under a fresh write id, then the manifest is
         published with one record write; the previous blob's chunks are deleted afterwards.
@@ -280,7 +293,10 @@ class StateStore(Resource):
         Redis and Ignite write every blob as their servers are configured to.
         """
         check_key(name, "name")
-        pieces = _byte_views(data)
+        if isinstance(data, Streamed):
+            views = _exactly((_byte_view(piece) for piece in data.pieces), data.size)
+            return self._put_pieces(name, views, data.size, durable=durable)
+        pieces = [_byte_view(piece) for piece in (data if isinstance(data, tuple) else (data,))]
         return self._put_pieces(name, pieces, sum(len(p) for p in pieces), durable=durable)
 
     def copy_blob(self, source: str, name: str, *, durable: bool = True) -> BlobManifest:
@@ -311,9 +327,9 @@ class StateStore(Resource):
                     chunk_sha256=digests,
                 )
             self._publish_manifest(name, manifest)
-        except StoreFull:
+        except (StoreFull, ValidationError):
             # What the refused write took is freed now, not after the garbage grace: the store
-            # is short of room.
+            # is short of room, or the streamed pieces were not the size declared.
             self._delete_chunks(list(self._chunk_keys(f"{_blob_id(name)}/{write_id}/")))
             if self.spill_dir is not None:
                 (self.spill_dir / _blob_id(name) / write_id).unlink(missing_ok=True)
@@ -571,18 +587,33 @@ def _checked_prefix(prefix: str, *, field: str = "prefix") -> str:
     return prefix
 
 
-def _byte_views(data: Buffer | Pieces) -> list[memoryview]:
-    """``data``'s pieces as flat byte views (one piece for a single buffer)."""
-    pieces = data if isinstance(data, tuple) else (data,)
-    views = []
+def _byte_view(piece: Buffer) -> memoryview:
+    """A piece of a blob's data as a flat byte view."""
+    try:
+        return memoryview(piece).cast("B")
+    except TypeError as exc:
+        raise ValidationError(
+            f"must be bytes or a tuple of buffers, not {type(piece).__name__}", field="data"
+        ) from exc
+
+
+def _exactly(pieces: Iterable[memoryview], size: int) -> Iterator[memoryview]:
+    """``pieces``, refused (``ValidationError``) once they come to more or fewer than ``size``
+    bytes: before the manifest is published, so that no blob of another size is."""
+    total = 0
     for piece in pieces:
-        try:
-            views.append(memoryview(piece).cast("B"))
-        except TypeError as exc:
-            raise ValidationError(
-                f"must be bytes or a tuple of buffers, not {type(piece).__name__}", field="data"
-            ) from exc
-    return views
+        total += len(piece)
+        if total > size:
+            break
+        yield piece
+    if total > size:
+        raise ValidationError(
+            f"the streamed pieces came to more than the {size} bytes declared", field="data"
+        )
+    if total < size:
+        raise ValidationError(
+            f"the streamed pieces came to {total} bytes, not the {size} declared", field="data"
+        )
 
 
 def _chunks(pieces: Iterable[memoryview], size: int) -> Iterator[bytes | memoryview]:

@@ -41,7 +41,7 @@ from faasdl.store.base import StateStore
 from faasdl.training.datasets import Shard
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
 from faasdl.training.models import architecture, build_model, profile_model
-from faasdl.training.tensors import TensorStream, TrainState, pack
+from faasdl.training.tensors import TensorStream, TrainState
 from faasdl.training.usage import Phases, peak_rss_mb, runtime_id
 
 # Keras imports scikit-learn as TensorFlow loads it, for its scikit-learn wrappers, which no
@@ -330,11 +330,9 @@ def _train(args: TrainArgs, canary: Checkpointer | None) -> dict[str, Any]:
 
     with phases("train"):
         report = trainer.train_on(shard.x, shard.y, start, on_step=on_step)
-        report.state = trainer.snapshot(report.state)
     with phases("save"):
         model = architecture(args.model, input_shape, args.classes)
-        pieces = pack(report.state.weights, metadata=model, opt=report.state.optimizer)
-        store.put_blob(args.weights_out, pieces)
+        store.put_blob(args.weights_out, trainer.written(metadata=model))
     epochs = report.state.epochs
     loss = epochs[-1]["loss"] if epochs else None
     if canary is not None:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from faasdl.errors import ValidationError
-from faasdl.store.base import Buffer, Pieces
+from faasdl.store.base import Buffer, Pieces, Streamed
 
 #: The safetensors dtype names of the dtypes faasdl's arrays have.
 DTYPES: dict[str, np.dtype[Any]] = {
@@ -45,6 +45,7 @@ DTYPES: dict[str, np.dtype[Any]] = {
     }.items()
 }
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
+_T = TypeVar("_T")
 
 
 def encode(
@@ -52,10 +53,12 @@ def encode(
 ) -> Pieces:
     """One safetensors file of named groups of arrays (each ``<group>/0000…``): see
     :func:`encode_tensors`."""
-    return encode_tensors(
-        {f"{group}/{i:04d}": a for group, values in groups.items() for i, a in enumerate(values)},
-        metadata=metadata,
-    )
+    return encode_tensors(_named(groups), metadata=metadata)
+
+
+def _named(groups: dict[str, list[_T]]) -> dict[str, _T]:
+    """Each group's values named ``<group>/0000…``, in order."""
+    return {f"{group}/{i:04d}": v for group, values in groups.items() for i, v in enumerate(values)}
 
 
 def encode_tensors(
@@ -65,29 +68,86 @@ def encode_tensors(
     (copied only where one is not C-ordered little-endian). The arrays must not change until the
     pieces are written. The widest items come first, so that every array starts aligned to its
     item in a file whose start is (what :func:`decode` views)."""
-    tensors: list[tuple[str, np.ndarray]] = []
-    for key, value in named.items():
-        array = np.asarray(value)
-        little = array.dtype.newbyteorder("<")
-        if little not in _NAMES:
-            group = key.partition("/")[0]
-            raise ValidationError(f"arrays of {array.dtype} cannot be stored", field=group)
-        # asarray keeps a 0-d array (the step counter) 0-d; ascontiguousarray would not.
-        tensors.append((key, np.asarray(array, dtype=little, order="C")))
-    tensors.sort(key=lambda item: -item[1].dtype.itemsize)  # stable: groups keep their order
+    arrays = {key: _little(key, value) for key, value in named.items()}
+    header, order, _ = _layout({key: (a.shape, a.dtype) for key, a in arrays.items()}, metadata)
+    return (header, *(_bytes_of(arrays[key]) for key in order))
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """An array read only when its bytes are to be written: its shape and dtype, and how to read
+    it, whole or as consecutive blocks along its first axis (a model's variable, a few MiB at a
+    time)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    read: Callable[[], Iterable[np.ndarray]]
+
+
+def encode_streamed(named: dict[str, Lazy], *, metadata: dict[str, str] | None = None) -> Streamed:
+    """:func:`encode_tensors` of arrays read a block at a time as the file is written, each block
+    let go once its bytes are: what is held beside what they are read from is a block, not the
+    arrays. What they are read from must not change until the file is written."""
+    specs = {key: (lazy.shape, _little_dtype(key, lazy.dtype)) for key, lazy in named.items()}
+    header, order, size = _layout(specs, metadata)
+
+    def pieces() -> Iterator[Buffer]:
+        yield header
+        for key in order:
+            shape, dtype = specs[key]
+            left = math.prod(shape) * dtype.itemsize
+            for value in named[key].read():
+                block = _little(key, value)
+                if block.dtype != dtype or block.shape[1:] != shape[1:] or block.nbytes > left:
+                    raise ValueError(f"{key} ({shape} {dtype}) read a block of {block.shape}")
+                left -= block.nbytes
+                yield _bytes_of(block)
+                del block  # before the next is read: the writer has let its bytes go
+            if left:
+                raise ValueError(f"{key} ({shape} {dtype}) read {left} bytes short")
+
+    return Streamed(size=len(header) + size, pieces=pieces())
+
+
+def _little_dtype(key: str, dtype: np.dtype[Any]) -> np.dtype[Any]:
+    little = np.dtype(dtype).newbyteorder("<")
+    if little not in _NAMES:
+        raise ValidationError(f"arrays of {dtype} cannot be stored", field=key.partition("/")[0])
+    return little
+
+
+def _little(key: str, value: np.ndarray) -> np.ndarray:
+    """``value`` as a C-ordered little-endian array of a dtype safetensors has (a copy only where
+    it is not one)."""
+    array = np.asarray(value)
+    # asarray keeps a 0-d array (the step counter) 0-d; ascontiguousarray would not.
+    return np.asarray(array, dtype=_little_dtype(key, array.dtype), order="C")
+
+
+def _bytes_of(array: np.ndarray) -> memoryview:
+    return array.reshape(-1).view(np.uint8).data
+
+
+def _layout(
+    specs: dict[str, tuple[tuple[int, ...], np.dtype[Any]]], metadata: dict[str, str] | None
+) -> tuple[bytes, list[str], int]:
+    """The header of a file of arrays of ``specs``' shapes and little-endian dtypes, its arrays'
+    order (the widest items first: stable, groups keep their order) and their bytes in all."""
+    order = sorted(specs, key=lambda key: -specs[key][1].itemsize)
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
-    for key, array in tensors:
+    for key in order:
+        shape, dtype = specs[key]
+        nbytes = math.prod(shape) * dtype.itemsize
         header[key] = {
-            "dtype": _NAMES[array.dtype],
-            "shape": list(array.shape),
-            "data_offsets": [offset, offset + array.nbytes],
+            "dtype": _NAMES[dtype],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + nbytes],
         }
-        offset += array.nbytes
+        offset += nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    views = tuple(array.reshape(-1).view(np.uint8).data for _, array in tensors)
-    return (len(text).to_bytes(8, "little") + text, *views)
+    return len(text).to_bytes(8, "little") + text, order, offset
 
 
 def pack(
@@ -95,6 +155,14 @@ def pack(
 ) -> Pieces:
     """:func:`encode` of ``arrays`` as group ``w`` (the weights) and each named group."""
     return encode({"w": arrays, **groups}, metadata=metadata)
+
+
+def pack_streamed(
+    arrays: list[Lazy], *, metadata: dict[str, str] | None = None, **groups: list[Lazy]
+) -> Streamed:
+    """:func:`pack` of arrays read one at a time as the file is written: see
+    :func:`encode_streamed`."""
+    return encode_streamed(_named({"w": arrays, **groups}), metadata=metadata)
 
 
 def decode(

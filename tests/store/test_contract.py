@@ -19,7 +19,7 @@ import pytest
 
 from faasdl.errors import BlobCorrupted, BlobNotFound, StoreError, ValidationError
 from faasdl.store import StateStore
-from faasdl.store.base import MANIFEST_PREFIX
+from faasdl.store.base import MANIFEST_PREFIX, Streamed
 from faasdl.store.records import FunctionInfo, JobInfo, create, fn_key, load, replace
 from tests.conftest import write_and_die
 from tests.store.conftest import StoreFactory
@@ -227,6 +227,39 @@ def test_a_blob_written_from_pieces_reads_back_as_their_join(
     back = store.get_blob("ckpt/p")
     assert back == expected
     assert len(store.get_blob("ckpt/p")) == manifest.size
+
+
+@pytest.mark.parametrize("spill_bytes", [256 * 1024 * 1024, 1000])
+def test_a_streamed_blob_is_made_as_it_is_written_and_refused_whole_when_its_size_is_not_said(
+    make_store_for: StoreFactory, spill_bytes: int
+) -> None:
+    # 20 chunks (written 8 at a time: two writes before a wrong size is seen), or a spill file.
+    store = make_store_for(chunk_bytes=1024, spill_bytes=spill_bytes)
+    made: list[int] = []
+
+    def pieces(count: int) -> Iterator[bytes]:
+        for i in range(count):
+            made.append(i)
+            yield bytes([i]) * 2000
+
+    expected = b"".join(bytes([i]) * 2000 for i in range(10))
+
+    streamed = Streamed(size=20_000, pieces=pieces(10))
+    assert made == []  # nothing made before the write reads it
+    manifest = store.put_blob("ckpt/s", streamed)
+
+    assert made == list(range(10))
+    assert manifest.size == 20_000
+    assert store.get_blob("ckpt/s") == expected
+    for count, said in (
+        (9, "came to 18000 bytes, not the 20000"),
+        (11, "more than the 20000 bytes"),
+    ):
+        with pytest.raises(ValidationError, match=f"{said} declared") as caught:
+            store.put_blob("ckpt/s", Streamed(size=20_000, pieces=pieces(count)))
+        assert caught.value.field == "data"
+        assert store.get_blob("ckpt/s") == expected  # the blob as it was
+        assert store.collect_garbage(grace_s=0) == 0  # and nothing of the refused write left
 
 
 @pytest.mark.parametrize("spill_bytes", [256 * 1024 * 1024, 10_000])

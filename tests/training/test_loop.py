@@ -11,9 +11,9 @@ pytest.importorskip("tensorflow", reason="needs TensorFlow (the 'train' extra)")
 
 from faasdl.errors import TrainingDiverged, ValidationError
 from faasdl.training.datasets import DigitsSpec, Shard, load_dataset, split_shards
-from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
+from faasdl.training.loop import READ_BLOCK_BYTES, TrainConfig, Trainer, configure_runtime
 from faasdl.training.models import build_model
-from faasdl.training.tensors import TensorStream, TrainState
+from faasdl.training.tensors import TensorStream, TrainState, pack
 
 pytestmark = pytest.mark.tensorflow
 DIGITS = load_dataset(DigitsSpec())
@@ -249,3 +249,20 @@ def test_weights_alone_are_loaded_from_a_state_whose_optimizer_is_another_models
     assert all(np.array_equal(a, b) for a, b in zip(loaded.weights(), state.weights, strict=True))
     fresh = zip(loaded.optimizer.variables, loaded.fresh_optimizer, strict=True)
     assert all(np.array_equal(v.numpy(), f) for v, f in fresh)
+
+
+@pytest.mark.parametrize("block_bytes", [READ_BLOCK_BYTES, 1000, 1])
+def test_a_trained_state_written_a_block_at_a_time_is_its_snapshots_file(block_bytes: int) -> None:
+    # 1000 bytes: the kernels read a few rows at a time (the MLP's first, 64 × 128 float32, a
+    # row of 512 bytes); 1: a row at a time.
+    t = trainer("mlp", epochs=1)
+    report = t.train(SHARD.x, SHARD.y, t.initial_state())  # Adam's moments are not zero
+    snapshot = t.snapshot(report.state)
+    metadata = {"faasdl.architecture": "mlp"}
+
+    streamed = t.written(metadata=metadata, block_bytes=block_bytes)
+    data = b"".join(streamed.pieces)
+
+    assert len(data) == streamed.size
+    assert data == b"".join(pack(snapshot.weights, metadata=metadata, opt=snapshot.optimizer))
+    assert any(a.any() for a in snapshot.optimizer[2:])

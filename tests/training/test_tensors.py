@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import tracemalloc
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,17 @@ from safetensors.numpy import save as st_save
 from faasdl.config import StoreSettings
 from faasdl.errors import ValidationError
 from faasdl.store import make_store
-from faasdl.training.tensors import DTYPES, TensorStream, TrainState, decode, encode, pack, unpack
+from faasdl.training.tensors import (
+    DTYPES,
+    Lazy,
+    TensorStream,
+    TrainState,
+    decode,
+    encode,
+    pack,
+    pack_streamed,
+    unpack,
+)
 
 MIB = 1024 * 1024
 
@@ -218,3 +230,70 @@ def test_a_streamed_model_is_read_holding_an_array_and_a_chunk_not_the_file(
 
     assert sums == {i: float(i) for i in range(8)}
     assert peak < largest + 3 * chunk, f"reading held {peak / MIB:.0f} MiB of {size / MIB:.0f}"
+
+
+def lazily(array: np.ndarray, rows: int | None, alive: list[weakref.ref[np.ndarray]]) -> Lazy:
+    """``array`` read ``rows`` at a time (whole where ``None``), each block a copy of its own
+    whose life ``alive`` follows."""
+
+    def read() -> Iterator[np.ndarray]:
+        whole = rows is None or array.ndim == 0
+        for start in [0] if whole else range(0, len(array), rows or 1):
+            block = (array if whole else array[start : start + (rows or 1)]).copy()
+            alive.append(weakref.ref(block))
+            yield block
+
+    return Lazy(shape=array.shape, dtype=array.dtype, read=read)
+
+
+@pytest.mark.parametrize("rows", [None, 1, 2])
+def test_a_streamed_file_is_encodes_file_its_arrays_read_a_block_at_a_time(
+    rows: int | None,
+) -> None:
+    groups = arrays()
+    alive: list[weakref.ref[np.ndarray]] = []
+    lazy = {g: [lazily(a, rows, alive) for a in values] for g, values in groups.items()}
+
+    streamed = pack_streamed(lazy["w"], metadata={"note": "kept"}, opt=lazy["opt"])
+    pieces = iter(streamed.pieces)
+    data = bytearray(next(pieces))
+    assert alive == []  # the header is made from shapes and dtypes alone
+    for piece in pieces:
+        data += piece
+        # The piece's block alone: each is let go before the next is read.
+        assert sum(block() is not None for block in alive) == 1
+
+    assert bytes(data) == b"".join(pack(groups["w"], metadata={"note": "kept"}, opt=groups["opt"]))
+    assert len(data) == streamed.size
+    assert len(alive) == sum(
+        1 if rows is None or a.ndim == 0 else -(-len(a) // rows)
+        for values in groups.values()
+        for a in values
+    )
+
+
+@pytest.mark.parametrize(
+    ("blocks", "message"),
+    [
+        ([np.ones((2, 4), np.float32)], r"read 32 bytes short"),
+        ([np.ones((4, 4), np.float32), np.ones((1, 4), np.float32)], r"read a block of \(1, 4\)"),
+        ([np.ones((4, 2), np.float32)], r"read a block of \(4, 2\)"),
+        ([np.ones((4, 4), np.float64)], r"read a block of \(4, 4\)"),
+    ],
+)
+def test_a_lazy_array_that_reads_another_than_it_said_is_refused(
+    blocks: list[np.ndarray], message: str
+) -> None:
+    lazy = Lazy(shape=(4, 4), dtype=np.dtype(np.float32), read=lambda: iter(blocks))
+
+    with pytest.raises(ValueError, match=rf"w/0000 \(\(4, 4\) float32\) {message}"):
+        b"".join(pack_streamed([lazy]).pieces)
+
+
+def test_a_lazy_array_of_a_dtype_safetensors_has_no_name_for_is_refused_before_it_is_read() -> None:
+    lazy = Lazy(shape=(2,), dtype=np.dtype(np.complex64), read=lambda: iter([]))
+
+    with pytest.raises(ValidationError, match="arrays of complex64 cannot be stored") as caught:
+        pack_streamed([], opt=[lazy])
+
+    assert caught.value.field == "opt"
