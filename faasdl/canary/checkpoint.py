@@ -507,6 +507,10 @@ class Checkpointer:
                 with self._outcome_kept():
                     self._persist(pending)
             finally:
+                # Let the snapshot go now, not when the next one comes: the loop's name held it
+                # between checkpoints, so the process held two as the next was taken (VGG16's
+                # attempt peaked 381 MB higher, at 2324-2334 MB where one checkpoint's is 1936).
+                del pending
                 _eager_end()
                 with self._cond:
                     self._persisting = False
