@@ -8,8 +8,9 @@ where the baseline is the runtime with TensorFlow imported and a tiny model trai
 per environment by the action itself and kept in the store), P the parameter bytes, A the
 activation bytes one example produces in a forward pass, b the batch size, S the shard's bytes and
 L the number of layers. The coefficients count copies: k_p the weights and two Adam moments (3P),
-their gradients, the job's initial weights a warm container keeps, and what reads and writes the
-state (the final state is written a block of a variable at a time, and a global model or a
+their gradients, the job's initial weights a warm container keeps, a checkpoint's snapshot of
+weights and moments held while it is written as training goes on (3P), and what reads and writes
+the state (the final state is written a block of a variable at a time, and a global model or a
 checkpoint set an array at a time as it is read: a variable's copies, not the state's); k_a the
 activations kept for the backward pass and their gradients; k_s the shard
 read from the store next to its arrays; k_l each layer's share of the traced graph. They were
@@ -36,7 +37,10 @@ class Coefficients:
     # 9.5 until the output carried the optimizer's moments beside the weights (ResNet50's and
     # VGG16's peaks were then 15-17 P over the other terms), 16 until the state was written and
     # read without copies of its arrays: first rounds 7.5 P (ResNet50) and 9.3 P (VGG16), later
-    # rounds in a warm container 9.8 P and 10.2 P
+    # rounds in a warm container 9.8 P and 10.2 P. Kept since the final state came to be
+    # written a block at a time (a first round's peak without checkpoints ~3 P lower): an attempt
+    # that checkpoints holds a snapshot beside training's peak (VGG16's rounds 1959-1966 MB with
+    # a checkpoint every 3 s, 1555-1725 without), and the sizing cannot tell which will.
     params: float = 10.5
     activations: float = 1.5
     shard: float = 2.0
