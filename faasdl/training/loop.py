@@ -231,8 +231,9 @@ class Trainer:
         """:func:`~faasdl.training.tensors.pack` of the weights and the optimizer's variables
         (group ``opt``), read ``block_bytes`` at a time (a row at least) as the file is written:
         a block is held beside the variables, not a :meth:`snapshot` of them all, which at an
-        attempt's end was its peak (VGG16 with Adam on 32×32 images, three rounds in one process:
-        1939/1960/1942 MB, now 1555/1725/1725, the later rounds' the global model's load). A
+        attempt's end was its peak (VGG16 with Adam on 32×32 images, three rounds in one process
+        without checkpoints: 1931-1960 MB, now 1555 in a first round and 1725 in later ones,
+        whose peak is the global model's load). A
         variable's slices are read alone; a whole one is read as a copy of it (392 MB for
         VGG16's first dense layer on 224×224 images). The variables must not change until it is
         written: for the state training ends with, not a checkpoint taken while it goes on."""
