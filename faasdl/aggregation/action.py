@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from faasdl.actionkit import action_store, serve
 from faasdl.aggregation.average import WeightedMean
 from faasdl.errors import AggregationError
-from faasdl.training.tensors import decode, encode
+from faasdl.training.tensors import TensorStream, encode
 from faasdl.training.usage import (
     Phases,
     map_large_allocations,
@@ -55,15 +55,15 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
     agreed: dict[str, str] | None = None
     for item in args.inputs:
         with phases("load"):
-            groups, metadata = decode(store.get_blob(item.weights), what=item.weights)
+            stream = TensorStream(store.read_blob(item.weights)[1], what=item.weights)
+        metadata = stream.metadata
         agreed = metadata if agreed is None else dict(agreed.items() & metadata.items())
-        if means and set(groups) != set(means):
+        if means and set(stream.shapes) != set(means):
             raise AggregationError(
-                f"{item.weights} holds {sorted(groups)}, the other inputs {sorted(means)}"
+                f"{item.weights} holds {sorted(stream.shapes)}, the other inputs {sorted(means)}"
             )
-        with phases("average"):
-            _add(means, groups, item.examples)
-        del groups  # the input's bytes (its arrays are views of them): one input held at a time
+        with phases("average"):  # the input read as it is added
+            _add(means, stream, item.examples)
     with phases("save"):
         means_out = {n: m.result() for n, m in means.items()}
         store.put_blob(args.output, encode(means_out, metadata=agreed))
@@ -78,8 +78,15 @@ def aggregate(args: AggregateArgs) -> dict[str, Any]:
     }
 
 
-def _add(means: dict[str, WeightedMean], groups: dict[str, list[Any]], examples: int) -> None:
-    """Add an input's groups of arrays to their means. A function, so that no loop variable holds
-    the input's arrays (and so its bytes) while the next input is read."""
-    for name, arrays in groups.items():
-        means.setdefault(name, WeightedMean()).add(arrays, examples)
+def _add(means: dict[str, WeightedMean], stream: TensorStream, examples: int) -> None:
+    """Add an input read as ``stream`` to the means of its groups of arrays, an array at a time:
+    the input is never held whole beside the means."""
+    adds = {
+        group: means.setdefault(group, WeightedMean()).adding(
+            shapes, stream.dtypes[group], examples
+        )
+        for group, shapes in stream.shapes.items()
+    }
+    for group, position, array in stream:
+        adds[group](position, array)
+        del array  # before the next is read

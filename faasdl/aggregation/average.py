@@ -3,14 +3,17 @@
 Every average is weighted by example count, and an aggregate carries the sum of its inputs'
 counts, so a tree of averages of averages equals the flat weighted mean of the leaves.
 
-The accumulator is float64, twice a float32 model; beside it an aggregator holds one model more
-at most: the input being added (each array added a chunk at a time, never converted whole) or the
-result being made (each array made as its sum is dropped). Converting whole arrays, the sums and
-the result held together, an aggregator's peak was four to five copies of its model.
+The accumulator is float64, twice a float32 model; beside it an aggregator holds an array of the
+input being added (read as the input is, each array added a chunk at a time, never converted
+whole: :meth:`WeightedMean.adding`), or at the end one model more, the result being made (each
+array made as its sum is dropped). Converting whole arrays, the sums and the result held
+together, an aggregator's peak was four to five copies of its model; holding each input whole as
+it was added, three.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,19 +34,39 @@ class WeightedMean:
         self.examples = 0
 
     def add(self, weights: list[np.ndarray], examples: int) -> None:
+        """Add a model's arrays, weighted by ``examples``."""
+        add = self.adding([a.shape for a in weights], [a.dtype for a in weights], examples)
+        for position, array in enumerate(weights):
+            add(position, array)
+
+    def adding(
+        self, shapes: list[tuple[int, ...]], dtypes: list[np.dtype[Any]], examples: int
+    ) -> Callable[[int, np.ndarray], None]:
+        """Begin adding a model of arrays of ``shapes`` and ``dtypes`` weighted by ``examples``,
+        its arrays to come one at a time in any order (as a file is read, each let go once
+        added): what adds the one at a position. The model counts in the mean from here: each
+        of its arrays must be added, once."""
         if examples <= 0:
             raise AggregationError(f"a model trained on {examples} examples cannot be weighed")
-        if self._sums and [a.shape for a in weights] != [s.shape for s in self._sums]:
+        if self._sums and list(shapes) != [s.shape for s in self._sums]:
             raise AggregationError("the models' shapes differ: they are not the same architecture")
         if not self._sums:
-            self._sums = [np.zeros(a.shape, dtype=np.float64) for a in weights]
-            self._dtypes = [a.dtype for a in weights]
-        for total, array in zip(self._sums, weights, strict=True):
+            self._sums = [np.zeros(shape, dtype=np.float64) for shape in shapes]
+            self._dtypes = list(dtypes)
+        self.examples += examples
+
+        def add(position: int, array: np.ndarray) -> None:
+            total = self._sums[position]
+            if array.shape != total.shape:
+                raise AggregationError(
+                    f"array {position} is {array.shape}, not the {total.shape} its model said"
+                )
             sums, values = total.reshape(-1), array.reshape(-1)  # views: both are C-ordered
             for start in range(0, values.size, CHUNK):
                 part = slice(start, start + CHUNK)
                 sums[part] += np.multiply(values[part], examples, dtype=np.float64)
-        self.examples += examples
+
+        return add
 
     def result(self) -> list[np.ndarray]:
         """The mean, once: each sum is dropped as its array is made, and the accumulator is empty

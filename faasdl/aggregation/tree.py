@@ -16,12 +16,13 @@ from faasdl.errors import EstimationError
 
 #: The aggregator's own footprint: Python, NumPy, safetensors and the store client.
 AGGREGATOR_BASE_MB = 96.0
-#: Copies of a model an aggregator holds at once: the float64 mean (two), and the input being read
-#: or the output being made (one; see :mod:`faasdl.aggregation.average`). Measured in containers
-#: over three inputs of 26, 60, 130 and 270 MB: 3.0-3.3 copies over a 53 MB start, peaks of 139,
-#: 241, 451 and 876 MB where this sizes 174, 276, 486 and 907. (Holding each input until the next
-#: was read and the whole result beside the mean, aggregators peaked at 4.7-5.0 copies.)
-RESIDENT_MODELS = 3.0
+#: Copies of a model an aggregator holds at once: the float64 mean (two), beside it an array of the
+#: input being read, or at the end the output being made (see :mod:`faasdl.aggregation.average`).
+#: Measured over three inputs of 26, 130 and 270 MB (in 300 arrays): 2.83, 2.13 and 2.10 copies
+#: over a 50 MB start, peaks of 124, 328 and 618 MB where this sizes 153, 382 and 690. (Holding
+#: each input whole as it was added: 3.0-3.4 copies, 139, 451 and 876 MB; holding it until the
+#: next was read and the whole result beside the mean: 4.7-5.0.)
+RESIDENT_MODELS = 2.2
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def fan_in(*, model_mb: float, memory_mb: int, max_fan_in: int) -> int:
     if memory_mb < needed:
         raise EstimationError(
             f"merging {model_mb:.1f} MB models (weights and optimizer state) needs aggregators "
-            f"of {needed:.0f} MB (the running mean's two copies and an input's), more than "
+            f"of {needed:.0f} MB (the running mean's two copies and an input's arrays), more than "
             f"{memory_mb} MB"
         )
     return max_fan_in

@@ -240,9 +240,10 @@ class TensorStream:
     """A safetensors file read a piece at a time (the pieces :meth:`StateStore.read_blob
     <faasdl.store.base.StateStore.read_blob>` yields): its header read as it is made, then each
     array handed out once its bytes have come, so that a reader that puts each where it goes
-    holds one array and one piece, never the file. ``shapes``: each group's arrays' shapes, in
-    the order :func:`decode` gives them; ``metadata``: the file's. Raises ``ValidationError``
-    naming ``what`` where the data is not a safetensors file (a short one: as it is read)."""
+    holds one array and one piece, never the file. ``shapes`` and ``dtypes``: each group's
+    arrays', in the order :func:`decode` gives them; ``metadata``: the file's. Raises
+    ``ValidationError`` naming ``what`` where the data is not a safetensors file (a short one: as
+    it is read)."""
 
     def __init__(self, pieces: Iterable[Buffer], *, what: str = "data") -> None:
         self.what = what
@@ -261,8 +262,10 @@ class TensorStream:
         except (ValueError, KeyError, TypeError) as exc:
             raise ValidationError(f"not a safetensors file ({exc})", field=what) from exc
         self.shapes: dict[str, list[tuple[int, ...]]] = {}
+        self.dtypes: dict[str, list[np.dtype[Any]]] = {}
         for entry in entries:
             self.shapes.setdefault(entry.group, []).append(entry.shape)
+            self.dtypes.setdefault(entry.group, []).append(entry.dtype)
         # In the file's order, an empty array before the one that starts where it does.
         self._entries = sorted(entries, key=lambda e: (e.begin, e.end))
 

@@ -69,3 +69,24 @@ def test_arrays_longer_than_a_chunk_are_added_whole_and_the_mean_is_taken_once()
     assert np.array_equal(merged[0].reshape(-1), (expected / 8).astype(np.float32))
     with pytest.raises(AggregationError, match="no models"):
         mean.result()  # the sums went into the result
+
+
+def test_a_model_added_an_array_at_a_time_in_any_order_adds_as_one_added_whole() -> None:
+    whole, streamed = WeightedMean(), WeightedMean()
+    for value, examples in ((1.0, 1), (4.0, 3)):
+        arrays = model(value)
+        whole.add(arrays, examples)
+        add = streamed.adding([a.shape for a in arrays], [a.dtype for a in arrays], examples)
+        for position in reversed(range(len(arrays))):  # as a file's order may have them
+            add(position, arrays[position])
+
+    pairs = zip(streamed.result(), whole.result(), strict=True)
+
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in pairs)
+
+
+def test_an_array_that_is_not_the_shape_its_model_said_is_refused() -> None:
+    add = WeightedMean().adding([(2, 3), (3,)], [np.dtype(np.float32)] * 2, 1)
+
+    with pytest.raises(AggregationError, match=r"array 1 is \(2,\), not the \(3,\) its model said"):
+        add(1, np.zeros(2, np.float32))

@@ -27,6 +27,7 @@ from schemathesis.checks import (
 )
 from typer.testing import CliRunner
 
+from faasdl.aggregation.tree import aggregator_memory_mb
 from faasdl.cli import app
 from faasdl.config import LocalPlatformSettings, Settings
 from faasdl.controller.events import delete_job
@@ -339,7 +340,8 @@ def test_a_keras_application_is_planned_with_its_aggregators(client: httpx.Clien
 
     assert response.status_code == 200, response.text
     plan = response.json()
-    assert plan["aggregate_memory_mb"] >= 96 + 3 * plan["model_mb"]  # a 26 MB model's: 139 MB peak
+    # A 26 MB model's aggregator peaked at 135-140 MB in a container (through Redis).
+    assert plan["aggregate_memory_mb"] >= aggregator_memory_mb(plan["model_mb"])
     assert plan["fan_in"] == 8
     assert plan["tree"] == [[[0, 1, 2, 3]]]
 

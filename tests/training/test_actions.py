@@ -268,10 +268,11 @@ def test_a_warm_aggregator_sized_for_its_model_merges_within_its_memory(
     tf_platform: LocalPlatform, tmp_path: Path
 ) -> None:
     # MobileNetV2's size (26 MB, weights and Adam's moments) in 300 arrays, through Redis: an
-    # aggregator holds the float64 mean and one input, and is sized for three copies (174 MB).
-    # Holding the input read before until the next was read, converting arrays whole and making
-    # the output beside the whole mean, it peaked at 192 MB. Warm, what each activation left in
-    # the heap raised the next one's peak: 161, 171, 171, 187 MB.
+    # aggregator holds the float64 mean and an array of the input it reads, and is sized for 2.2
+    # copies (154 MB). Holding each input whole, it was sized for three (174 MB); holding the
+    # input read before until the next was read, converting arrays whole and making the output
+    # beside the whole mean, it peaked at 192 MB. Warm, what each activation left in the heap
+    # raised the next one's peak: 161, 171, 171, 187 MB.
     rng = np.random.default_rng(1)
     sizes = rng.multinomial(26 * 2**20 // 12, rng.dirichlet(np.full(300, 0.3)))
     with (
