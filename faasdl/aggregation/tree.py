@@ -18,10 +18,11 @@ from faasdl.errors import EstimationError
 AGGREGATOR_BASE_MB = 96.0
 #: Copies of a model an aggregator holds at once: the float64 mean (two), beside it an array of the
 #: input being read, or at the end the output being made (see :mod:`faasdl.aggregation.average`).
-#: Measured over three inputs of 26, 130 and 270 MB (in 300 arrays): 2.83, 2.13 and 2.10 copies
-#: over a 50 MB start, peaks of 124, 328 and 618 MB where this sizes 153, 382 and 690. (Holding
-#: each input whole as it was added: 3.0-3.4 copies, 139, 451 and 876 MB; holding it until the
-#: next was read and the whole result beside the mean: 4.7-5.0.)
+#: Measured in one process over three inputs of 26, 130 and 270 MB (in 300 arrays, SQLite): 2.83,
+#: 2.13 and 2.10 copies over a 50 MB start, peaks of 124, 328 and 618 MB where this sizes 153, 382
+#: and 690; in a warm container through Redis, the 26 MB one's 135-140 MB. (Holding each input
+#: whole as it was added: 3.0-3.4 copies, 139, 451 and 876 MB; holding it until the next was read
+#: and the whole result beside the mean: 4.7-5.0.)
 RESIDENT_MODELS = 2.2
 
 
