@@ -480,10 +480,15 @@ class Checkpointer:
     # ---- background ---------------------------------------------------------------------------
 
     def _beat(self) -> None:
+        due = time.monotonic()  # the beat of __enter__
         while True:
+            # Twice per period, on time however long the last write took: one late beat does
+            # not let the lease lapse.
+            due = next_beat_s(due, time.monotonic(), self.args.heartbeat_s)
             with self._cond:
-                # Twice per period: one late beat does not let the lease lapse.
-                if self._cond.wait_for(lambda: self._stopped, timeout=self.args.heartbeat_s / 2):
+                if self._cond.wait_for(
+                    lambda: self._stopped, timeout=max(0.0, due - time.monotonic())
+                ):
                     return
             try:
                 with _eager_gil():
@@ -631,6 +636,14 @@ class Checkpointer:
         except Superseded as exc:
             self._superseded = str(exc)
             raise
+
+
+def next_beat_s(due_s: float, now_s: float, heartbeat_s: float) -> float:
+    """When an attempt's next heartbeat is due (monotonic seconds), the one before having been due
+    at ``due_s``: half a period after it, not half a period after its write ended, so that a
+    slow write (a store busy with other writers) does not put the next beat off by its own time
+    as well; at once if the write ran past that."""
+    return max(due_s + heartbeat_s / 2, now_s)
 
 
 def _now_ms() -> int:

@@ -14,6 +14,7 @@ from faasdl.canary.checkpoint import (
     CanaryArgs,
     Checkpointer,
     heads_to_keep,
+    next_beat_s,
     young_interval_s,
 )
 from faasdl.errors import Superseded
@@ -232,6 +233,15 @@ def test_heartbeats_renew_the_lease_in_the_background(store: StateStore) -> None
         eventually(lambda: ck.heartbeats >= 3, timeout_s=10)
         assert first is not None
         assert (unit(store).heartbeat_ms or 0) >= first
+
+
+def test_a_beat_is_due_half_a_period_after_the_one_before_however_long_its_write_took() -> None:
+    # A write that ended within the half period: the next beat when it was due, not half a
+    # period after that write ended (which the lease's silence counted twice).
+    assert next_beat_s(10.0, 10.1, heartbeat_s=1.0) == 10.5
+    assert next_beat_s(10.0, 10.45, heartbeat_s=1.0) == 10.5
+    # A write that ran past it: the next at once.
+    assert next_beat_s(10.0, 10.8, heartbeat_s=1.0) == 10.8
 
 
 def test_an_attempt_names_its_activation_where_the_controller_left_none(
