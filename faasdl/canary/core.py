@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from faasdl.platform.classify import Failure, FailureKind
 from faasdl.store.records import FunctionInfo, UnitState
 
-#: A lease lapses after this many heartbeat periods without a beat (attempts beat twice a period,
-#: so one late beat is tolerated, and a hung attempt is caught within 1 to 1.5 periods).
+#: A lease lapses after this many heartbeat periods without a beat or a checkpoint (attempts beat
+#: twice a period, so one late beat is tolerated, and a hung attempt is caught within 1 to 1.5
+#: periods).
 LEASE_PERIODS = 1.5
 #: The mean time between failures assumed before any failure was seen.
 DEFAULT_MTBF_S = 3600.0
@@ -26,15 +27,22 @@ def lease_ms(heartbeat_s: float) -> int:
 
 def hung(unit: FunctionInfo, token: int, *, now_ms: int, heartbeat_s: float) -> Failure | None:
     """The attempt ``token`` is hung if it owns the running unit, has beaten at least once (a
-    cold start or a queued activation has not) and its last beat is older than the lease."""
+    cold start or a queued activation has not) and its last sign of life is older than the
+    lease: its last beat or its newest checkpoint, whichever came later. Each is a write it
+    landed as the unit's owner; a store busy with the attempt's own checkpoints (SQLite, four
+    trainers checkpointing every 20 ms) held a beat back past the lease while they landed."""
     if heartbeat_s <= 0 or unit.owner_epoch != token or unit.heartbeat_ms is None:
         return None
     if unit.state is not UnitState.RUNNING:
         return None
-    silent, lease = now_ms - unit.heartbeat_ms, lease_ms(heartbeat_s)
+    checkpoints = (head.created_ms for head in unit.heads if head.owner_epoch == token)
+    alive_ms = max([unit.heartbeat_ms, *checkpoints])
+    silent, lease = now_ms - alive_ms, lease_ms(heartbeat_s)
     if silent <= lease:
         return None
-    return Failure(FailureKind.HUNG, f"no heartbeat for {silent} ms (lease {lease} ms)")
+    return Failure(
+        FailureKind.HUNG, f"no heartbeat or checkpoint for {silent} ms (lease {lease} ms)"
+    )
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,8 @@ class FaultTolerance(BaseModel):
         1.0,
         ge=0.1,
         le=60,
-        description="Heartbeat period: an attempt renews its lease twice per period, and one "
-        "silent for 1.5 periods is hung (fenced and recovered).",
+        description="Heartbeat period: an attempt renews its lease twice per period (and with "
+        "each checkpoint), and one silent for 1.5 periods is hung (fenced and recovered).",
     )
     checkpoint_interval_s: float | None = Field(
         None,

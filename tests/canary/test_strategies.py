@@ -13,7 +13,7 @@ from faasdl.canary.strategies import (
     replication_factor,
 )
 from faasdl.platform.classify import Failure, FailureKind
-from faasdl.store.records import FunctionInfo, UnitState
+from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState
 
 CRASH = Failure(FailureKind.CRASH, "killed")
 APP = Failure(FailureKind.APPLICATION_ERROR, "bad input")
@@ -87,6 +87,31 @@ def test_a_lease_lapses_only_for_the_owner_after_its_first_beat() -> None:
     assert hung(fresh, 2, now_ms=lapsed, heartbeat_s=1.0) is None  # still starting
     done = unit.model_copy(update={"state": UnitState.COMMITTED})
     assert hung(done, 2, now_ms=lapsed, heartbeat_s=1.0) is None
+
+
+def test_a_lease_is_renewed_by_the_attempts_checkpoints_as_by_its_beats() -> None:
+    # A beat at 1000, then checkpoints while the store held the next beats back: the owner's at
+    # 2000 counts, the one a fenced attempt left at 3000 does not.
+    heads = [
+        CheckpointHead(blob="b1", owner_epoch=2, position=10, size=1, created_ms=2000),
+        CheckpointHead(blob="b0", owner_epoch=1, position=5, size=1, created_ms=3000),
+    ]
+    unit = FunctionInfo(
+        job_id="j",
+        round=0,
+        shard=0,
+        state=UnitState.RUNNING,
+        owner_epoch=2,
+        heartbeat_ms=1000,
+        heads=heads,
+    )
+
+    assert hung(unit, 2, now_ms=1000 + lease_ms(1.0) + 1, heartbeat_s=1.0) is None
+    failure = hung(unit, 2, now_ms=2000 + lease_ms(1.0) + 1, heartbeat_s=1.0)
+    assert failure is not None
+    assert (
+        failure.message == f"no heartbeat or checkpoint for {lease_ms(1.0) + 1} ms (lease 1500 ms)"
+    )
 
 
 def test_a_lost_container_ends_only_the_attempt_that_owns_the_unit_in_it() -> None:
