@@ -29,8 +29,8 @@ def hung(unit: FunctionInfo, token: int, *, now_ms: int, heartbeat_s: float) -> 
     """The attempt ``token`` is hung if it owns the running unit, has beaten at least once (a
     cold start or a queued activation has not) and its last sign of life is older than the
     lease: its last beat or its newest checkpoint, whichever came later. Each is a write it
-    landed as the unit's owner; a store busy with the attempt's own checkpoints (SQLite, four
-    trainers checkpointing every 20 ms) held a beat back past the lease while they landed."""
+    landed as the unit's owner; under load (four trainers checkpointing every 20 ms into SQLite
+    on two cores) an attempt landed checkpoints for over a lease without a beat."""
     if heartbeat_s <= 0 or unit.owner_epoch != token or unit.heartbeat_ms is None:
         return None
     if unit.state is not UnitState.RUNNING:
