@@ -526,6 +526,36 @@ def test_the_sqlite_range_of_a_prefix_ends_after_all_it_starts(
     assert _prefix_end(prefix) == end
 
 
+def test_a_locked_sqlite_statement_is_tried_again_every_two_milliseconds_at_most() -> None:
+    """SQLite's own busy handler pauses up to 100 ms between tries: beside busy writers a waiting
+    one found the lock free at none of its tries for seconds (a heartbeat's lease lapsed)."""
+    from faasdl.store.sqlite import busy_pauses
+
+    pauses = list(busy_pauses(1.0))
+    assert all(0.0005 <= p <= 0.002 for p in pauses)
+    assert 1.0 <= sum(pauses) < 1.0 + 0.002
+
+
+def test_a_sqlite_write_locked_out_past_its_timeout_fails_naming_the_store_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from faasdl.errors import StoreUnavailable
+    from faasdl.store.sqlite import SqliteStore
+
+    with SqliteStore(path=tmp_path / "state.db", busy_timeout_s=0.2) as store:
+        holder = sqlite3.connect(store.path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process's write in progress
+        with pytest.raises(StoreUnavailable, match=r"state\.db: database is locked"):
+            store.put("jobs/a", {"n": 1})
+        holder.execute("ROLLBACK")
+        holder.close()
+        assert store.get("jobs/a") is None
+        store.put("jobs/a", {"n": 2})  # the lock gone, the next write lands
+        assert store.get("jobs/a") is not None
+
+
 def test_raw_reads_give_the_stored_json_and_its_version(store: StateStore) -> None:
     version = store.put("job/a", {"n": 1, "s": "é"})
     store.put("job/b", [1, 2])
