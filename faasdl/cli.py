@@ -355,9 +355,21 @@ def bench_store(
     checkpoints: Annotated[
         int, typer.Option(help="Checkpoint-sized blobs (512 KiB) timed.", min=10)
     ] = 200,
+    writers: Annotated[
+        int,
+        typer.Option(
+            help="Processes checkpointing every 20 ms and beating every 0.5 s at once, whose "
+            "waits are timed (0: none).",
+            min=0,
+            max=64,
+        ),
+    ] = 8,
+    contention_s: Annotated[
+        float, typer.Option(help="How long the writers run (s).", min=1.0, max=3600.0)
+    ] = 20.0,
 ) -> None:
-    """Blob throughput (1, 16, 100 MiB), CAS rate against the raw client and the cost of a
-    checkpoint's blob; JSON last."""
+    """Blob throughput (1, 16, 100 MiB), CAS rate against the raw client, the cost of a
+    checkpoint's blob, and a heartbeat's wait beside writers checkpointing; JSON last."""
     from faasdl.bench.store import run_store_bench
 
     try:
@@ -367,6 +379,8 @@ def bench_store(
             repeats=repeats,
             cas_ops=cas_ops,
             checkpoints=checkpoints,
+            writers=writers,
+            contention_s=contention_s,
             progress=console,
         )
     except FaasdlError as exc:

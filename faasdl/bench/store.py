@@ -2,18 +2,25 @@
 client writing the same bytes in the same run (redis-py pipelined SETs of the same chunks; plain
 file writes with fsync), so the overhead of chunking, checksums and manifests is visible; and what
 a checkpoint's blob costs (a 512 KiB blob not forced to disk, the one before it deleted: the
-store's part of every Canary checkpoint), in time and in the writing process's CPU."""
+store's part of every Canary checkpoint), in time and in the writing process's CPU; and how long a
+heartbeat's write waits beside ``--writers`` processes checkpointing every 20 ms (on SQLite one
+process writes at a time: a beat held back past its lease has a live attempt recovered)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import multiprocessing
 import os
+import queue
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +28,7 @@ import redis
 from rich.console import Console
 
 from faasdl.config import StoreSettings
-from faasdl.errors import ValidationError
+from faasdl.errors import StoreError, ValidationError
 from faasdl.store import make_store
 from faasdl.store.base import StateStore
 from faasdl.store.redis_server import RedisServer
@@ -159,6 +166,114 @@ def _checkpoints(store: StateStore, count: int) -> tuple[float, float]:
     return round(1000 * statistics.median(walls), 3), round(1000 * cpu_s / count, 3)
 
 
+#: A contending writer's checkpoint and heartbeat periods (s): a small model's checkpoint after
+#: each short epoch, and a beat twice a 1 s heartbeat period.
+CONTEND_CHECKPOINT_S = 0.02
+CONTEND_BEAT_S = 0.5
+
+
+def _contender(
+    settings: StoreSettings,
+    url: str,
+    index: int,
+    seconds: float,
+    start: Barrier,
+    results: multiprocessing.Queue[tuple[list[float], list[float]]],
+) -> None:
+    """One of ``--writers`` processes, for ``seconds``: a thread writes a checkpoint-sized blob
+    every :data:`CONTEND_CHECKPOINT_S` (its head moved, the blob before deleted), another beats (a
+    record written) every :data:`CONTEND_BEAT_S`, while the main thread computes as a trainer's
+    does (hashing, which like TensorFlow's kernels lets the GIL go); puts each thread's waits."""
+    beats: list[float] = []
+    checkpoints: list[float] = []
+    with make_store(settings, url) as store:
+        start.wait(timeout=120)  # the others' starts; one that failed breaks it
+        ends = time.monotonic() + seconds
+
+        def beat() -> None:
+            while time.monotonic() < ends:
+                beats.append(_timed(lambda: store.put(f"bench/contend/{index}/unit", {"at": 0})))
+                time.sleep(CONTEND_BEAT_S)
+
+        beating = threading.Thread(target=beat, name="beat")
+        beating.start()
+        data = os.urandom(CHECKPOINT_BYTES)
+        head = f"bench/contend/{index}/head"
+        written = 0
+
+        def persist() -> None:
+            nonlocal written
+            while time.monotonic() < ends:
+
+                def checkpoint(n: int = written) -> None:
+                    store.put_blob(f"bench/contend/{index}/{n}", data, durable=False)
+                    store.put(head, {"n": n})
+                    if n:
+                        store.delete_blob(f"bench/contend/{index}/{n - 1}")
+
+                checkpoints.append(_timed(checkpoint))
+                written += 1
+                time.sleep(CONTEND_CHECKPOINT_S)
+
+        persisting = threading.Thread(target=persist, name="persist")
+        persisting.start()
+        while time.monotonic() < ends:  # the trainer
+            hashlib.sha256(data).digest()
+        beating.join()
+        persisting.join()
+        if written:
+            store.delete_blob(f"bench/contend/{index}/{written - 1}")
+        store.delete(head)
+        store.delete(f"bench/contend/{index}/unit")
+    results.put((beats, checkpoints))
+
+
+def _contention(settings: StoreSettings, url: str, writers: int, seconds: float) -> dict[str, Any]:
+    """What ``writers`` processes of :func:`_contender` waited, at once, on the store at ``url``."""
+    context = multiprocessing.get_context("spawn")  # no copy of this process's threads or store
+    start = context.Barrier(writers)
+    results: multiprocessing.Queue[tuple[list[float], list[float]]] = context.Queue()
+    processes = [
+        context.Process(
+            target=_contender, args=(settings, url, i, seconds, start, results), daemon=True
+        )
+        for i in range(writers)
+    ]
+    for process in processes:
+        process.start()
+    found: list[tuple[list[float], list[float]]] = []
+    while len(found) < writers:
+        try:
+            found.append(results.get(timeout=1.0))
+        except queue.Empty:
+            failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            if failed:
+                for process in processes:
+                    process.kill()
+                raise StoreError(
+                    f"a contending writer failed (exit code {failed[0]}): see its error above"
+                ) from None
+    for process in processes:
+        process.join()
+    beats = sorted(b for waits, _ in found for b in waits)
+    checkpoints = sorted(c for _, waits in found for c in waits)
+
+    def ms(waits: list[float], q: float) -> float:
+        return round(1000 * waits[min(len(waits) - 1, int(q * len(waits)))], 1)
+
+    return {
+        "writers": writers,
+        "seconds": seconds,
+        "beats": len(beats),
+        "beat_wait_ms_p50": ms(beats, 0.5),
+        "beat_wait_ms_p99": ms(beats, 0.99),
+        "beat_wait_ms_max": ms(beats, 1.0),
+        "checkpoints_per_s": round(len(checkpoints) / seconds, 1),
+        "checkpoint_wait_ms_p50": ms(checkpoints, 0.5),
+        "checkpoint_wait_ms_max": ms(checkpoints, 1.0),
+    }
+
+
 #: The backend each store scheme the bench measures is (its raw client is that backend's).
 BACKENDS = {"sqlite": "sqlite", "redis": "redis", "rediss": "redis"}
 
@@ -191,8 +306,12 @@ def run_store_bench(
     repeats: int = 5,
     cas_ops: int = 2000,
     checkpoints: int = 200,
+    writers: int = 0,
+    contention_s: float = 20.0,
     progress: Console | None = None,
 ) -> dict[str, Any]:
+    """The bench's figures (see the module); ``writers`` processes contend for
+    ``contention_s`` seconds (none: not measured)."""
     backend = bench_backend(backend, url)  # the raw client compared with is the store's kind
     say: Callable[[str], None] = progress.print if progress else (lambda _: None)
     measure = functools.partial(
@@ -204,32 +323,31 @@ def run_store_bench(
         say=say,
     )
     settings = StoreSettings()
-    with tempfile.TemporaryDirectory(prefix="faasdl-bench-store-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="faasdl-bench-store-") as tmp,
+        contextlib.ExitStack() as stack,  # a private redis-server, stopped before tmp goes
+    ):
         folder = Path(tmp)
         settings = settings.model_copy(update={"spill_dir": str(folder / "spill")})
+        raw: Raw
         if backend == "sqlite":
-            store = make_store(settings, url or f"sqlite:///{folder / 'bench.db'}")
+            url = url or f"sqlite:///{folder / 'bench.db'}"
             raw = _raw_files(folder / "raw", settings.chunk_bytes)
-            return _run(store, raw, backend, settings, measure)
-        if backend == "redis":
-            with contextlib.ExitStack() as stack:
-                if url is None:
-                    server = stack.enter_context(RedisServer(directory=folder / "redis"))
-                    say(f"private redis-server on port {server.port} (appendfsync always)")
-                    url = server.url
-                raw = _raw_redis(url, settings.chunk_bytes)
-                store = make_store(settings, url)
-                return _run(store, raw, backend, settings, measure)
-    raise AssertionError(f"backend {backend!r} passed bench_backend")
-
-
-def _run(
-    store: StateStore,
-    raw: Raw,
-    backend: str,
-    settings: StoreSettings,
-    measure: Callable[[StateStore, Raw], dict[str, Any]],
-) -> dict[str, Any]:
-    with store:
-        result = measure(store, raw)
-    return {"backend": backend, "chunk_bytes": settings.chunk_bytes, **result}
+        elif backend == "redis":
+            if url is None:
+                server = stack.enter_context(RedisServer(directory=folder / "redis"))
+                say(f"private redis-server on port {server.port} (appendfsync always)")
+                url = server.url
+            raw = _raw_redis(url, settings.chunk_bytes)
+        else:
+            raise AssertionError(f"backend {backend!r} passed bench_backend")
+        with make_store(settings, url) as store:
+            result = {"backend": backend, "chunk_bytes": settings.chunk_bytes}
+            result.update(measure(store, raw))
+        if writers:
+            say(
+                f"{writers} processes checkpointing every {1000 * CONTEND_CHECKPOINT_S:g} ms "
+                f"and beating every {CONTEND_BEAT_S:g} s, for {contention_s:g} s"
+            )
+            result["contention"] = _contention(settings, url, writers, contention_s)
+        return result

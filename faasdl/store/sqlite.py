@@ -5,8 +5,8 @@ published (unless the blob is written ``durable=False``: see :meth:`StateStore.p
 One process writes at a time. A statement that finds the database locked is tried again every
 0.5-2 ms (:func:`busy_pauses`), not by SQLite's own busy handler, whose pauses grow to 100 ms: a
 writer that has waited a while then looks only ten times a second, and beside busy writers (eight
-processes checkpointing every 20 ms) a heartbeat found the lock taken at each look for up to 3.2
-s, past its lease (0.2-0.3 s at most with the short pauses)."""
+processes checkpointing every 20 ms: ``faasdl bench store``) a heartbeat found the lock taken at
+each look for up to 1.5 s, a lease's length (0.2 s at most with the short pauses)."""
 
 from __future__ import annotations
 

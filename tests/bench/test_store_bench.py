@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from faasdl.bench.store import run_store_bench
@@ -25,21 +26,33 @@ def test_the_store_bench_measures_checkpoints_and_leaves_nothing_in_the_store(
         repeats=1,
         cas_ops=10,
         checkpoints=10,
+        writers=2,
+        contention_s=1.0,
     )
 
     assert result["blob_write_mb_s"]["1"] > 0
     assert result["cas_ops_per_s"] > 0
     assert result["checkpoint_cpu_ms"] > 0
     assert result["checkpoint_ms"] > 0
+    contention = result["contention"]
+    assert contention["writers"] == 2
+    assert contention["beats"] >= 2  # each beats as it starts, then every 0.5 s
+    assert contention["checkpoints_per_s"] > 0
+    assert contention["beat_wait_ms_p50"] <= contention["beat_wait_ms_max"]
     assert [key for key, _ in store.scan("")] == ["jobs/kept"]  # no manifest, no counter
     assert list(store.chunk_dir.iterdir()) == []
 
 
-def test_the_store_bench_refuses_fewer_than_ten_checkpoints() -> None:
-    result = CliRunner().invoke(app, ["bench", "store", "--checkpoints", "5"])
+@pytest.mark.parametrize(
+    ("option", "value"), [("--checkpoints", "5"), ("--writers", "65"), ("--contention-s", "0.5")]
+)
+def test_the_store_bench_refuses_what_it_cannot_measure_naming_the_option(
+    option: str, value: str
+) -> None:
+    result = CliRunner().invoke(app, ["bench", "store", option, value])
 
     assert result.exit_code == 2
-    assert "--checkpoints" in result.output
+    assert option in result.output
 
 
 def test_the_store_bench_takes_its_backend_from_the_url_and_refuses_another(
