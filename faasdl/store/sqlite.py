@@ -33,21 +33,21 @@ CREATE TABLE IF NOT EXISTS records (
 
 SYNCHRONOUS: tuple[str, ...] = get_args(SqliteSynchronous)
 
-#: The pauses between tries of a statement that found the database locked: from the first,
-#: each this much longer, up to the last.
-BUSY_PAUSE_S = (0.0005, 1.5, 0.002)
+#: The first and the longest pause between tries of a statement that found the database locked.
+BUSY_FIRST_PAUSE_S = 0.0005
+BUSY_LAST_PAUSE_S = 0.002
 
 
 def busy_pauses(timeout_s: float) -> Iterator[float]:
-    """The pauses before each next try of a statement the database was locked for, until
-    ``timeout_s`` has gone by in them: short enough that a waiting writer takes the lock in one of
-    the gaps between other writers' commits."""
-    first, factor, last = BUSY_PAUSE_S
-    pause, waited = first, 0.0
+    """The pauses before each next try of a statement the database was locked for (each half as
+    long again as the one before, up to :data:`BUSY_LAST_PAUSE_S`), until ``timeout_s`` has gone
+    by in them: short enough that a waiting writer takes the lock in one of the gaps between other
+    writers' commits."""
+    pause, waited = BUSY_FIRST_PAUSE_S, 0.0
     while waited < timeout_s:
         yield pause
         waited += pause
-        pause = min(pause * factor, last)
+        pause = min(pause * 1.5, BUSY_LAST_PAUSE_S)
 
 
 class SqliteStore(StateStore):
