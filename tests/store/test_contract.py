@@ -528,7 +528,7 @@ def test_the_sqlite_range_of_a_prefix_ends_after_all_it_starts(
 
 def test_a_locked_sqlite_statement_is_tried_again_every_two_milliseconds_at_most() -> None:
     """SQLite's own busy handler pauses up to 100 ms between tries: beside busy writers a waiting
-    one found the lock free at none of its tries for seconds (a heartbeat's lease lapsed)."""
+    heartbeat found the lock taken at each try for up to 1.5 s, a lease's length."""
     from faasdl.store.sqlite import busy_pauses
 
     pauses = list(busy_pauses(1.0))
