@@ -204,14 +204,12 @@ def _contender(
         def persist() -> None:
             nonlocal written
             while time.monotonic() < ends:
-
-                def checkpoint(n: int = written) -> None:
-                    store.put_blob(f"bench/contend/{index}/{n}", data, durable=False)
-                    store.put(head, {"n": n})
-                    if n:
-                        store.delete_blob(f"bench/contend/{index}/{n - 1}")
-
-                checkpoints.append(_timed(checkpoint))
+                started = time.perf_counter()
+                store.put_blob(f"bench/contend/{index}/{written}", data, durable=False)
+                store.put(head, {"n": written})
+                if written:
+                    store.delete_blob(f"bench/contend/{index}/{written - 1}")
+                checkpoints.append(time.perf_counter() - started)
                 written += 1
                 time.sleep(CONTEND_CHECKPOINT_S)
 
