@@ -111,7 +111,9 @@ class SqliteStore(StateStore):
 
     def _patiently(self, statement: Callable[[], sqlite3.Cursor]) -> sqlite3.Cursor:
         """Run ``statement``, again after each of :func:`busy_pauses` while the database is
-        locked (each try is a statement of its own: nothing of a refused one was written)."""
+        locked (each try is a statement of its own: nothing of a refused one was written). Not
+        tenacity's ``Retrying``: it adds ~23 µs to every statement, locked or not, and its import
+        to every action's start."""
         for pause in busy_pauses(self._busy_timeout_s):
             try:
                 return statement()
