@@ -40,6 +40,12 @@ def own_temporary_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 #: Four files of 512 KiB: four steps of ~70 ms, a checkpoint after each.
 SMALL = {"files": 4, "file_kb": 512}
 
+#: Eight files of 1 MiB (the workload's default size): ~2 s an invocation here, for blows aimed
+#: 0.15 s into one that must find it, and any other it names, still running. With 512 KiB
+#: files (~1 s) one of CI's blows came once its invocation had ended: a runner late by most
+#: of a second on a busy machine.
+LONGER = {"files": 8, "file_kb": 1024}
+
 
 def expected(n: int, params: dict[str, Any] = SMALL, name: str = "compression") -> dict[int, str]:
     found = workload(name)
@@ -290,16 +296,13 @@ def test_blows_aimed_into_the_first_millisecond_of_short_invocations_land_in_the
 
 def test_a_killed_copy_leaves_the_other_to_commit_and_both_killed_start_again(lab: Lab) -> None:
     # Request replication's copies are killed independently: invocation 1 loses its second copy
-    # only (the first goes on and commits), invocation 2 both (a new attempt runs). Eight files
-    # of 1 MiB: ~2 s a copy here, the blows 0.15 s into them (with 512 KiB files, ~1 s, one of
-    # CI's blows came once its copy had ended: most likely a runner late by most of a second).
-    eight = {"files": 8, "file_kb": 1024}
+    # only (the first goes on and commits), invocation 2 both (a new attempt runs).
     faults = [
         Fault(invocation=1, copy_index=1, at=0.5),
         Fault(invocation=2, at=0.5),
         Fault(invocation=2, copy_index=1, at=0.5),
     ]
-    report = run(lab, "kill-copies", "request_replication", faults, params=eight)
+    report = run(lab, "kill-copies", "request_replication", faults, params=LONGER)
     # One comparison, so that a failure shows which blows landed and what each invocation saw
     # (attempts, failures: a copy killed as its container started fails otherwise than a crash).
     seen = (
@@ -434,7 +437,8 @@ def test_a_crash_at_each_point_of_the_protocol_commits_once(lab: Lab, point: str
 
 
 def test_a_zombie_is_caught_by_its_lease_and_fenced(lab: Lab) -> None:
-    report = run(lab, "zombie", "canary", [Fault(invocation=0, kind="zombie", at=0.5)])
+    zombie = Fault(invocation=0, kind="zombie", at=0.5)
+    report = run(lab, "zombie", "canary", [zombie], params=LONGER)
     first = report.outcomes[0]
     assert first.detected_by == ["lease"]
     assert first.attempts == 2
@@ -443,9 +447,8 @@ def test_a_zombie_is_caught_by_its_lease_and_fenced(lab: Lab) -> None:
 
 
 def test_a_node_loss_kills_every_running_attempt_and_all_recover(lab: Lab) -> None:
-    report = run(
-        lab, "node", "canary", [Fault(invocation=1, kind="node_loss", at=0.5)], n=4, concurrency=2
-    )
+    loss = Fault(invocation=1, kind="node_loss", at=0.5)
+    report = run(lab, "node", "canary", [loss], n=4, params=LONGER, concurrency=2)
     assert len(report.injected) == 2  # both attempts in flight
     assert sum(o.attempts for o in report.outcomes) == 6
 
