@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -582,6 +582,18 @@ def _setting_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> list[str
             names += _setting_names(field.annotation, f"{prefix}{name.upper()}__")
         else:
             names.append(f"{prefix}{name.upper()}")
+    return names
+
+
+def secret_variables(model: type[BaseModel] = Settings, prefix: str = ENV_PREFIX) -> set[str]:
+    """The variables of ``model``'s secrets (its sections' included): ``FAASDL_OPENWHISK__AUTH``."""
+    names: set[str] = set()
+    for name, field in model.model_fields.items():
+        variable = f"{prefix}{name.upper()}"
+        if isinstance(field.annotation, type) and issubclass(field.annotation, Section):
+            names |= secret_variables(field.annotation, f"{variable}__")
+        elif field.annotation is SecretStr or SecretStr in get_args(field.annotation):
+            names.add(variable)
     return names
 
 

@@ -17,12 +17,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import psutil
 
 from faasdl import __version__
+from faasdl.config import ENV_PREFIX, secret_variables
 from faasdl.errors import ValidationError
 from faasdl.experiments.inject import FailurePlan
+from faasdl.redact import MASK
 
 #: An experiment's size: minutes on 2 cores (CI's smoke test), or the thesis-sized run.
 Size = Literal["quick", "full"]
@@ -83,6 +86,7 @@ def _named(option: str, value: str) -> str:
 
 
 def environment() -> dict[str, Any]:
+    given = settings_in_environment()
     return {
         "faasdl": __version__,
         "python": sys.version.split()[0],
@@ -90,7 +94,29 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "FAASDL_ variables": " ".join(f"{k}={shlex.quote(v)}" for k, v in given.items()) or "none",
     }
+
+
+def settings_in_environment() -> dict[str, str]:
+    """The ``FAASDL_`` variables this process was given (the test suite's ``FAASDL_TEST_`` ones
+    left out): what an experiment's platform and store took from the environment besides the
+    experiment's own choices, named in its report so that its figures can be reproduced.
+    Secrets are masked, and so is a URL's password."""
+    secret = secret_variables()
+    return {
+        var: MASK if var in secret else _without_password(value)
+        for var, value in sorted(os.environ.items())
+        if var.startswith(ENV_PREFIX) and not var.startswith(f"{ENV_PREFIX}TEST_")
+    }
+
+
+def _without_password(value: str) -> str:
+    try:
+        password = urlsplit(value).password
+    except ValueError:  # not a URL (an unclosed "[" reads as a bad IPv6 host)
+        return value
+    return value.replace(f":{password}@", f":{MASK}@", 1) if password else value
 
 
 def check_writable(directory: Path) -> None:

@@ -494,6 +494,29 @@ def test_a_report_is_named_by_its_options_and_keeps_the_whole_ones(tmp_path: Pat
     assert json.loads((tmp_path / "recovery" / "summary.json").read_text()) == {"a": 1}
 
 
+def test_a_summary_names_the_settings_its_run_took_from_the_environment_secrets_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = Result("cost", "quick", [{"workload": "graph", "cost_usd": 1.0}], {})
+    for var in [v for v in os.environ if v.startswith("FAASDL_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("FAASDL_TEST_MARK", "1")  # the test suite's own: not a setting
+
+    said = (write(result, tmp_path) / "summary.md").read_text()
+    assert ", FAASDL_ variables none.\n" in said
+
+    monkeypatch.setenv("FAASDL_LOCAL__WARMUP_NICE", "5")
+    monkeypatch.setenv("FAASDL_STORE__URL", "redis://:s3cret-word@cache:6379/0")
+    monkeypatch.setenv("FAASDL_STORE__PASSWORD", "pw")
+    said = (write(result, tmp_path) / "summary.md").read_text()
+    named = (
+        "FAASDL_LOCAL__WARMUP_NICE=5 FAASDL_STORE__PASSWORD='***' "
+        "FAASDL_STORE__URL='redis://:***@cache:6379/0'"
+    )
+    assert f", FAASDL_ variables {named}.\n" in said
+    assert "s3cret-word" not in said
+
+
 def test_a_workloads_parameters_from_the_options_are_read_as_its_model_reads_them() -> None:
     options = ["training.model=mlp", "training.epochs=8", "graph.every=1024"]
 
