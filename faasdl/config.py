@@ -558,13 +558,11 @@ class Settings(BaseSettings):
     def _no_unknown_variables(self) -> Settings:
         # pydantic-settings ignores variables it does not know; a misspelt one would silently
         # leave a default in force. FAASDL_TEST_* is the test suite's own namespace.
-        unknown = sorted(
+        unknown = [
             var
-            for var in os.environ
-            if var.startswith(ENV_PREFIX)
-            and not var.startswith(f"{ENV_PREFIX}TEST_")
-            and not _is_setting(type(self), var[len(ENV_PREFIX) :].split("__"))
-        )
+            for var in given_variables()
+            if not _is_setting(type(self), var[len(ENV_PREFIX) :].split("__"))
+        ]
         if unknown:
             known = _setting_names(type(self))
             named = [f"{var}{_did_you_mean(var, known)}" for var in unknown]
@@ -583,6 +581,16 @@ def _setting_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> list[str
         else:
             names.append(f"{prefix}{name.upper()}")
     return names
+
+
+def given_variables() -> list[str]:
+    """This process's ``FAASDL_`` variables, sorted; the test suite's own ``FAASDL_TEST_`` ones
+    left out."""
+    return sorted(
+        var
+        for var in os.environ
+        if var.startswith(ENV_PREFIX) and not var.startswith(f"{ENV_PREFIX}TEST_")
+    )
 
 
 def secret_variables(model: type[BaseModel] = Settings, prefix: str = ENV_PREFIX) -> set[str]:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from faasdl import __version__
-from faasdl.config import ENV_PREFIX, secret_variables
+from faasdl.config import given_variables, secret_variables
 from faasdl.errors import ValidationError
 from faasdl.experiments.inject import FailurePlan
 from faasdl.redact import MASK
@@ -105,9 +105,8 @@ def settings_in_environment() -> dict[str, str]:
     Secrets are masked, and so is a URL's password."""
     secret = secret_variables()
     return {
-        var: MASK if var in secret else _without_password(value)
-        for var, value in sorted(os.environ.items())
-        if var.startswith(ENV_PREFIX) and not var.startswith(f"{ENV_PREFIX}TEST_")
+        var: MASK if var in secret else _without_password(os.environ[var])
+        for var in given_variables()
     }
 
 
