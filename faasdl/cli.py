@@ -67,7 +67,8 @@ platform_app = typer.Typer(
     rich_markup_mode=HELP_MARKUP,
 )
 bench_app = typer.Typer(
-    help="Benchmarks; each prints its figures as JSON on its last line.",
+    help="Benchmarks; each prints its figures as JSON on its last line, with the machine and "
+    "the FAASDL_ settings they were measured with under 'environment'.",
     no_args_is_help=True,
     rich_markup_mode=HELP_MARKUP,
 )
@@ -114,6 +115,14 @@ def _show(table: Table, empty: str, *, width: int | None = None) -> None:
 def fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
+
+
+def echo_bench(result: dict[str, Any]) -> None:
+    """A benchmark's last line: its figures, and under ``environment`` the machine and the
+    ``FAASDL_`` settings they were measured with (secrets masked)."""
+    from faasdl.provenance import environment
+
+    typer.echo(json.dumps({**result, "environment": environment()}))
 
 
 def load_settings() -> Settings:
@@ -335,7 +344,7 @@ def bench_platform(
         )
     except FaasdlError as exc:
         fail(str(exc))
-    typer.echo(json.dumps(result))
+    echo_bench(result)
 
 
 @bench_app.command("store")
@@ -385,7 +394,7 @@ def bench_store(
         )
     except FaasdlError as exc:
         fail(str(exc))
-    typer.echo(json.dumps(result))
+    echo_bench(result)
 
 
 @contextlib.contextmanager
@@ -777,7 +786,7 @@ def bench_estimator(
         result = run_estimator_bench(quick=quick, naive=naive, progress=console)
     except FaasdlError as exc:
         fail(str(exc))
-    typer.echo(json.dumps(result))
+    echo_bench(result)
 
 
 @bench_app.command("training")
@@ -792,7 +801,7 @@ def bench_training(
         result = run_training_bench(quick=quick, seeds=seeds, progress=console)
     except FaasdlError as exc:
         fail(str(exc))
-    typer.echo(json.dumps(result))
+    echo_bench(result)
 
 
 @bench_app.command("steadiness")
@@ -813,7 +822,7 @@ def bench_steadiness(
     the finest overhead a timing comparison of N pairs of invocations (--pairs) can resolve here."""
     from faasdl.bench.steadiness import run_steadiness_bench
 
-    typer.echo(json.dumps(run_steadiness_bench(duration, pairs=pairs, progress=console)))
+    echo_bench(run_steadiness_bench(duration, pairs=pairs, progress=console))
 
 
 @bench_app.command("recovery")
@@ -827,7 +836,7 @@ def bench_recovery(
         result = run_recovery_bench(quick=quick, progress=console)
     except FaasdlError as exc:
         fail(str(exc))
-    typer.echo(json.dumps(result))
+    echo_bench(result)
 
 
 @bench_app.command("api")
@@ -847,7 +856,7 @@ def bench_api(
         result = run_api_bench(quick=quick, store=store, progress=console)
     except FaasdlError as exc:
         fail(str(exc))
-    typer.echo(json.dumps(result))
+    echo_bench(result)
 
 
 @app.command()

@@ -5,27 +5,18 @@ directory that replaces the old one only at the end (a failed run leaves the old
 from __future__ import annotations
 
 import csv
-import datetime
 import json
-import os
-import platform
 import re
 import shlex
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-import psutil
-
-from faasdl import __version__
-from faasdl.config import given_variables, secret_variables
 from faasdl.errors import ValidationError
 from faasdl.experiments.inject import FailurePlan
-from faasdl.redact import MASK
+from faasdl.provenance import environment
 
 #: An experiment's size: minutes on 2 cores (CI's smoke test), or the thesis-sized run.
 Size = Literal["quick", "full"]
@@ -83,39 +74,6 @@ def _named(option: str, value: str) -> str:
     if option == "--param":  # as the command quotes it (shlex), unquoted
         return re.sub(r"[^A-Za-z0-9._-]", "_", shlex.split(value)[0].replace("=", "-", 1))
     return f"{option.removeprefix('--')}{value}"
-
-
-def environment() -> dict[str, Any]:
-    given = settings_in_environment()
-    return {
-        "faasdl": __version__,
-        "python": sys.version.split()[0],
-        "os": platform.platform(),
-        "cpus": os.cpu_count(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "FAASDL_ variables": " ".join(f"{k}={shlex.quote(v)}" for k, v in given.items()) or "none",
-    }
-
-
-def settings_in_environment() -> dict[str, str]:
-    """The ``FAASDL_`` variables this process was given (the test suite's ``FAASDL_TEST_`` ones
-    left out): what an experiment's platform and store took from the environment besides the
-    experiment's own choices, named in its report so that its figures can be reproduced.
-    Secrets are masked, and so is a URL's password."""
-    secret = secret_variables()
-    return {
-        var: MASK if var in secret else _without_password(os.environ[var])
-        for var in given_variables()
-    }
-
-
-def _without_password(value: str) -> str:
-    try:
-        password = urlsplit(value).password
-    except ValueError:  # not a URL (an unclosed "[" reads as a bad IPv6 host)
-        return value
-    return value.replace(f":{password}@", f":{MASK}@", 1) if password else value
 
 
 def check_writable(directory: Path) -> None:
@@ -210,6 +168,8 @@ def _plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
 
 def _markdown(result: Result) -> str:
     env = environment()
+    given = env.pop("settings")
+    env["FAASDL_ variables"] = " ".join(f"{k}={shlex.quote(v)}" for k, v in given.items()) or "none"
     csv_name = f"{result.report_name}.csv"
     columns: list[str] = []
     for row in result.rows:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from faasdl import __version__
 from faasdl.bench.steadiness import adjacent_spread, summarize
 from faasdl.cli import app
+from faasdl.redact import MASK
 
 
 def test_a_steady_machine_has_no_slow_runs_and_no_spread() -> None:
@@ -49,7 +52,13 @@ def test_too_short_a_sample_is_refused() -> None:
         summarize(np.full(10, 0.002))
 
 
-def test_the_command_prints_its_figures_last() -> None:
+def test_the_command_prints_its_figures_last_with_what_they_were_measured_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Prepare: a setting a benchmark's platform takes from the environment, and a secret.
+    monkeypatch.setenv("FAASDL_LOCAL__WARMUP_NICE", "5")
+    monkeypatch.setenv("FAASDL_OPENWHISK__AUTH", "user:s3cret")
+
     result = CliRunner().invoke(app, ["bench", "steadiness", "--duration", "5", "--pairs", "10"])
 
     assert result.exit_code == 0, result.output
@@ -57,6 +66,13 @@ def test_the_command_prints_its_figures_last() -> None:
     assert figures["runs"] > 100
     assert figures["pairs"] == 10
     assert figures["adjacent_pairs"]["0.25"] >= 3
+    machine = figures["environment"]
+    assert (machine["faasdl"], machine["cpus"]) == (__version__, os.cpu_count())
+    assert machine["settings"] == {
+        "FAASDL_LOCAL__WARMUP_NICE": "5",
+        "FAASDL_OPENWHISK__AUTH": MASK,
+    }
+    assert "s3cret" not in result.output
 
 
 def test_the_command_refuses_too_short_a_run() -> None:
