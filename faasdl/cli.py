@@ -68,7 +68,7 @@ platform_app = typer.Typer(
 )
 bench_app = typer.Typer(
     help="Benchmarks; each prints its figures as JSON on its last line, with the machine and "
-    "the FAASDL_ settings they were measured with under 'environment'.",
+    "the FAASDL_ variables they were measured with under 'environment'.",
     no_args_is_help=True,
     rich_markup_mode=HELP_MARKUP,
 )
@@ -119,7 +119,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def echo_bench(result: dict[str, Any]) -> None:
     """A benchmark's last line: its figures, and under ``environment`` the machine and the
-    ``FAASDL_`` settings they were measured with (secrets masked)."""
+    ``FAASDL_`` variables they were measured with (secrets masked): the benchmark's platform and
+    store take every setting it does not choose from them."""
     from faasdl.provenance import environment
 
     typer.echo(json.dumps({**result, "environment": environment()}))
