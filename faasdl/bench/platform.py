@@ -9,9 +9,7 @@ what a cold start costs a caller. Round trips are ``invoke`` to record, warm.
 from __future__ import annotations
 
 import importlib.util
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -114,7 +112,7 @@ def run_platform_bench(
         memory_max_mb=2048,
         concurrent_invocations=max(100, throughput_activations + 10),
     )
-    result: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    result: dict[str, Any] = {}  # the machine and Python: under the command's "environment"
     noop = ActionSpec(name="bench-noop", code=NOOP, memory_mb=128, timeout_ms=10_000)
     with LocalPlatform(settings=settings) as local:
         result["memory_enforcement"] = local.limits().memory_enforcement
