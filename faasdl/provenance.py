@@ -1,6 +1,6 @@
 """Where a run's figures came from: the machine, the Python and faasdl it ran on, and the
-``FAASDL_`` settings it took from the environment. An experiment's summary and every benchmark's
-JSON carry it, so that a figure can be set beside another machine's or reproduced."""
+``FAASDL_`` variables it ran with. An experiment's summary and every benchmark's JSON carry it,
+so that a figure can be set beside another machine's or reproduced."""
 
 from __future__ import annotations
 
@@ -34,9 +34,8 @@ def environment() -> dict[str, Any]:
 
 def settings_in_environment() -> dict[str, str]:
     """The ``FAASDL_`` variables this process was given (the test suite's ``FAASDL_TEST_`` ones
-    left out): what a benchmark's or an experiment's platform and store took from the
-    environment besides the run's own choices. Secrets are masked, and so is a URL's
-    password."""
+    left out), from which a benchmark's or an experiment's platform and store take every setting
+    the run does not choose itself. Secrets are masked, and so is a URL's password."""
     secret = secret_variables()
     return {
         var: MASK if var in secret else _without_password(os.environ[var])
