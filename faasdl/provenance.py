@@ -44,6 +44,8 @@ def settings_in_environment() -> dict[str, str]:
 
 
 def _without_password(value: str) -> str:
+    # Not store.shown_url: that leaves the password out and makes a SQLite path absolute, where a
+    # report quotes the variable as it was given, the password's place kept.
     try:
         password = urlsplit(value).password
     except ValueError:  # not a URL (an unclosed "[" reads as a bad IPv6 host)
