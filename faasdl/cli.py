@@ -1745,9 +1745,11 @@ def experiment(
         int | None,
         typer.Option(
             min=2,
-            help="recovery only: passes of the failure-free run and canary's taking turns at 15% "
-            "failures (default 2). The overhead's 95% interval narrows as the square root of "
-            "the passes; each adds about as long as the first took.",
+            help="recovery: passes of the failure-free run and canary's taking turns at 15% "
+            "failures (default 2); the overhead's 95% interval narrows as the square root of "
+            "the passes. replication, baselines: make every run this many times, each pass in "
+            "the mirrored order of the one before (default once), and give each ratio a 95% "
+            "interval over them. Each pass adds about as long as the first took.",
         ),
     ] = None,
     param: Annotated[
@@ -1768,8 +1770,10 @@ def experiment(
         fail(f"name: unknown experiment {name!r} (known: {', '.join(EXPERIMENT_NAMES)})")
     from faasdl.experiments import report
     from faasdl.experiments.suite import (
+        COMPARISONS,
         EXPERIMENTS,
         PASSES,
+        PASSES_TAKEN,
         experiment_workloads,
         recovery,
         workload_params,
@@ -1779,8 +1783,9 @@ def experiment(
     workloads = list(dict.fromkeys(workload or []))
     if workloads and name != "recovery":
         fail(f"--workload: only the recovery experiment runs per workload, not {name}")
-    if passes is not None and name != "recovery":
-        fail(f"--passes: only the recovery experiment takes turns in passes, not {name}")
+    if passes is not None and name not in PASSES_TAKEN:
+        taken = f"{', '.join(PASSES_TAKEN[:-1])} and {PASSES_TAKEN[-1]}"
+        fail(f"--passes: only the {taken} experiments run in passes, not {name}")
     if param and not experiment_workloads(name):
         fail(f"--param: the {name} experiment runs training jobs, not workloads: it takes none")
     unknown = [w for w in workloads if w not in WORKLOADS]
@@ -1796,6 +1801,8 @@ def experiment(
         report.check_writable(directory)
         if name == "recovery":
             result = recovery(size, console, workloads, passes or PASSES, param or [])
+        elif name in COMPARISONS:
+            result = COMPARISONS[name](size, console, param or [], passes or 1)
         else:
             result = EXPERIMENTS[name](size, console, params=param or [])
     except FaasdlError as exc:

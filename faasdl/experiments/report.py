@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import shutil
+import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,8 @@ Size = Literal["quick", "full"]
 @dataclass(frozen=True)
 class Plot:
     """A figure of ``y`` against ``x``, one line (or group of bars) per value of ``series``, one
-    panel per value of ``panel`` (if any), from the rows that have all of them."""
+    panel per value of ``panel`` (if any), from the rows that have all of them (the mean of the
+    rows that share an ``x``, a series and a panel)."""
 
     file: str
     title: str
@@ -144,7 +146,7 @@ def _plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
         xs = list(dict.fromkeys(r[plot.x] for r in mine))
         width = 0.8 / max(len(series), 1)
         for k, name in enumerate(series):
-            points = [(r[plot.x], r[plot.y]) for r in mine if r[plot.series] == name]
+            points = _means([(r[plot.x], r[plot.y]) for r in mine if r[plot.series] == name])
             if plot.bars:
                 ax.bar(
                     [xs.index(x) + (k - (len(series) - 1) / 2) * width for x, _ in points],
@@ -164,6 +166,15 @@ def _plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _means(points: list[tuple[Any, float]]) -> list[tuple[Any, float]]:
+    """One point per ``x``: the mean of its ``y`` values (a run made in several passes has a
+    row per pass), in the order the ``x`` values first came."""
+    found: dict[Any, list[float]] = {}
+    for x, y in points:
+        found.setdefault(x, []).append(y)
+    return [(x, statistics.mean(ys)) for x, ys in found.items()]
 
 
 def _markdown(result: Result) -> str:

@@ -12,6 +12,7 @@ replica), and pays for it in contention.
 
 from __future__ import annotations
 
+import math
 import shlex
 import statistics
 import time
@@ -24,6 +25,7 @@ import numpy as np
 from pydantic import ValidationError as PydanticValidationError
 from rich.console import Console
 from scipy.stats import bootstrap
+from scipy.stats import t as t_dist
 
 from faasdl.canary.strategies import ReplicationMode, StrategyName
 from faasdl.config import Settings
@@ -710,9 +712,12 @@ def _as_run(name: str, params: dict[str, Any]) -> dict[str, Any]:
 # ---- replication ----------------------------------------------------------------------------
 
 
-def replication(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
+def replication(
+    size: Size, progress: Console, params: Sequence[str] = (), passes: int = 1
+) -> Result:
     """Time and cost of dynamic, aggressive and lenient replication (thesis Fig 6.8); ``params``
-    change the compared workload's parameters (see :func:`workload_params`)."""
+    change the compared workload's parameters (see :func:`workload_params`); ``passes``: how
+    many times every run is made (see :func:`_compare`)."""
     compared = _Sized.of(COMPARED, params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.10, 0.25, 0.50]
@@ -725,6 +730,7 @@ def replication(size: Size, progress: Console, params: Sequence[str] = ()) -> Re
         [("canary", m) for m in modes],
         concurrency=2,
         label=lambda s, m: m,
+        passes=passes,
     )
     return _compared(
         "replication",
@@ -738,16 +744,17 @@ def replication(size: Size, progress: Console, params: Sequence[str] = ()) -> Re
             {compared.name: compared.params},
         ),
         compared.options,
+        passes,
     )
 
 
 # ---- baselines ------------------------------------------------------------------------------
 
 
-def baselines(size: Size, progress: Console, params: Sequence[str] = ()) -> Result:
+def baselines(size: Size, progress: Console, params: Sequence[str] = (), passes: int = 1) -> Result:
     """Canary against request replication (two copies of every invocation) and active-standby
     (a warm standby per active invocation, no checkpoints), retry for reference (Fig 6.9);
-    ``params`` as :func:`replication`'s."""
+    ``params`` and ``passes`` as :func:`replication`'s."""
     compared = _Sized.of(COMPARED, params)
     n = 20 if size == "quick" else 60
     rates = [0.15] if size == "quick" else [0.15, 0.25, 0.50]
@@ -760,6 +767,7 @@ def baselines(size: Size, progress: Console, params: Sequence[str] = ()) -> Resu
         [(s, "dynamic") for s in strategies],
         concurrency=1,
         label=lambda s, m: s,
+        passes=passes,
     )
     return _compared(
         "baselines",
@@ -774,6 +782,7 @@ def baselines(size: Size, progress: Console, params: Sequence[str] = ()) -> Resu
             {compared.name: compared.params},
         ),
         compared.options,
+        passes,
     )
 
 
@@ -785,11 +794,15 @@ def _compared(
     base: tuple[str, str, float],
     setup: list[str],
     options: tuple[str, ...],
+    passes: int = 1,
 ) -> Result:
     """A strategy comparison's report: time and cost ratios against ``base`` (its row label,
-    its name in words, and the failure rate the ratios are read at)."""
+    its name in words, and the failure rate the ratios are read at), made in ``passes``."""
     label, words, rate = base
     summary = _ratios(name, size, rows, label, rate)
+    if passes > 1:
+        setup = [*setup, _PASSES_SETUP.format(passes=passes)]
+        options = ("--passes", str(passes), *options)
     return Result(
         name=name,
         size=size,
@@ -801,6 +814,16 @@ def _compared(
         plots=_cost_time_plots(),
         options=options,
     )
+
+
+_PASSES_SETUP = (
+    "Every run was made {passes} times, in passes: the failure-free run, then each strategy at "
+    "each failure rate, each pass in the mirrored order of the one before (a change of the "
+    "machine's speed weighs on all alike); a row's pass column says which. A ratio is the "
+    "geometric mean of the passes' ratios (each to the base strategy's run of the same pass), "
+    "with a 95% interval (Student's t over their logarithms: time_ratio_ci95, "
+    "cost_ratio_ci95); the plots show the passes' means."
+)
 
 
 @dataclass(frozen=True)
@@ -828,29 +851,52 @@ def _compare(
     *,
     concurrency: int,
     label: Callable[[StrategyName, ReplicationMode], str],
+    passes: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, FailurePlan]]:
+    """The failure-free run and every variant at every rate, ``passes`` times (each pass after
+    the first in the mirrored order of the one before; its rows say their ``pass``), then the
+    failure-free run once more. Every pass runs the same failure plans."""
+    if passes < 1:
+        raise ValidationError(f"passes: at least 1: {passes}")
     rows: list[dict[str, Any]] = []
     plans: dict[str, FailurePlan] = {}
+    runs: list[tuple[float, StrategyName, ReplicationMode] | None] = [
+        None,  # the failure-free run
+        *((rate, strategy, mode) for rate in rates for strategy, mode in variants),
+    ]
     with open_lab() as lab:
         bench = _Bench(lab, compared.name, compared.params, n, concurrency=concurrency)
         bench.warm_up()
-        rows.append(bench.row(bench.reference(), "ideal", 0.0))
-        for rate in rates:
-            for strategy, mode in variants:
+        for k in range(passes):
+            suffix, tag = ("", {}) if passes == 1 else (_pass_suffix(k), {"pass": k + 1})
+            for run in runs if k % 2 == 0 else reversed(runs):
+                if run is None:
+                    rows.append(bench.row(bench.reference(f"ideal{suffix}"), "ideal", 0.0) | tag)
+                    continue
+                rate, strategy, mode = run
                 # Every container fails at the same rate: request replication's second copy
                 # too, independently of the first (whose faults are every strategy's).
                 copies = RunSpec.copies if strategy == "request_replication" else 1
                 key = f"{compared.name}-{rate:.2f}" + (f"-{copies}-copies" if copies > 1 else "")
                 plan = plans.setdefault(key, _plan(2000 + int(rate * 100), n, rate, copies))
                 name = label(strategy, mode)
-                progress.print(f"{name} at {rate:.0%} failures")
-                report = bench.run(f"{name}-{rate}", strategy, plan, replication=mode)
-                rows.append(bench.row(report, name, rate))
+                progress.print(
+                    f"{name} at {rate:.0%} failures"
+                    + (f" (pass {k + 1} of {passes})" if passes > 1 else "")
+                )
+                report = bench.run(f"{name}-{rate}{suffix}", strategy, plan, replication=mode)
+                rows.append(bench.row(report, name, rate) | tag)
         # The same failure-free work again, last: how far apart it comes out is the least
         # difference between the strategies that is one (:func:`_noise`).
         rows.append(bench.row(bench.reference(AGAIN), AGAIN, 0.0))
     _check(rows)
     return rows, plans
+
+
+def _pass_suffix(k: int) -> str:
+    """The suffix of the run ids of a comparison's pass ``k`` (from 0): none, then ``-pass2``
+    and on."""
+    return f"-pass{k + 1}" if k else ""
 
 
 #: The label of a comparison's second failure-free run.
@@ -871,20 +917,63 @@ def _noise(rows: list[dict[str, Any]]) -> dict[str, float]:
 def _ratios(
     experiment: str, size: Size, rows: list[dict[str, Any]], base: str, rate: float
 ) -> dict[str, Any]:
-    """Time and cost of every strategy relative to ``base`` at ``rate``."""
-    at = {r["strategy"]: r for r in rows if r["failure_rate"] == rate}
-    return {
+    """Time and cost of every strategy relative to ``base`` at ``rate``: in each pass, against
+    the base's run of that pass; the passes' ratios' geometric mean, and where there were
+    several passes each ratio's 95% interval and the passes' ratios themselves."""
+    passes: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if r["failure_rate"] == rate:
+            passes.setdefault(r.get("pass", 1), {})[r["strategy"]] = r
+    names = list(passes[1])
+
+    def per_pass(column: str) -> dict[str, list[float | None]]:
+        return {
+            k: [_ratio(at[k][column], at[base][column]) for at in passes.values()] for k in names
+        }
+
+    summary: dict[str, Any] = {
         "experiment": experiment,
         "size": size,
         "failure_rate": rate,
         "relative_to": base,
-        "time_ratio": {k: _ratio(r["makespan_s"], at[base]["makespan_s"]) for k, r in at.items()},
-        "cost_ratio": {k: _ratio(r["cost_usd"], at[base]["cost_usd"]) for k, r in at.items()},
-        "recovery_ratio": {
-            k: _ratio(r["recovery_s_mean"], at[base]["recovery_s_mean"]) for k, r in at.items()
-        },
-        "noise": _noise(rows),
     }
+    found = {key: per_pass(column) for key, column in _RATIOS.items()}
+    for key, ratios in found.items():
+        summary[key] = {k: _mean_ratio(v) for k, v in ratios.items()}
+    summary["noise"] = _noise(rows)
+    if len(passes) > 1:
+        summary["passes"] = len(passes)
+        for key in ("time_ratio", "cost_ratio"):
+            summary[f"{key}_ci95"] = {k: _t_interval(v) for k, v in found[key].items()}
+            summary[f"{key}_passes"] = found[key]
+    return summary
+
+
+#: A comparison's ratios (summary key) and the row's column each is of.
+_RATIOS = {
+    "time_ratio": "makespan_s",
+    "cost_ratio": "cost_usd",
+    "recovery_ratio": "recovery_s_mean",
+}
+
+
+def _mean_ratio(ratios: list[float | None]) -> float | None:
+    """The passes' ratios' geometric mean (the mean a ratio has: 0.5 and 2 average to 1);
+    ``None`` if a pass had none (nothing to divide)."""
+    if any(r is None for r in ratios):
+        return None
+    return round(statistics.geometric_mean(r for r in ratios if r is not None), 4)
+
+
+def _t_interval(ratios: list[float | None]) -> list[float] | None:
+    """A 95% interval of the passes' ratios' geometric mean: Student's t over their logarithms
+    (for as few passes as they are), taken back; ``None`` if a pass had no ratio, or for one."""
+    logs = [math.log(r) for r in ratios if r is not None]
+    if len(logs) < max(len(ratios), 2):
+        return None
+    half = float(t_dist.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / len(logs) ** 0.5
+    centre = statistics.mean(logs)
+    return [round(math.exp(centre - half), 4), round(math.exp(centre + half), 4)]
 
 
 #: A strategy's time and cost against another's, in words: better (-1), even (0), worse (1).
@@ -895,19 +984,33 @@ _SIDES = {
 
 
 def _findings(summary: dict[str, Any], base: str) -> list[str]:
-    """Each strategy against ``base``, in time and in cost: better, worse or even, a ratio
-    being even within the noise (how far apart the two failure-free runs came out)."""
+    """Each strategy against ``base``, in time and in cost: better, worse or even. With passes,
+    a ratio is even where its 95% interval holds 1; with one, where it is within the noise (how
+    far apart the two failure-free runs came out)."""
     noise = summary["noise"]
+    intervals: dict[str, dict[str, list[float] | None]] = {
+        k: summary.get(f"{k}_ratio_ci95") or {} for k in ("time", "cost")
+    }
     out = []
     for name, time_ratio in summary["time_ratio"].items():
         if name == summary["relative_to"] or time_ratio is None:
             continue
         ratios = {"time": time_ratio, "cost": summary["cost_ratio"][name]}
         # Per aspect: -1 where the other strategy is better beyond the noise, 1 where worse.
-        sides = {k: (r > 1 + noise[k]) - (r < 1 - noise[k]) for k, r in ratios.items()}
+        sides: dict[str, int] = {}
+        even: dict[str, str] = {}
+        for k, r in ratios.items():
+            interval = intervals[k].get(name)
+            if interval is not None:
+                low, high = interval
+                sides[k] = (low > 1) - (high < 1)
+                even[k] = f"its 95% interval [{low:.3f}, {high:.3f}] holds 1"
+            else:
+                sides[k] = (r > 1 + noise[k]) - (r < 1 - noise[k])
+                even[k] = f"within the {noise[k]:.1%} noise"
         told = [
             f"{ratios[k]:.3f}× the {k} ({_SIDES[k][sides[k]]}"
-            + (f": within the {noise[k]:.1%} noise" if sides[k] == 0 else "")
+            + (f": {even[k]}" if sides[k] == 0 else "")
             + ")"
             for k in ("time", "cost")
         ]
@@ -927,9 +1030,15 @@ def _findings(summary: dict[str, Any], base: str) -> list[str]:
         )
     noise_words = (
         f"The noise is how far apart the two failure-free runs of the same work, first and "
-        f"last, came out: {noise['time']:.1%} in time, {noise['cost']:.1%} in cost; a ratio "
-        "within it is called even."
+        f"last, came out: {noise['time']:.1%} in time, {noise['cost']:.1%} in cost; "
     )
+    if "passes" in summary:
+        noise_words += (
+            f"each ratio is the geometric mean of its {summary['passes']} passes' ratios, "
+            "called even where its 95% interval holds 1."
+        )
+    else:
+        noise_words += "a ratio within it is called even."
     return [*out, noise_words]
 
 
@@ -1167,6 +1276,13 @@ class Experiment(Protocol):
     ``progress``; ``params``: ``--param`` options (:func:`workload_params`) of its workloads."""
 
     def __call__(self, size: Size, progress: Console, *, params: Sequence[str] = ()) -> Result: ...
+
+
+#: The strategy comparisons that run in passes (``--passes``): name → function (size,
+#: progress, params, passes).
+COMPARISONS = {"replication": replication, "baselines": baselines}
+#: The experiments ``--passes`` is for, in the order the CLI names them.
+PASSES_TAKEN = ("recovery", *COMPARISONS)
 
 
 def experiment_workloads(name: str, workloads: Sequence[str] = ()) -> list[str]:

@@ -27,6 +27,7 @@ from faasdl.experiments.suite import (
     _overhead_interval,
     _overhead_parts,
     _param_options,
+    _ratios,
     _recovered,
     _recovery_figures,
     _takeover_words,
@@ -298,9 +299,45 @@ def check_recovery(
         assert shared in (report / "summary.md").read_text()
 
 
-@pytest.mark.parametrize("name", ["replication", "baselines"])
-def test_strategy_comparisons_print_time_and_cost_ratios(name: str, tmp_path: Path) -> None:
-    summary, report = run_experiment(name, tmp_path)
+def test_replication_prints_time_and_cost_ratios(tmp_path: Path) -> None:
+    summary, report = run_experiment("replication", tmp_path)
+    rows = check_comparison(summary, report, "replication")
+    assert "passes" not in summary
+    assert all("pass" not in row for row in rows)
+
+
+def test_baselines_in_passes_give_each_ratio_an_interval(tmp_path: Path) -> None:
+    # Two passes of a lighter workload (two files an invocation, not six): about as long as
+    # one pass of the default, and where the passes' labels, order and figures are checked.
+    more = ("--passes", "2", "--param", "compression.files=2")
+    summary, report = run_experiment("baselines", tmp_path, more=more)
+    rows = check_comparison(summary, report, "baselines-passes2-compression.files-2")
+
+    assert summary["passes"] == 2
+    strategies = ["canary", "request_replication", "active_standby", "retry"]
+    # Each pass ran every strategy, the second in the mirrored order of the first; the same
+    # failure-free work once more after them.
+    order = [(row["strategy"], row["pass"]) for row in rows]
+    first = [("ideal", "1"), *((s, "1") for s in strategies)]
+    assert order == [*first, *((s, "2") for s, _ in reversed(first)), ("ideal-again", "")]
+    base = summary["relative_to"]
+    time_s = {(row["strategy"], row["pass"]): float(row["makespan_s"]) for row in rows}
+    for name in strategies:
+        per_pass = [time_s[name, k] / time_s[base, k] for k in ("1", "2")]
+        assert summary["time_ratio_passes"][name] == pytest.approx(per_pass, abs=1e-4)
+        ratio = summary["time_ratio"][name]
+        assert ratio == pytest.approx((per_pass[0] * per_pass[1]) ** 0.5, abs=1e-4)
+        low, high = summary["time_ratio_ci95"][name]
+        assert low - 1e-4 <= ratio <= high + 1e-4
+        assert len(summary["cost_ratio_ci95"][name]) == 2
+    assert summary["time_ratio_ci95"][base] == [1.0, 1.0]
+    text = (report / "summary.md").read_text()
+    assert "Every run was made 2 times, in passes" in text
+    assert "passes' ratios, called even where its 95% interval holds 1." in text
+
+
+def check_comparison(summary: dict[str, Any], report: Path, name: str) -> list[dict[str, str]]:
+    """What a strategy comparison's report must hold; its CSV's rows."""
     base = summary["relative_to"]
     assert isinstance(base, str)
     for key in ("time_ratio", "cost_ratio"):
@@ -308,14 +345,17 @@ def test_strategy_comparisons_print_time_and_cost_ratios(name: str, tmp_path: Pa
         assert isinstance(ratios, dict)
         assert ratios[base] == 1.0
         assert len(ratios) >= 3  # the base and the others
-    # The failure-free work was run twice, first and last: how far apart is the noise.
+    # The failure-free work was run first and last: how far apart is the noise.
     with (report / f"{name}.csv").open() as fh:
-        rows = {row["strategy"]: row for row in csv.DictReader(fh)}
+        rows = list(csv.DictReader(fh))
+    ideal, again = (next(r for r in rows if r["strategy"] == k) for k in ("ideal", "ideal-again"))
     noise = summary["noise"]
     assert isinstance(noise, dict)
-    again = float(rows["ideal-again"]["makespan_s"]) / float(rows["ideal"]["makespan_s"])
-    assert noise["time"] == pytest.approx(abs(again - 1), abs=1e-4)
+    assert noise["time"] == pytest.approx(
+        abs(float(again["makespan_s"]) / float(ideal["makespan_s"]) - 1), abs=1e-4
+    )
     assert "## Findings" in (report / "summary.md").read_text()
+    return rows
 
 
 def test_a_strategy_is_better_or_worse_than_another_only_beyond_the_noise() -> None:
@@ -344,6 +384,83 @@ def test_a_strategy_is_better_or_worse_than_another_only_beyond_the_noise() -> N
     assert "(even: within the 2.0% noise)" in c
     assert d.endswith("— Canary wins on time and cost.")
     assert noise.endswith("1.0% in time, 2.0% in cost; a ratio within it is called even.")
+
+
+def comparison_rows(times: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """A comparison's rows at 15% failures, a pass per time given for each strategy (their
+    costs the times over 1000), with the failure-free runs first and last."""
+    rows: list[dict[str, Any]] = []
+    for k in range(len(times["canary"])):
+        rows.append({"strategy": "ideal", "failure_rate": 0.0, "makespan_s": 9.0, "pass": k + 1})
+        rows += [
+            {
+                "strategy": name,
+                "failure_rate": 0.15,
+                "makespan_s": t[k],
+                "cost_usd": t[k] / 1000,
+                "recovery_s_mean": None if name == "retry" else 0.5,
+                "pass": k + 1,
+            }
+            for name, t in times.items()
+        ]
+    rows[0]["cost_usd"] = 0.009
+    rows.append(
+        {"strategy": "ideal-again", "failure_rate": 0.0, "makespan_s": 9.9, "cost_usd": 0.0099}
+    )
+    return rows
+
+
+def test_a_comparison_in_passes_gives_each_ratio_its_mean_and_a_95_percent_interval() -> None:
+    # Arrange: three passes. "steady" is 10% slower than canary in every one; "noisy" as fast on
+    # average, 20% faster in one pass and 20% slower in another.
+    rows = comparison_rows(
+        {
+            "canary": [10.0, 12.0, 11.0],
+            "steady": [11.0, 13.2, 12.1],
+            "noisy": [8.0, 14.4, 11.0],
+            "retry": [20.0, 24.0, 22.0],
+        }
+    )
+
+    # Execute
+    summary = _ratios("baselines", "quick", rows, "canary", 0.15)
+
+    # Assert: each ratio is the passes' geometric mean, each against canary's run of the same
+    # pass (noisy's: the cube root of 0.8 × 1.2 × 1.0).
+    assert summary["passes"] == 3
+    assert summary["time_ratio"] == {"canary": 1.0, "steady": 1.1, "noisy": 0.9865, "retry": 2.0}
+    assert summary["time_ratio_passes"]["noisy"] == [0.8, 1.2, 1.0]
+    assert summary["time_ratio_ci95"]["steady"] == pytest.approx([1.1, 1.1], abs=1e-4)
+    # Student's t with two degrees of freedom over the logarithms (scipy's t.interval there).
+    assert summary["time_ratio_ci95"]["noisy"] == pytest.approx([0.5957, 1.6337], abs=1e-4)
+    assert summary["recovery_ratio"]["retry"] is None  # a pass had nothing to divide
+    assert summary["noise"]["time"] == pytest.approx(0.1)
+    # The interval decides, not the failure-free runs' 10% apart: steady's 10% is a loss for
+    # the other strategy, noisy's mean is even however its passes differ.
+    steady, noisy, retry, words = _findings(summary, "Canary")[:4]
+    assert steady.startswith("steady: 1.100× the time (slower) and 1.100× the cost (dearer)")
+    assert steady.endswith("— Canary wins on time and cost.")
+    assert "0.987× the time (even: its 95% interval [0.596, 1.634] holds 1)" in noisy
+    assert retry.endswith("— Canary wins on time and cost.")
+    assert words.endswith(
+        "each ratio is the geometric mean of its 3 passes' ratios, called even where its 95% "
+        "interval holds 1."
+    )
+
+
+def test_one_pass_has_no_interval_and_is_judged_by_the_noise() -> None:
+    rows = [
+        {k: v for k, v in r.items() if k != "pass"}
+        for r in comparison_rows({"canary": [10.0], "steady": [11.0]})
+    ]
+
+    summary = _ratios("baselines", "quick", rows, "canary", 0.15)
+
+    assert "passes" not in summary
+    assert "time_ratio_ci95" not in summary
+    assert summary["time_ratio"] == {"canary": 1.0, "steady": 1.1}
+    # 10% slower is within the two failure-free runs' 10% apart.
+    assert "(even: within the 10.0% noise)" in _findings(summary, "Canary")[0]
 
 
 def test_cost_counts_replicas(tmp_path: Path) -> None:
@@ -417,7 +534,11 @@ def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) ->
             "--workload: unknown workload 'nope'",
         ),
         (["cost", "--workload", "training"], "--workload: only the recovery experiment runs"),
-        (["scale", "--passes", "3"], "--passes: only the recovery experiment takes turns"),
+        (
+            ["scale", "--passes", "3"],
+            "--passes: only the recovery, replication and baselines experiments run in passes",
+        ),
+        (["baselines", "--passes", "1"], "Invalid value for '--passes'"),
         (["recovery", "--passes", "1"], "Invalid value for '--passes'"),
         (["disdel", "--param", "graph.depth=9"], "--param: the disdel experiment runs training"),
         (
