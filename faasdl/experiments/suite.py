@@ -868,7 +868,9 @@ def _compare(
         bench = _Bench(lab, compared.name, compared.params, n, concurrency=concurrency)
         bench.warm_up()
         for k in range(passes):
-            suffix, tag = ("", {}) if passes == 1 else (_pass_suffix(k), {"pass": k + 1})
+            # The first pass's run ids are the one-pass run's; then "-pass2" and on.
+            suffix = f"-pass{k + 1}" if k else ""
+            tag = {"pass": k + 1} if passes > 1 else {}
             for run in runs if k % 2 == 0 else reversed(runs):
                 if run is None:
                     rows.append(bench.row(bench.reference(f"ideal{suffix}"), "ideal", 0.0) | tag)
@@ -891,12 +893,6 @@ def _compare(
         rows.append(bench.row(bench.reference(AGAIN), AGAIN, 0.0))
     _check(rows)
     return rows, plans
-
-
-def _pass_suffix(k: int) -> str:
-    """The suffix of the run ids of a comparison's pass ``k`` (from 0): none, then ``-pass2``
-    and on."""
-    return f"-pass{k + 1}" if k else ""
 
 
 #: The label of a comparison's second failure-free run.
@@ -996,7 +992,8 @@ def _findings(summary: dict[str, Any], base: str) -> list[str]:
         if name == summary["relative_to"] or time_ratio is None:
             continue
         ratios = {"time": time_ratio, "cost": summary["cost_ratio"][name]}
-        # Per aspect: -1 where the other strategy is better beyond the noise, 1 where worse.
+        # Per aspect: -1 where the other strategy is better beyond the noise (or its interval
+        # lies wholly under 1), 1 where worse.
         sides: dict[str, int] = {}
         even: dict[str, str] = {}
         for k, r in ratios.items():
