@@ -995,19 +995,21 @@ def _findings(summary: dict[str, Any], base: str) -> list[str]:
         # Per aspect: -1 where the other strategy is better beyond the noise (or its interval
         # lies wholly under 1), 1 where worse.
         sides: dict[str, int] = {}
-        even: dict[str, str] = {}
+        why: dict[str, str] = {}  # what the side was told by
         for k, r in ratios.items():
             interval = intervals[k].get(name)
             if interval is not None:
                 low, high = interval
                 sides[k] = (low > 1) - (high < 1)
-                even[k] = f"its 95% interval [{low:.3f}, {high:.3f}] holds 1"
+                why[k] = f"95% interval [{low:.3f}, {high:.3f}]"
+                if not sides[k]:
+                    why[k] = f"its {why[k]} holds 1"
             else:
                 sides[k] = (r > 1 + noise[k]) - (r < 1 - noise[k])
-                even[k] = f"within the {noise[k]:.1%} noise"
+                why[k] = "" if sides[k] else f"within the {noise[k]:.1%} noise"
         told = [
             f"{ratios[k]:.3f}× the {k} ({_SIDES[k][sides[k]]}"
-            + (f": {even[k]}" if sides[k] == 0 else "")
+            + (f": {why[k]}" if why[k] else "")
             + ")"
             for k in ("time", "cost")
         ]

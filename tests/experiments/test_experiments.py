@@ -438,7 +438,10 @@ def test_a_comparison_in_passes_gives_each_ratio_its_mean_and_a_95_percent_inter
     # The interval decides, not the failure-free runs' 10% apart: steady's 10% is a loss for
     # the other strategy, noisy's mean is even however its passes differ.
     steady, noisy, retry, words = _findings(summary, "Canary")[:4]
-    assert steady.startswith("steady: 1.100× the time (slower) and 1.100× the cost (dearer)")
+    assert steady.startswith(
+        "steady: 1.100× the time (slower: 95% interval [1.100, 1.100]) and 1.100× the cost "
+        "(dearer: 95% interval [1.100, 1.100])"
+    )
     assert steady.endswith("— Canary wins on time and cost.")
     assert "0.987× the time (even: its 95% interval [0.596, 1.634] holds 1)" in noisy
     assert retry.endswith("— Canary wins on time and cost.")
