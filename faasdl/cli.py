@@ -1747,9 +1747,9 @@ def experiment(
             min=2,
             help="recovery: passes of the failure-free run and canary's taking turns at 15% "
             "failures (default 2); the overhead's 95% interval narrows as the square root of "
-            "the passes. replication, baselines: make every run this many times, each pass in "
-            "the mirrored order of the one before (default once), and give each ratio a 95% "
-            "interval over them. Each pass adds about as long as the first took.",
+            "the passes. replication, baselines, cost: make every run this many times, each "
+            "pass in the mirrored order of the one before (default once), and give each ratio a "
+            "95% interval over them. Each pass adds about as long as the first took.",
         ),
     ] = None,
     param: Annotated[

@@ -466,16 +466,34 @@ def test_one_pass_has_no_interval_and_is_judged_by_the_noise() -> None:
     assert "(even: within the 10.0% noise)" in _findings(summary, "Canary")[0]
 
 
-def test_cost_counts_replicas(tmp_path: Path) -> None:
-    # Four files an invocation, not the compared workload's six: the summary must say so.
-    summary, report = run_experiment("cost", tmp_path, more=("--param", "compression.files=4"))
+def test_cost_counts_replicas_in_passes(tmp_path: Path) -> None:
+    # Two passes of two files an invocation, not the compared workload's six: the summary must
+    # say so; about as long as one pass of four files.
+    more = ("--passes", "2", "--param", "compression.files=2")
+    summary, report = run_experiment("cost", tmp_path, more=more)
+    text = (report / "summary.md").read_text()
     assert 0 < summary["replica_share_of_canary_cost"] < 1
     noise = summary["noise"]
     assert isinstance(noise, dict)
-    assert (
-        f"cost {noise['cost']:.1%} apart from its first run" in (report / "summary.md").read_text()
-    )
-    assert "compression files=4, file_kb=512, level=6." in (report / "summary.md").read_text()
+    assert f"cost {noise['cost']:.1%} apart from its first run" in text
+    assert "compression files=2, file_kb=512, level=6." in text
+    # The costs are the passes' means; the saving and the overhead the passes' ratios' geometric
+    # means, each inside its interval.
+    with (report / "cost-passes2-compression.files-2.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["pass"]]
+    cost = {(r["strategy"], r["pass"]): float(r["cost_usd"]) for r in rows}
+    assert summary["passes"] == 2
+    for name in ("ideal", "retry", "canary"):
+        mean = (cost[name, "1"] + cost[name, "2"]) / 2
+        assert summary["cost_usd"][name] == pytest.approx(mean, abs=1e-7)
+    to_retry = [cost["canary", k] / cost["retry", k] for k in ("1", "2")]
+    saved = summary["cost_reduction_vs_retry"]
+    assert saved == pytest.approx(1 - (to_retry[0] * to_retry[1]) ** 0.5, abs=2e-4)
+    low, high = summary["cost_reduction_vs_retry_ci95"]
+    assert low <= saved <= high
+    low, high = summary["cost_overhead_vs_ideal_ci95"]
+    assert low <= summary["cost_overhead_vs_ideal"] <= high
+    assert "Over the 2 passes" in text
 
 
 def test_scale_checks_the_large_run_from_the_store(tmp_path: Path) -> None:
@@ -539,7 +557,7 @@ def test_an_unknown_experiment_is_refused_with_the_known_ones(tmp_path: Path) ->
         (["cost", "--workload", "training"], "--workload: only the recovery experiment runs"),
         (
             ["scale", "--passes", "3"],
-            "--passes: only the recovery, replication and baselines experiments run in passes",
+            "--passes: only the recovery, replication, baselines and cost experiments run in",
         ),
         (["baselines", "--passes", "1"], "Invalid value for '--passes'"),
         (["recovery", "--passes", "1"], "Invalid value for '--passes'"),
