@@ -821,8 +821,8 @@ _PASSES_SETUP = (
     "each failure rate, each pass in the mirrored order of the one before (a change of the "
     "machine's speed weighs on all alike); a row's pass column says which. A ratio is the "
     "geometric mean of the passes' ratios (each to the base strategy's run of the same pass), "
-    "with a 95% interval (Student's t over their logarithms: time_ratio_ci95, "
-    "cost_ratio_ci95); the plots show the passes' means."
+    "with a 95% interval (Student's t over their logarithms: the summary's figures ending "
+    "_ci95); the plots show the passes' means."
 )
 
 
