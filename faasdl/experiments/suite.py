@@ -800,9 +800,7 @@ def _compared(
     its name in words, and the failure rate the ratios are read at), made in ``passes``."""
     label, words, rate = base
     summary = _ratios(name, size, rows, label, rate)
-    if passes > 1:
-        setup = [*setup, _PASSES_SETUP.format(passes=passes)]
-        options = ("--passes", str(passes), *options)
+    setup, options = _in_passes(passes, setup, options)
     return Result(
         name=name,
         size=size,
@@ -814,6 +812,15 @@ def _compared(
         plots=_cost_time_plots(),
         options=options,
     )
+
+
+def _in_passes(
+    passes: int, setup: list[str], options: tuple[str, ...]
+) -> tuple[list[str], tuple[str, ...]]:
+    """A comparison's setup and options, saying how it ran where it ran in several passes."""
+    if passes == 1:
+        return setup, options
+    return [*setup, _PASSES_SETUP.format(passes=passes)], ("--passes", str(passes), *options)
 
 
 _PASSES_SETUP = (
@@ -1133,9 +1140,8 @@ def cost(size: Size, progress: Console, params: Sequence[str] = (), passes: int 
         f"The failure-free work, run again last, cost {summary['noise']['cost']:.1%} apart from "
         "its first run: a difference within that is noise.",
     ]
-    options = compared.options
-    if len(at) > 1:
-        summary["passes"] = len(at)
+    if passes > 1:
+        summary["passes"] = passes
         summary["cost_reduction_vs_retry_ci95"] = [
             round(1 - r, 4) for r in reversed(_t_interval(to_retry) or [])
         ]
@@ -1145,11 +1151,19 @@ def cost(size: Size, progress: Console, params: Sequence[str] = (), passes: int 
         low, high = summary["cost_reduction_vs_retry_ci95"]
         over_low, over_high = summary["cost_overhead_vs_ideal_ci95"]
         findings.append(
-            f"Over the {len(at)} passes (the costs above are their means; the saving and the "
+            f"Over the {passes} passes (the costs above are their means; the saving and the "
             "overhead the geometric means of the passes' ratios): the saving's 95% interval is "
             f"{low:+.1%} to {high:+.1%}, the overhead's {over_low:+.1%} to {over_high:+.1%}."
         )
-        options = ("--passes", str(len(at)), *options)
+    setup, options = _in_passes(
+        passes,
+        [
+            *_setup(n, "one invocation in flight at a time", {compared.name: compared.params}),
+            "Cost: each activation's duration × its memory limit, plus the memory the warm "
+            f"replicas held while wanted, at {PRICE_PER_GB_S} USD per GB·s.",
+        ],
+        compared.options,
+    )
     return Result(
         name="cost",
         size=size,
@@ -1157,12 +1171,7 @@ def cost(size: Size, progress: Console, params: Sequence[str] = (), passes: int 
         summary=summary,
         plans=plans,
         findings=findings,
-        setup=[
-            *_setup(n, "one invocation in flight at a time", {compared.name: compared.params}),
-            "Cost: each activation's duration × its memory limit, plus the memory the warm "
-            f"replicas held while wanted, at {PRICE_PER_GB_S} USD per GB·s.",
-            *([_PASSES_SETUP.format(passes=len(at))] if len(at) > 1 else []),
-        ],
+        setup=setup,
         plots=_cost_time_plots()[1:],
         options=options,
     )
