@@ -66,6 +66,41 @@ def reason(exc: BaseException) -> str:
     return str(inner) or type(inner).__name__
 
 
+def lone_surrogate(text: str) -> str | None:
+    """Why ``text`` is no Unicode text, or ``None`` if it is: its first lone surrogate (JSON's
+    ``"\\ud800"`` reads as one, an undecodable byte of a file name or an argument as another),
+    which UTF-8 has no bytes for, so that no record, key or response could hold the text."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate, {text[exc.start]!r} at {exc.start}"
+    return None
+
+
+def not_unicode(value: object, at: tuple[str | int, ...] = ()) -> tuple[str, str] | None:
+    """The first text in ``value`` (a JSON value as Python reads it: its mappings' keys too)
+    that is no Unicode text: its place (dotted, "" for ``value`` itself) and why."""
+    if isinstance(value, str):
+        why = lone_surrogate(value)
+        return None if why is None else (".".join(map(str, at)), why)
+    items: list[tuple[str | int, object]]
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    else:
+        return None
+    for key, item in items:
+        if isinstance(key, str) and (why := lone_surrogate(key)) is not None:
+            return ".".join(map(str, at)), f"a field's name holds {why}"
+        found = not_unicode(item, (*at, key))
+        if found is not None:
+            return found
+    return None
+
+
 class FaasdlError(Exception):
     """Root of every faasdl error."""
 

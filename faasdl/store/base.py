@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faasdl.errors import BlobCorrupted, BlobNotFound, StoreFull, ValidationError
+from faasdl.errors import (
+    BlobCorrupted,
+    BlobNotFound,
+    StoreFull,
+    ValidationError,
+    lone_surrogate,
+)
 from faasdl.lifecycle import Resource
 
 MANIFEST_PREFIX = "blob/"
@@ -106,7 +112,15 @@ def check_key(key: object, field: str = "key") -> str:
         raise ValidationError("must not contain NUL characters", field=field)
     if len(key) > MAX_KEY_LENGTH:
         raise ValidationError(f"is longer than {MAX_KEY_LENGTH} characters", field=field)
-    return key
+    return _unicode(key, field)
+
+
+def _unicode(text: str, field: str) -> str:
+    """``text``, refused if it is no Unicode text (every backend keys by its UTF-8)."""
+    why = lone_surrogate(text)
+    if why is not None:
+        raise ValidationError(f"is not Unicode text ({why})", field=field)
+    return text
 
 
 def encode(key: str, value: Any) -> bytes:
@@ -584,7 +598,7 @@ class StateStore(Resource):
 def _checked_prefix(prefix: str, *, field: str = "prefix") -> str:
     if not isinstance(prefix, str) or "\x00" in prefix:
         raise ValidationError("must be a string without NUL characters", field=field)
-    return prefix
+    return _unicode(prefix, field)
 
 
 def _byte_view(piece: Buffer) -> memoryview:

@@ -498,6 +498,10 @@ def test_typed_records(store: StateStore) -> None:
         (lambda s: s.put_blob("b", (b"bytes", 5)), "data"),
         (lambda s: s.scan("a\x00"), "prefix"),
         (lambda s: s.scan("a", from_key="a\x00"), "from_key"),
+        # A lone surrogate (JSON's "\ud800", an undecodable byte of a name) has no UTF-8.
+        (lambda s: s.put("job/\ud800", 1), "key"),
+        (lambda s: s.put_blob("model-\udcff", b"bytes"), "name"),
+        (lambda s: s.scan("job/\udcff"), "prefix"),
     ],
 )
 def test_bad_input_names_the_problem(store: StateStore, call: object, field: str) -> None:
