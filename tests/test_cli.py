@@ -132,6 +132,8 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         (["--model", "mlp", "--path", "/nonexistent.npz"], "dataset.path: no such file"),
         (["--model", "mlp", "--epochs", "2", "--sync-every", "4"], "sync_every: Value error, is"),
         (["--model", "mlp", "--workers", "64"], "batch_size: batch size 32 is larger than a shard"),
+        # An argument's byte the terminal could not decode reads as a lone surrogate.
+        (["--model", "mlp\udcff"], "model: is not Unicode text (a lone surrogate, '\\udcff' at 3)"),
     ],
     ids=[
         "unknown-model",
@@ -145,6 +147,7 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         "path-alone",
         "rounds-over-epochs",
         "shards-under-a-batch",
+        "not-unicode",
     ],
 )
 def test_estimate_refuses_bad_input_naming_the_field(
@@ -290,6 +293,10 @@ def test_what_is_not_a_job_id_is_refused_before_the_controller_is_asked(
         (["--limit", "0"], "'--limit': Input should be greater than or equal to 1"),
         (["--limit", "1001"], "'--limit': Input should be less than or equal to 1000"),
         (["0123456789abcdef", "--from-round", "0"], "'--from-round': Input should be greater"),
+        (
+            ["--name", "sweep \udcff"],
+            "name: is not Unicode text (a lone surrogate, '\\udcff' at 6)",
+        ),
     ],
 )
 def test_a_bad_page_of_jobs_or_of_a_ledger_is_refused_before_the_controller_is_asked(

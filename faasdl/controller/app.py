@@ -44,6 +44,12 @@ def _json_float(value: float) -> float | str:
     return value if math.isfinite(value) else repr(value)
 
 
+def _json_text(value: str) -> str:
+    """``value`` with its lone surrogates (a JSON body's ``"\\ud800"`` reads as one) written as
+    their escapes: the response is UTF-8, which has none for them."""
+    return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode()
+
+
 def _body_model(request: Request) -> type[BaseModel] | None:
     """The model of the body the request's route takes, where it takes one (a job's spec)."""
     params = getattr(getattr(request.scope.get("route"), "dependant", None), "body_params", [])
@@ -128,10 +134,13 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI's own handler, save that an input echoed back that JSON cannot hold (the
-        # Infinity or NaN Python's json reads in a body) is written as its repr: the response's
-        # encoder refused it, and the client got a 500 for its bad input.
-        errors = jsonable_encoder(exc.errors(), custom_encoder={float: _json_float})
+        # FastAPI's own handler, save that an input echoed back that the response cannot hold
+        # (the Infinity or NaN Python's json reads in a body; text with a lone surrogate, which
+        # JSON's "\ud800" reads as) is written as its repr or escapes: the response's encoder
+        # refused it, and the client got a 500 for its bad input.
+        errors = jsonable_encoder(
+            exc.errors(), custom_encoder={float: _json_float, str: _json_text}
+        )
         model = _body_model(request)
         for error in errors:  # a field the body does not take: the one it may have meant…
             if model and error["loc"][0] == "body":

@@ -11,11 +11,12 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
-from faasdl.errors import EstimationError, ValidationError
+from faasdl.errors import EstimationError, ValidationError, not_unicode
 from faasdl.estimator.failures import grown_memory_mb, grown_timeout_ms
 from faasdl.estimator.history import signature
 from faasdl.estimator.memory import (
@@ -53,6 +54,22 @@ class EstimateRequest(BaseModel):
     expected_cost: float | None = Field(
         None, gt=0, description="What the user expects to pay, in the price unit (timeouts)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode_only(cls, data: Any) -> Any:
+        """Refuse text that is no Unicode anywhere in the request: pydantic checks a text field
+        for it only where it measures or matches the text (a job's name), so a model's name with
+        a lone surrogate passed, and the job's record could not be written (a 500)."""
+        found = not_unicode(data)
+        if found is not None:
+            place, why = found
+            raise PydanticCustomError(
+                "string_unicode",
+                "{place}: is not Unicode text ({why})",
+                {"place": place or "the request", "why": why},
+            )
+        return data
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,35 @@ def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_stored(
     assert stored(controller) == before
 
 
+@pytest.mark.parametrize(
+    ("body", "place"),
+    [
+        ({**MLP, "model": "mlp\ud800"}, "model"),  # a text field pydantic does not measure
+        ({**MLP, "name": "sweep \udcff"}, "name"),
+        ({**MLP, "dataset": {"name": "npz", "path": "x\udc80.npz"}}, "dataset.path"),
+        ({**MLP, "nam\ud800": "sweep"}, "the request"),
+    ],
+)
+def test_text_that_is_no_unicode_is_refused_naming_its_field_not_answered_500(
+    client: httpx.Client, controller: Controller, body: dict[str, Any], place: str
+) -> None:
+    # JSON's "\ud800" reads as a lone surrogate, which UTF-8 (a record's, a response's) cannot
+    # hold: a job's model named with one was answered 500, and so was any such input pydantic
+    # refused, its echo in the 422 unwritable.
+    before = stored(controller)
+
+    for path in ("/v1/jobs", "/v1/estimate"):
+        response = client.post(
+            path, content=json.dumps(body), headers={"content-type": "application/json"}
+        )
+
+        assert response.status_code == 422, response.text
+        error = response.json()["detail"][0]
+        assert error["msg"].startswith(f"{place}: is not Unicode text (")
+        assert "a lone surrogate, '\\u" in error["msg"]
+    assert stored(controller) == before
+
+
 def test_malformed_json_and_bad_headers_are_refused(client: httpx.Client) -> None:
     not_json = client.post("/v1/jobs", content=b"{", headers={"content-type": "application/json"})
     long_key = client.post("/v1/jobs", json=MLP, headers={"Idempotency-Key": "k" * 300})
