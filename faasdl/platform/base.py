@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from faasdl.errors import InvalidAction
+from faasdl.errors import InvalidAction, not_unicode
 from faasdl.lifecycle import Resource
 
 #: Who hears, in this thread, that a platform's call failed and is asked again (a line saying
@@ -57,7 +57,10 @@ def parse_json(data: str | bytes | bytearray) -> Any:
     JSON has not, OpenWhisk's parser refuses, and no JSON response can carry (the embedded
     server answered 500 for a request or a result that held one). A value nested deeper than
     :data:`MAX_JSON_DEPTH` is refused too: one that Python's recursion could read but not write
-    back inside a response reset the connection. Raises ``ValueError``."""
+    back inside a response reset the connection; and so is text with a lone surrogate (an escape
+    such as ``"\\ud800"``), which no response, being UTF-8, can hold either (an action
+    created with one in an annotation answered 500, and so did every list of actions after it).
+    Raises ``ValueError``."""
     too_deep = f"nested deeper than {MAX_JSON_DEPTH} levels"
     try:
         value = json.loads(data, parse_constant=_not_json)
@@ -65,7 +68,20 @@ def parse_json(data: str | bytes | bytearray) -> Any:
         raise ValueError(too_deep) from None
     if not _within_depth(value, MAX_JSON_DEPTH):
         raise ValueError(too_deep)
+    if isinstance(data, str):
+        escaped = _SURROGATE_ESCAPE.search(data) is not None
+    else:
+        escaped = _SURROGATE_ESCAPE_BYTES.search(data) is not None
+    if escaped and (found := not_unicode(value)) is not None:
+        place, why = found
+        raise ValueError(f"{place or 'the value'}: is not Unicode text ({why})")
     return value
+
+
+#: The escapes JSON writes a surrogate as (U+D800-U+DFFF): only a text holding one can hold a lone
+#: one (UTF-8's bytes cannot encode a surrogate), so that the others are not walked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _within_depth(value: Any, most: int) -> bool:

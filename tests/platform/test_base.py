@@ -27,16 +27,24 @@ def nested(depth: int) -> str:
         (nested(MAX_JSON_DEPTH + 1), f"nested deeper than {MAX_JSON_DEPTH} levels"),
         (nested(100_000), f"nested deeper than {MAX_JSON_DEPTH} levels"),  # past recursion
         ("{", "Expecting property name"),
+        # JSON's escape of a surrogate half reads as a lone surrogate, which UTF-8 cannot hold.
+        (
+            '{"a": [1, "x\\ud800"]}',
+            "a.1: is not Unicode text \\(a lone surrogate, '\\\\ud800' at 1",
+        ),
+        (b'{"\\uDC00": 1}', "a field's name holds a lone surrogate"),
     ],
-    ids=["nan", "infinity", "one-too-deep", "recursion", "malformed"],
+    ids=["nan", "infinity", "one-too-deep", "recursion", "malformed", "surrogate", "in-a-name"],
 )
-def test_json_is_read_as_openwhisk_reads_it(text: str, reason: str) -> None:
+def test_json_is_read_as_openwhisk_reads_it(text: str | bytes, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         parse_json(text)
 
 
 def test_json_as_deep_as_allowed_reads_as_pythons_json_reads_it() -> None:
-    text = '{"a": [1, 2.5, "NaN", {"b": null}], "c": ' + nested(MAX_JSON_DEPTH - 1) + "}"
+    # A surrogate pair's escapes are one character; an escaped backslash before "ud800" none.
+    text = '{"a": [1, 2.5, "NaN", {"b": null}], "e": ["\\ud83d\\ude00", "\\\\ud800"], "c": '
+    text += nested(MAX_JSON_DEPTH - 1) + "}"
 
     assert parse_json(text) == json.loads(text)
     assert parse_json(text.encode()) == json.loads(text)

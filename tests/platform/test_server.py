@@ -189,6 +189,22 @@ def test_a_number_json_has_not_is_a_bad_request(api: Api) -> None:
     assert_error(response, 400, "The request content was malformed:\nNaN is not a JSON value")
 
 
+def test_text_that_is_no_unicode_is_a_bad_request_and_nothing_is_created(api: Api) -> None:
+    # JSON's "\ud800" reads as a lone surrogate: an action created with one in an annotation
+    # answered 500, and so did every list of actions after it (its record could not be written).
+    body = b'{"exec": {"kind": "python:3.11", "code": "def main(a):\\n    return a\\n"},'
+    body += b' "annotations": [{"key": "owner", "value": "x\\ud800"}]}'
+
+    created = api.session.put(
+        f"{api.base}/actions/half", data=body, headers={"Content-Type": "application/json"}
+    )
+
+    message = "The request content was malformed:\nannotations.0.value: is not Unicode text"
+    assert_error(created, 400, message)
+    assert api.session.get(f"{api.base}/actions/half").status_code == 404
+    assert api.session.get(f"{api.base}/actions").status_code == 200
+
+
 def test_json_nested_too_deeply_is_a_bad_request(api: Api) -> None:
     # Deeper than Python's recursion, it answered 500; within it but too deep to be written
     # back inside a response, it reset the connection.
