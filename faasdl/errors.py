@@ -79,25 +79,29 @@ def lone_surrogate(text: str) -> str | None:
     return None
 
 
-def not_unicode(value: object, at: tuple[str | int, ...] = ()) -> tuple[str, str] | None:
+def not_unicode(value: object) -> tuple[str, str] | None:
     """The first text in ``value`` (a JSON value as Python reads it: its mappings' keys too)
-    that is no Unicode text: its place (dotted, "" for ``value`` itself) and why."""
-    if isinstance(value, str):
-        why = lone_surrogate(value)
-        return None if why is None else (".".join(map(str, at)), why)
-    items: list[tuple[str | int, object]]
-    if isinstance(value, dict):
-        items = list(value.items())
-    elif isinstance(value, list):
-        items = list(enumerate(value))
-    else:
-        return None
-    for key, item in items:
-        if isinstance(key, str) and (why := lone_surrogate(key)) is not None:
-            return ".".join(map(str, at)), f"a field's name holds {why}"
-        found = not_unicode(item, (*at, key))
-        if found is not None:
-            return found
+    that is no Unicode text: its place (dotted, "" for ``value`` itself) and why. Walked without
+    recursion: a body nested as deep as Python's parser goes is read whole."""
+    pending: list[tuple[object, tuple[str | int, ...]]] = [(value, ())]
+    while pending:
+        item, at = pending.pop()
+        if isinstance(item, str):
+            why = lone_surrogate(item)
+            if why is not None:
+                return ".".join(map(str, at)), why
+            continue
+        children: list[tuple[str | int, object]]
+        if isinstance(item, dict):
+            children = list(item.items())
+        elif isinstance(item, list):
+            children = list(enumerate(item))
+        else:
+            continue
+        for key, _ in children:
+            if isinstance(key, str) and (why := lone_surrogate(key)) is not None:
+                return ".".join(map(str, at)), f"a field's name holds {why}"
+        pending.extend((child, (*at, key)) for key, child in reversed(children))
     return None
 
 
