@@ -34,3 +34,23 @@ def test_platform_errors_group_under_platform_error() -> None:
     assert errors.Throttled("x").status_code == 429
     assert errors.ValidationError("too big", field="batch_size").field == "batch_size"
     assert str(errors.ValidationError("too big", field="batch_size")) == "batch_size: too big"
+
+
+def test_text_that_is_no_unicode_is_found_by_its_place_however_deep() -> None:
+    deep: object = "x\udcff"
+    for _ in range(100_000):  # far past Python's recursion limit
+        deep = [deep]
+
+    assert errors.not_unicode({"a": [1, "é", {"b": "x\ud800"}]}) == (
+        "a.2.b",
+        "a lone surrogate, '\\ud800' at 1",
+    )
+    assert errors.not_unicode({"ok": 1, "n\ud800": 2}) == (
+        "",
+        "a field's name holds a lone surrogate, '\\ud800' at 1",
+    )
+    assert errors.not_unicode(deep) == (
+        ".".join(["0"] * 100_000),
+        "a lone surrogate, '\\udcff' at 1",
+    )
+    assert errors.not_unicode({"a": ["é", "\U0001f600", None, 1.5]}) is None
