@@ -126,9 +126,11 @@ def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
             "FAASDL_API__DATASET_ROOTS)",
             field="dataset.path",
         )
-    if not given.is_absolute() and not resolved.is_file():  # said without the server's path
+    # os.path.isfile, not Path.is_file: a name too long for the file system (ENAMETOOLONG) is
+    # no file either, where Path.is_file raised it (a 500).
+    if not given.is_absolute() and not os.path.isfile(resolved):  # without the server's path
         named = f"{spec.dataset.path}{SUFFIX}"
-        hint = f" (did you mean {named!r}?)" if (own / named).is_file() else ""
+        hint = f" (did you mean {named!r}?)" if os.path.isfile(own / named) else ""
         raise ValidationError(
             f"no upload of yours is named {spec.dataset.path!r}{hint}: upload one with "
             "faasdl datasets upload FILE, or PUT /v1/datasets/NAME",

@@ -118,6 +118,8 @@ def stored(controller: Controller) -> list[str]:
         ({"dataset": {"name": "digits"}}, "model", ""),
         ({**MLP, "dataset": {"kind": "digits"}}, "dataset", "needs 'name' (one of 'digits',"),
         ({**MLP, "dataset": "digits"}, "dataset", "should be a mapping, {name: digits}"),
+        # A name too long for the file system (ENAMETOOLONG) was a 500.
+        ({**MLP, "dataset": {"name": "npz", "path": "x" * 300}}, "dataset.path", "no upload"),
     ],
 )
 def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_stored(
