@@ -298,7 +298,8 @@ def platform_manifest(
         partial.write_text(text, "utf-8")
         partial.replace(output)  # whole or not at all
     except OSError as exc:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # never made (a name too long for the file system)
+            partial.unlink()
         fail(f"--output {output}: {exc.strerror or exc}")
     console.print(f"wrote {output}", markup=False)
 
@@ -407,7 +408,7 @@ def _store(*, existing: bool = False) -> Iterator[StateStore]:
 
     settings = load_settings().store
     path = sqlite_path(settings.url)
-    if existing and path is not None and not path.exists():
+    if existing and path is not None and not os.path.exists(path):  # a too long name: False
         fail(
             f"store url: no store at {path} (FAASDL_STORE__URL is {settings.url}; sqlite:/// is "
             "relative to the working directory, sqlite://// absolute)"
@@ -575,7 +576,8 @@ def estimate(
         with _controller(url) as client:
             plan = JobPlan.model_validate(client.estimate(fields))
     else:
-        if isinstance(job.dataset, NpzSpec) and not Path(job.dataset.path).is_file():
+        # os.path's: Path.is_file raises for a name too long for the file system.
+        if isinstance(job.dataset, NpzSpec) and not os.path.isfile(job.dataset.path):
             fail(
                 f"dataset.path: no such file here: {job.dataset.path} (an upload lives on the "
                 "controller, which plans it: --url or FAASDL_CLIENT__URL)"
@@ -1592,7 +1594,7 @@ def model(
     metadata; in Python, faasdl.training.models.load_model builds it)."""
     if str(output) == "-":  # not stdout: the command's own output there is its JSON record
         fail("--output: give a file name ('-' would be a file of that name)")
-    if output.is_dir():
+    if os.path.isdir(output):  # os.path's: Path.is_dir raises for a name too long
         fail(f"--output: {output} is a directory: name the file ({output / 'model.safetensors'})")
     try:
         with _controller(url) as client:

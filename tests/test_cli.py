@@ -134,6 +134,7 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         (["--model", "mlp", "--workers", "64"], "batch_size: batch size 32 is larger than a shard"),
         # An argument's byte the terminal could not decode reads as a lone surrogate.
         (["--model", "mlp\udcff"], "model: is not Unicode text (a lone surrogate, '\\udcff' at 3)"),
+        (["--model", "mlp", "--path", "/" + "x" * 300], "dataset.path: no such file here"),
     ],
     ids=[
         "unknown-model",
@@ -148,6 +149,7 @@ def test_unreachable_openwhisk_is_one_clear_line(monkeypatch: pytest.MonkeyPatch
         "rounds-over-epochs",
         "shards-under-a-batch",
         "not-unicode",
+        "path-too-long",
     ],
 )
 def test_estimate_refuses_bad_input_naming_the_field(
@@ -650,6 +652,22 @@ def test_a_model_download_fails_before_asking_where_it_cannot_be_written(tmp_pat
     assert unreachable.exit_code == 2
     assert "is unreachable" in unreachable.output
     assert not any(tmp_path.iterdir())  # no .partial left behind
+
+
+def test_a_model_download_to_a_name_the_file_system_cannot_hold_is_one_line(
+    tmp_path: Path,
+) -> None:
+    # Path.is_dir raised ENAMETOOLONG (a traceback) where os.path.isdir says no.
+    too_long = tmp_path / ("m" * 300)
+
+    result = runner.invoke(
+        app, ["model", "0123456789abcdef", "-o", str(too_long), "--url", "http://127.0.0.1:9"]
+    )
+
+    assert result.exit_code == 2, result.output
+    output = "".join(result.output.split())  # the long name is wrapped where it is shown
+    assert f"--output:cannotwrite{too_long}:Filenametoolong" in output
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(

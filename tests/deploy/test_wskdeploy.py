@@ -114,6 +114,19 @@ def test_a_bad_class_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_an_output_the_file_system_cannot_name_is_one_line_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    # Its partial file could not be made either: deleting it raised again, a traceback.
+    out = tmp_path / ("m" * 300)
+
+    result = runner.invoke(app, ["platform", "manifest", "--output", str(out)])
+
+    assert result.exit_code == 2, result.output
+    assert "File name too long" in " ".join(result.output.split())
+    assert not list(tmp_path.iterdir())
+
+
 def test_actions_deployed_as_wskdeploy_does_are_the_ones_the_controller_keeps(
     monkeypatch: pytest.MonkeyPatch, make_served: Callable[..., Served]
 ) -> None:
