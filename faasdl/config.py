@@ -444,7 +444,8 @@ class ApiSettings(Section):
     )
     upload_dir: Path = Field(
         Path(".faasdl/datasets"),
-        description="Where uploaded data sets are kept, one directory per tenant.",
+        description="Where uploaded data sets are kept, one directory per tenant, made as "
+        "needed (where none can be, an upload is a 503 saying so).",
     )
     max_upload_bytes: int = Field(
         1 << 30, ge=1024, description="Largest data set upload (413 beyond, nothing kept)."

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from faasdl.config import ApiSettings
 from faasdl.controller.validator import JobSpec
-from faasdl.errors import AccessError, StoreFull, ValidationError
+from faasdl.errors import AccessError, StoreFull, StoreUnavailable, ValidationError
 from faasdl.estimator.sizer import remember_facts
 from faasdl.store.base import FULL_ERRNOS
 from faasdl.training.datasets import NpzSpec, data_notes, load_dataset
@@ -201,9 +201,20 @@ async def store_upload(
     train on, then move it under its name in one step: a failed or refused upload leaves nothing,
     and a job never sees half a file. The size cap is the route's body limit."""
     kept = upload_path(api, tenant, name)
-    kept.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = partial_file(kept)
+    except OSError as exc:
+        # The operator's to mend (their log names the folder); the caller is told no path of
+        # the server's. It was a 500 with no word of why.
+        log.error("uploads cannot be kept in %s: %s", kept.parent, exc)
+        if exc.errno in FULL_ERRNOS:
+            raise StoreFull(_UPLOADS_FULL) from exc
+        raise StoreUnavailable(
+            f"the controller cannot keep uploads ({exc.strerror}): ask its operator to make "
+            "FAASDL_API__UPLOAD_DIR a folder it can write"
+        ) from exc
     size = 0
-    fd, partial = partial_file(kept)
     try:
         try:
             with os.fdopen(fd, "wb") as out:
@@ -212,10 +223,7 @@ async def store_upload(
                     size += len(chunk)
         except OSError as exc:
             if exc.errno in FULL_ERRNOS:
-                raise StoreFull(
-                    "the controller's disk for uploads is full: delete an upload of yours "
-                    "(DELETE /v1/datasets/NAME), or ask its operator for room"
-                ) from exc
+                raise StoreFull(_UPLOADS_FULL) from exc
             raise
         if size == 0:
             raise ValidationError("is empty: send the .npz file as the body", field="body")
@@ -236,6 +244,12 @@ async def store_upload(
     return UploadedDataset(
         name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=sha256, contents=contents
     )
+
+
+_UPLOADS_FULL = (
+    "the controller's disk for uploads is full: delete an upload of yours "
+    "(DELETE /v1/datasets/NAME), or ask its operator for room"
+)
 
 
 def _check_upload(path: str) -> tuple[str, UploadContents]:

@@ -586,6 +586,28 @@ def test_a_tenants_uploads_are_held_to_its_quota(
     assert sorted(p.name for p in (uploads / "ivan").iterdir()) == [".one.npz.sha256", "one.npz"]
 
 
+def test_an_upload_folder_the_controller_cannot_write_is_a_503_that_says_so(
+    tf_platform: LocalPlatform, tf_store: tuple[StateStore, str], tmp_path: Path
+) -> None:
+    # An operator's FAASDL_API__UPLOAD_DIR where no folder can be: a 500 with no word of why.
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with serve(tf_platform, tf_store, upload_dir=str(blocked / "uploads")) as (url, controller):
+        key = create_key(controller.store, tenant="jo")[1]
+        with client((url, controller), key) as jo:
+            sent = jo.put("/v1/datasets/set0", content=data)
+            listed = jo.get("/v1/datasets")
+
+    assert sent.status_code == 503, sent.text
+    detail = sent.json()["detail"]
+    assert "the controller cannot keep uploads (Not a directory)" in detail
+    assert "FAASDL_API__UPLOAD_DIR" in detail
+    assert str(tmp_path) not in detail  # the server's folders are its operator's to know
+    assert listed.status_code == 200
+    assert listed.json() == []
+
+
 def test_a_job_larger_than_its_tenants_memory_quota_is_refused(
     tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
 ) -> None:
