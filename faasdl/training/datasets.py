@@ -14,6 +14,7 @@ import io
 import math
 import threading
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,7 +306,7 @@ def _npz(spec: NpzSpec) -> Dataset:
         raise
     except ValueError as exc:
         raise _invalid(spec, exc) from exc
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+    except (OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:  # zlib's: bad deflate
         raise _invalid(spec, exc) from exc
     x_train, y_train = _inputs(arrays["x_train"], arrays["y_train"], "train")
     x_test, y_test = _inputs(arrays["x_test"], arrays["y_test"], "test")
@@ -333,6 +334,11 @@ def _npy_headers(
     headers = {}
     for key in NPZ_KEYS:
         info = archive.getinfo(f"{key}.npy")
+        if info.flag_bits & 0x1:  # zipfile raised RuntimeError for it: a 500
+            raise ValidationError(
+                f"{spec.path}: {key} is encrypted; an .npz holds arrays as np.savez saves them",
+                field="dataset.path",
+            )
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             # zipfile decompresses bzip2 and LZMA whole blocks at a time: a few bytes read of
             # one can be gigabytes of zeros.

@@ -1,5 +1,6 @@
 import threading
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -415,6 +416,49 @@ def test_a_compressed_npz_too_large_to_hold_is_refused_from_its_headers(tmp_path
     assert bomb.stat().st_size < 1 << 20
     assert "x_train and x_test hold 275,316,736 values" in str(caught.value)
     assert peak < 1 << 20  # headers read, no array
+
+
+def test_an_npz_with_an_encrypted_array_is_refused_naming_it(tmp_path: Path) -> None:
+    # zipfile raises RuntimeError for a member saved with a password: an upload of one was a 500.
+    spec = _npz(
+        tmp_path / "locked.npz",
+        x_train=np.zeros((4, 2), np.float32),
+        y_train=np.zeros(4, np.int64),
+        x_test=np.zeros((2, 2), np.float32),
+        y_test=np.zeros(2, np.int64),
+    )
+    data = bytearray(Path(spec.path).read_bytes())
+    for signature, flags in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local, central headers
+        at = data.find(signature)
+        while at != -1:
+            data[at + flags] |= 0x1  # the general purpose flag's bit 0: encrypted
+            at = data.find(signature, at + 4)
+    Path(spec.path).write_bytes(data)
+
+    with pytest.raises(ValidationError, match="x_train is encrypted") as caught:
+        load_dataset(spec)
+
+    assert caught.value.field == "dataset.path"
+
+
+def test_an_npz_whose_compressed_array_is_damaged_is_refused_naming_it(tmp_path: Path) -> None:
+    # A damaged deflate stream raises zlib.error, which no caller expected: a 500.
+    spec = NpzSpec(path=str(tmp_path / "damaged.npz"))
+    rng = np.random.default_rng(0)
+    x, y = rng.random((200, 8)).astype(np.float32), np.zeros(200, np.int64)
+    np.savez_compressed(spec.path, x_train=x, y_train=y, x_test=x[:5], y_test=y[:5])
+    with zipfile.ZipFile(spec.path) as archive:
+        member = archive.getinfo("x_train.npy")
+    data = bytearray(Path(spec.path).read_bytes())
+    start = member.header_offset + 30 + len(member.filename) + len(member.extra)  # its data
+    for at in range(start + 200, start + 250):
+        data[at] ^= 0x5A
+    Path(spec.path).write_bytes(data)
+
+    with pytest.raises(ValidationError, match=r"is not a valid \.npz: Error -3") as caught:
+        load_dataset(spec)
+
+    assert caught.value.field == "dataset.path"
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 2, 2), (0, 8), (5000, 1)])
