@@ -306,7 +306,9 @@ def _npz(spec: NpzSpec) -> Dataset:
         raise
     except ValueError as exc:
         raise _invalid(spec, exc) from exc
-    except (OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:  # zlib's: bad deflate
+    # zlib.error: a damaged deflate stream; NotImplementedError: a zip feature zipfile cannot
+    # read (a later zip version's, patched data): each was a 500.
+    except (OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as exc:
         raise _invalid(spec, exc) from exc
     x_train, y_train = _inputs(arrays["x_train"], arrays["y_train"], "train")
     x_test, y_test = _inputs(arrays["x_test"], arrays["y_test"], "test")
