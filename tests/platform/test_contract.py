@@ -388,6 +388,19 @@ def test_bad_zip_and_empty_code_are_refused(platform: Platform) -> None:
         platform.deploy(ActionSpec(name="bad", code="   "))
 
 
+def test_a_zip_of_a_version_zipfile_cannot_read_is_refused(platform: Platform) -> None:
+    # zipfile raises NotImplementedError for it, which answered 500.
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("__main__.py", actions.ECHO)
+    code = bytearray(buffer.getvalue())
+    central = code.find(b"PK\x01\x02")
+    code[central + 6] = 99  # the version needed to extract: 9.9, past zipfile's 6.3
+
+    with pytest.raises(InvalidAction, match=r"zip file version 9\.9"):
+        platform.deploy(ActionSpec(name="later", code=bytes(code)))
+
+
 def test_concurrency_limit_throttles_with_openwhisk_text(make_platform: PlatformFactory) -> None:
     platform = make_platform(concurrent_invocations=2)
     deploy(platform, "sleep", actions.WARMABLE_SLEEP)

@@ -267,7 +267,8 @@ class LocalPlatform(Platform):
         try:
             with zipfile.ZipFile(io.BytesIO(code)) as archive:
                 names = archive.namelist()
-        except zipfile.BadZipFile as exc:
+        # NotImplementedError: a zip of a later version than zipfile reads (it was a 500).
+        except (zipfile.BadZipFile, NotImplementedError) as exc:
             raise InvalidAction(f"exec.code is not a valid zip archive: {exc}") from exc
         if "__main__.py" not in names:
             raise InvalidAction("exec.code: the zip has no __main__.py at its root")
