@@ -142,6 +142,16 @@ class ValidationError(FaasdlError):
         return cls(problems[0][1] + rest, field=problems[0][0] or None)
 
 
+def check_unicode(value: object, field: str | None = None) -> None:
+    """``ValidationError`` where ``value`` (text, or a JSON value as Python reads it) holds text
+    that is no Unicode (:func:`not_unicode`), naming ``field`` and the place within it."""
+    found = not_unicode(value)
+    if found is not None:
+        place, why = found
+        named = ".".join(part for part in (field, place) if part) or None
+        raise ValidationError(f"is not Unicode text ({why})", field=named)
+
+
 def explained(model: type[BaseModel], error: Mapping[str, Any]) -> str:
     """pydantic's message for ``error`` (one of ``exc.errors()`` validating ``model``), with
     what a user needs to mend the input: for a field it does not take, the field it may have

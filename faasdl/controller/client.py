@@ -31,7 +31,7 @@ from faasdl.errors import (
     PlatformUnavailable,
     Unauthenticated,
     ValidationError,
-    not_unicode,
+    check_unicode,
     reason,
 )
 
@@ -243,9 +243,7 @@ class ControllerClient:
         kwargs["timeout"] = kwargs.get("timeout") or self.timeout_s
         # A query's text with a byte the terminal could not decode (an argument's) has no UTF-8
         # for the URL: requests would raise UnicodeEncodeError as it built the request.
-        found = not_unicode(kwargs.get("params") or {})
-        if found is not None:
-            raise ValidationError(f"is not Unicode text ({found[1]})", field=found[0])
+        check_unicode(kwargs.get("params") or {})
         try:
             response = self._session.request(method, self.url + path, **kwargs)
         except requests.Timeout as exc:

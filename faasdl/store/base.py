@@ -33,7 +33,7 @@ from faasdl.errors import (
     BlobNotFound,
     StoreFull,
     ValidationError,
-    lone_surrogate,
+    check_unicode,
 )
 from faasdl.lifecycle import Resource
 
@@ -112,15 +112,8 @@ def check_key(key: object, field: str = "key") -> str:
         raise ValidationError("must not contain NUL characters", field=field)
     if len(key) > MAX_KEY_LENGTH:
         raise ValidationError(f"is longer than {MAX_KEY_LENGTH} characters", field=field)
-    return _unicode(key, field)
-
-
-def _unicode(text: str, field: str) -> str:
-    """``text``, refused if it is no Unicode text (every backend keys by its UTF-8)."""
-    why = lone_surrogate(text)
-    if why is not None:
-        raise ValidationError(f"is not Unicode text ({why})", field=field)
-    return text
+    check_unicode(key, field)  # every backend keys by its UTF-8
+    return key
 
 
 def encode(key: str, value: Any) -> bytes:
@@ -598,7 +591,8 @@ class StateStore(Resource):
 def _checked_prefix(prefix: str, *, field: str = "prefix") -> str:
     if not isinstance(prefix, str) or "\x00" in prefix:
         raise ValidationError("must be a string without NUL characters", field=field)
-    return _unicode(prefix, field)
+    check_unicode(prefix, field)
+    return prefix
 
 
 def _byte_view(piece: Buffer) -> memoryview:
