@@ -706,17 +706,21 @@ def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
     command's ``given_as``."""
     import yaml
 
+    from faasdl import jobfile
+
     try:
         if str(path) == "-":
             path = Path("<stdin>")  # as the errors name it
             text = sys.stdin.buffer.read().decode("utf-8")
         else:
             text = path.read_text(encoding="utf-8")
-        loaded = yaml.safe_load(text)
+        loaded = jobfile.load(text)
     except OSError as exc:
         fail(f"{given_as}: cannot read {path}: {exc.strerror}")
     except UnicodeDecodeError as exc:
         fail(f"{given_as}: {path} is not UTF-8 text: {exc.reason} at byte {exc.start}")
+    except jobfile.Refused as exc:
+        fail(f"{given_as}: {path}, {exc.said()}")
     except yaml.YAMLError as exc:
         fail(f"{given_as}: {path} is not valid YAML or JSON: {exc}")
     if not isinstance(loaded, dict):
@@ -730,6 +734,8 @@ def _with_set(fields: dict[str, Any], options: list[str]) -> dict[str, Any]:
     as YAML (``8`` a number, ``true`` a boolean, ``[1, 2]`` a list, other text as it is)."""
     import yaml
 
+    from faasdl import jobfile
+
     changed = copy.deepcopy(fields)
     for option in options:
         key, eq, text = option.partition("=")
@@ -740,7 +746,9 @@ def _with_set(fields: dict[str, Any], options: list[str]) -> dict[str, Any]:
                 f"dataset.name=digits), got {option!r}"
             )
         try:
-            value = yaml.safe_load(text)
+            value = jobfile.load(text)
+        except jobfile.Refused as exc:
+            fail(f"--set {key}: {text!r}: {exc.problem}")
         except yaml.YAMLError as exc:
             fail(f"--set {key}: {text!r} is not a YAML value: {exc}")
         where = changed

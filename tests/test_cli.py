@@ -235,6 +235,18 @@ def test_estimate_plans_the_job_file_submit_takes(
             "fault_tolerance.strategy: Extra inputs are not permitted (expected one of: "
             "checkpoint_interval_s, copies, heartbeat_s, max_attempts, policy, replication)",
         ),
+        # What JSON cannot hold, and what would stop the CLI: each a traceback or a hang before.
+        (
+            b"model: mlp\nname: &n [*n]\n",
+            "line 2, column 11: an alias (*n) is not read in a job's fields: write its value out",
+        ),
+        (
+            b"model: mlp\nname: !!binary aGk=\n",
+            "line 2, column 7: bytes (!!binary) is not a JSON value (text, numbers, true, false,",
+        ),
+        (b"model: mlp\n1: x\n", "line 2, column 1: a field's name is 1, not text (quote it)"),
+        (b"model: mlp\nname: " + b"[" * 400 + b"]" * 400 + b"\n", "nested deeper than 32 levels"),
+        (b"model: mlp\nepochs: " + b"9" * 5_000 + b"\n", "an integer of more than 4,300 digits"),
     ],
     ids=[
         "not-a-mapping",
@@ -248,6 +260,11 @@ def test_estimate_plans_the_job_file_submit_takes(
         "a-name-alone",
         "missing-in-a-union",
         "not-close",
+        "alias-in-itself",
+        "bytes",
+        "number-as-a-name",
+        "too-deep",
+        "too-many-digits",
     ],
 )
 @pytest.mark.parametrize("command", ["estimate", "submit"])
@@ -457,6 +474,7 @@ def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Pat
         (["dataset..name=digits"], "--set: expected FIELD=VALUE"),
         (["model.name=mlp"], "--set model.name: model is 'mlp', not a mapping of fields"),
         (["epochs=[1"], "--set epochs: '[1' is not a YAML value"),
+        (["name=!!set {a}"], "--set name: '!!set {a}': a set (!!set) is not a JSON value"),
         (["epochs=many"], "epochs: Input should be a valid integer"),
         (["sync_every=3", "epochs=4", "epochs=2"], "sync_every"),  # in order: the last wins
         (
@@ -481,6 +499,17 @@ def test_a_bad_set_option_is_refused_naming_it_before_the_controller_is_asked(
         assert result.exit_code == 2
         assert said in " ".join(result.output.split()), result.output
         assert "unreachable" not in result.output
+
+
+def test_a_job_file_s_date_and_exponent_are_read_as_json_reads_them(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: mlp\ndataset: {name: digits}\nname: 2026-12-04\nlearning_rate: 1e-3\n")
+
+    result = runner.invoke(app, ["submit", str(spec), "--url", "http://127.0.0.1:9"])
+
+    # Past the job's checks (a date was no name, before), as far as the controller.
+    assert result.exit_code == 2
+    assert "the controller at http://127.0.0.1:9 is unreachable" in " ".join(result.output.split())
 
 
 def test_an_unreachable_controller_is_one_clear_line() -> None:
