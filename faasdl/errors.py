@@ -82,8 +82,10 @@ def lone_surrogate(text: str) -> str | None:
 def not_unicode(value: object) -> tuple[str, str] | None:
     """The first text in ``value`` (a JSON value as Python reads it: its mappings' keys too)
     that is no Unicode text: its place (dotted, "" for ``value`` itself) and why. Walked without
-    recursion: a body nested as deep as Python's parser goes is read whole."""
+    recursion (a body nested as deep as Python's parser goes is read whole), each list and
+    mapping once (a Python caller's may hold itself)."""
     pending: list[tuple[object, tuple[str | int, ...]]] = [(value, ())]
+    seen: set[int] = set()
     while pending:
         item, at = pending.pop()
         if isinstance(item, str):
@@ -91,13 +93,11 @@ def not_unicode(value: object) -> tuple[str, str] | None:
             if why is not None:
                 return ".".join(map(str, at)), why
             continue
-        children: list[tuple[str | int, object]]
-        if isinstance(item, dict):
-            children = list(item.items())
-        elif isinstance(item, list):
-            children = list(enumerate(item))
-        else:
+        if not isinstance(item, dict | list) or id(item) in seen:
             continue
+        seen.add(id(item))
+        children: list[tuple[str | int, object]]
+        children = list(item.items() if isinstance(item, dict) else enumerate(item))
         for key, _ in children:
             if isinstance(key, str) and (why := lone_surrogate(key)) is not None:
                 return ".".join(map(str, at)), f"a field's name holds {why}"

@@ -54,3 +54,9 @@ def test_text_that_is_no_unicode_is_found_by_its_place_however_deep() -> None:
         "a lone surrogate, '\\udcff' at 1",
     )
     assert errors.not_unicode({"a": ["é", "\U0001f600", None, 1.5]}) is None
+    # A Python caller's value that holds itself is walked once (it looped for ever).
+    cyclic: list[object] = ["é"]
+    cyclic.append({"again": cyclic})
+    assert errors.not_unicode(cyclic) is None
+    cyclic.append("\ud800")
+    assert errors.not_unicode(cyclic) == ("2", "a lone surrogate, '\\ud800' at 0")
