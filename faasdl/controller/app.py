@@ -3,7 +3,9 @@
 Errors are answered by one handler: a faasdl error with its class's HTTP status and
 ``{"detail": message, "field": the bad input or null}`` (secrets redacted; ``WWW-Authenticate``
 on a 401, ``Retry-After`` on a 429); a malformed request with FastAPI's 422, whose ``loc`` names
-the field; a body over ``FAASDL_API__MAX_BODY_BYTES`` with 413 before it is read.
+the field (a body JSON cannot read too, too deep, not UTF-8 or with a 5,000-digit integer, which
+FastAPI answers with a 400 that does not say why); a body over ``FAASDL_API__MAX_BODY_BYTES``
+with 413 before it is read.
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from faasdl import __version__
 from faasdl.config import Settings
@@ -48,6 +53,18 @@ def _json_text(value: str) -> str:
     """``value`` with its lone surrogates (a JSON body's ``"\\ud800"`` reads as one) written as
     their escapes: the response is UTF-8, which has none for them."""
     return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode()
+
+
+def _unreadable(cause: BaseException | None) -> str | None:
+    """Why a JSON body could not be read, where FastAPI answers only "There was an error parsing
+    the body" (400; what ``json`` calls a decode error it names itself, a 422)."""
+    if isinstance(cause, RecursionError):
+        return "nested deeper than the JSON reader goes (about 1,000 levels)"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not UTF-8 text: {cause.reason} at byte {cause.start}"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
+    return None
 
 
 def _body_model(request: Request) -> type[BaseModel] | None:
@@ -146,6 +163,15 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
             if model and error["loc"][0] == "body":
                 error["msg"] = explained(model, {**error, "loc": error["loc"][1:]})
         return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        # A body JSON cannot read is a 422 as FastAPI's own decode errors are ("{"), saying why.
+        why = _unreadable(exc.__cause__) if exc.status_code == 400 else None
+        if why is None:
+            return await http_exception_handler(request, exc)
+        error = {"type": "json_invalid", "loc": ["body"], "msg": f"JSON decode error: {why}"}
+        return JSONResponse({"detail": [{**error, "input": {}, "ctx": {"error": why}}]}, 422)
 
     app.include_router(jobs.router)
     app.include_router(datasets.router(max_upload_bytes=api.max_upload_bytes))

@@ -178,6 +178,32 @@ def test_malformed_json_and_bad_headers_are_refused(client: httpx.Client) -> Non
     assert "Idempotency-Key" in long_key.text
 
 
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b'{"model": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", "nested deeper than the JSON reader"),
+        (b'{"epochs": ' + b"9" * 5_000 + b"}", "an integer of more than 4,300 digits"),
+        (b'{"model": "ml\xff"}', "not UTF-8 text: invalid start byte at byte 13"),
+    ],
+    ids=["too-deep", "too-many-digits", "not-utf-8"],
+)
+def test_a_body_json_cannot_read_is_a_422_saying_why(
+    client: httpx.Client, controller: Controller, content: bytes, why: str
+) -> None:
+    before = stored(controller)
+
+    for path in ("/v1/jobs", "/v1/estimate"):
+        response = client.post(path, content=content, headers={"content-type": "application/json"})
+
+        # FastAPI's 400 said only "There was an error parsing the body"; "{" was a 422.
+        assert response.status_code == 422, response.text
+        [error] = response.json()["detail"]
+        assert (error["type"], error["loc"]) == ("json_invalid", ["body"])
+        assert error["msg"] == f"JSON decode error: {error['ctx']['error']}"
+        assert error["ctx"]["error"].startswith(why)
+    assert stored(controller) == before
+
+
 def test_unknown_and_malformed_job_ids(client: httpx.Client) -> None:
     missing = "0123456789abcdef"
 
