@@ -27,16 +27,46 @@ GUEST_API_KEY = (
 )
 
 
+#: The most of a secret's file read: a key is tens of bytes (a file named by mistake, a log or
+#: ``/dev/zero``, is refused, not read whole).
+SECRET_FILE_BYTES = 64 * 1024
+
+
 def read_secret_file(path: Path, field: str) -> SecretStr:
     """A secret kept in a file (a mounted Kubernetes secret, a Docker secret): its content without
     the trailing newline editors add."""
     try:
-        value = path.read_text(encoding="utf-8").rstrip("\r\n")
+        with path.open("rb") as file:
+            data = file.read(SECRET_FILE_BYTES + 1)
+        value = data.decode("utf-8").rstrip("\r\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{field}: cannot read {path}: {exc}") from exc
+    if len(data) > SECRET_FILE_BYTES:
+        raise ValueError(f"{field}: {path} is over {SECRET_FILE_BYTES // 1024} KiB: not a key")
     if not value:
         raise ValueError(f"{field}: {path} is empty")
     return SecretStr(value)
+
+
+def header_secret_problem(secret: SecretStr) -> str | None:
+    """Why ``secret`` cannot be sent in an HTTP header (an API key): its first character that is
+    not visible ASCII, by kind and place, never the secret itself; ``None`` if it can."""
+    for at, char in enumerate(secret.get_secret_value()):
+        if not "!" <= char <= "~":
+            kind = {"\n": "a newline", "\r": "a carriage return", " ": "a space"}.get(char)
+            if kind is None:
+                kind = "a control character" if char.isascii() else "a character not ASCII"
+            return f"holds {kind} at {at}: a key sent in a header is visible ASCII"
+    return None
+
+
+def _checked_key(secret: SecretStr, field: str, path: Path | None) -> SecretStr:
+    """``secret``, once it can be sent in a header; raises naming ``field`` (the file it was
+    read from, where it was) otherwise."""
+    if (problem := header_secret_problem(secret)) is not None:
+        where = f"{field}_file: {path}" if path is not None else f"{field}:"
+        raise ValueError(f"{where} {problem}")
+    return secret
 
 
 def http_url_problem(value: str) -> str | None:
@@ -212,6 +242,7 @@ class OpenWhiskSettings(Section):
         uuid, sep, key = self.auth.get_secret_value().partition(":")
         if not sep or not uuid or not key:
             raise ValueError("auth must be an OpenWhisk API key of the form 'uuid:key'")
+        _checked_key(self.auth, "auth", self.auth_file)
         return self
 
 
@@ -256,6 +287,7 @@ class ServerSettings(Section):
     def _auth_from_file(self) -> ServerSettings:
         if self.auth_file is not None:
             self.auth = read_secret_file(self.auth_file, "auth_file")
+        _checked_key(self.auth, "auth", self.auth_file)  # what no client could send
         return self
 
 
@@ -518,6 +550,8 @@ class ClientSettings(Section):
             raise ValueError(f"url: {problem}")
         if self.api_key_file is not None:
             self.api_key = read_secret_file(self.api_key_file, "api_key_file")
+        if self.api_key is not None:
+            _checked_key(self.api_key, "api_key", self.api_key_file)
         return self
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -74,6 +76,11 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_OPENWHISK__API_HOST", "ow.example:31001", "api_host: 'ow.example:31001' is not"),
         ("FAASDL_OPENWHISK__ADMIN_URL", "ftp://x", "admin_url: 'ftp://x' is not an http"),
         ("FAASDL_OPENWHISK__ACTION_IMAGE", "My Image", "action_image: 'My Image' is not an image"),
+        # A key no header can carry: requests raised UnicodeEncodeError (a traceback), or said
+        # the controller was unreachable, quoting the key.
+        ("FAASDL_CLIENT__API_KEY", "fdl_ключ", "api_key: holds a character not ASCII at 4: a key"),
+        ("FAASDL_OPENWHISK__AUTH", "uuid:k\ney", "auth: holds a newline at 6"),
+        ("FAASDL_SERVER__AUTH", "uuid:k\x01y", "auth: holds a control character at 6"),
     ],
 )
 def test_nonsense_is_refused_naming_the_setting(
@@ -83,6 +90,29 @@ def test_nonsense_is_refused_naming_the_setting(
 
     with pytest.raises(ValidationError, match=text):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"fdl_0123.secret \n", "holds a space at 15: a key sent in a header is visible ASCII"),
+        (b"fdl_0123.se\ncret\n", "holds a newline at 11"),
+        (b"fdl_" + b"x" * 70_000, "is over 64 KiB: not a key"),  # read whole before
+        (b"\n", "is empty"),
+    ],
+)
+def test_a_key_file_that_holds_no_key_is_refused_naming_it_not_the_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: bytes, said: str
+) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_bytes(content)
+    monkeypatch.setenv("FAASDL_CLIENT__API_KEY_FILE", str(key_file))
+
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+
+    assert f"api_key_file: {key_file} {said}" in str(refused.value)
+    assert "secret" not in str(refused.value)
 
 
 def test_secrets_do_not_show_in_reprs() -> None:
