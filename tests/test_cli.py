@@ -501,6 +501,25 @@ def test_a_bad_set_option_is_refused_naming_it_before_the_controller_is_asked(
         assert "unreachable" not in result.output
 
 
+@pytest.mark.parametrize("key", ["run\n7", " run-7", "run-\u043a", "", "k" * 256])
+def test_an_idempotency_key_no_header_carries_is_refused_before_it_is_sent(
+    tmp_path: Path, key: str
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: mlp\ndataset: {name: digits}\n")
+
+    result = runner.invoke(
+        app, ["submit", str(spec), "--idempotency-key", key, "--url", "http://127.0.0.1:9"]
+    )
+
+    # requests raised UnicodeEncodeError (a traceback), or refused a newline or a leading space
+    # as if the controller were unreachable.
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "error: Idempotency-Key: must be 1 to 255 printable characters of ISO-8859-1" in said
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_a_job_file_s_date_and_exponent_are_read_as_json_reads_them(tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text("model: mlp\ndataset: {name: digits}\nname: 2026-12-04\nlearning_rate: 1e-3\n")

@@ -90,7 +90,12 @@ class ControllerClient:
         self._session.close()
 
     def submit(self, spec: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        headers = {}
+        if idempotency_key is not None:
+            from faasdl.controller.validator import check_idempotency_key
+
+            check_idempotency_key(idempotency_key)
+            headers["Idempotency-Key"] = idempotency_key
         found: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers).json()
         return found
 

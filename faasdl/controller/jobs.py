@@ -55,7 +55,7 @@ from faasdl.controller.events import (
 from faasdl.controller.lease import ControllerLease
 from faasdl.controller.metrics import Metrics
 from faasdl.controller.plan import JobPlan, over_budget, plan_job
-from faasdl.controller.validator import JobSpec
+from faasdl.controller.validator import JobSpec, check_idempotency_key
 from faasdl.errors import (
     AccessError,
     DatasetNotFound,
@@ -65,7 +65,6 @@ from faasdl.errors import (
     PlatformError,
     StoreError,
     StoreUnavailable,
-    ValidationError,
 )
 from faasdl.estimator.sizer import Sizer, checked_facts
 from faasdl.platform.base import Platform
@@ -94,8 +93,6 @@ from faasdl.store.records import (
 
 log = logging.getLogger(__name__)
 
-#: Longest ``Idempotency-Key`` accepted (the IETF draft sets none; Stripe's is 255).
-IDEMPOTENCY_KEY_MAX = 255
 #: Parsed job records kept, by job and version: status reads, event streams and admission passes
 #: parse a record again only when it has changed.
 PARSED_JOBS_KEPT = 1024
@@ -426,7 +423,7 @@ class Controller:
         digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
         job_id = uuid.uuid4().hex[:16]
         if idempotency is not None:
-            _check_idempotency_key(idempotency)
+            check_idempotency_key(idempotency)
             known = load(self.store, idempotency_key(spec.tenant, idempotency), IdempotencyRecord)
             if known is not None:
                 replay = self._replay(known[0], digest)
@@ -929,13 +926,6 @@ def _demand(job: JobInfo) -> Demand:
         memory_mb=plan.demand_mb,
         actions=plan.workers,
     )
-
-
-def _check_idempotency_key(key: str) -> None:
-    if not key or len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable():
-        raise ValidationError(
-            f"must be 1 to {IDEMPOTENCY_KEY_MAX} printable characters", field="Idempotency-Key"
-        )
 
 
 def job_line(job: JobInfo) -> JobLine:

@@ -234,3 +234,22 @@ class JobSpec(EstimateRequest):
                 "epochs": self.epochs_per_round,
             }
         )
+
+
+#: Longest ``Idempotency-Key`` accepted (the IETF draft sets none; Stripe's is 255).
+IDEMPOTENCY_KEY_MAX = 255
+
+
+def check_idempotency_key(key: str) -> None:
+    """``ValidationError`` unless ``key`` is an ``Idempotency-Key`` a header carries as it is:
+    printable ISO-8859-1 (a header's characters), no white space at either end (HTTP drops it),
+    at most :data:`IDEMPOTENCY_KEY_MAX` characters. The controller checks it, and the client
+    before it sends one (requests raised ``UnicodeEncodeError``, or refused a newline as if the
+    controller were unreachable)."""
+    fits = 0 < len(key) <= IDEMPOTENCY_KEY_MAX and max(map(ord, key)) <= 0xFF
+    if not fits or not key.isprintable() or key != key.strip():
+        raise ValidationError(
+            f"must be 1 to {IDEMPOTENCY_KEY_MAX} printable characters of ISO-8859-1 (a header's), "
+            "without white space at either end",
+            field="Idempotency-Key",
+        )

@@ -27,9 +27,14 @@ from faasdl.controller.deps import (
     PrincipalDep,
     principal_of,
 )
-from faasdl.controller.jobs import IDEMPOTENCY_KEY_MAX, Controller, JobLine, JobView, job_line
+from faasdl.controller.jobs import Controller, JobLine, JobView, job_line
 from faasdl.controller.routes import AUTHENTICATED, problems
-from faasdl.controller.validator import NAME_MAX, TENANT_PATTERN, JobSpec
+from faasdl.controller.validator import (
+    IDEMPOTENCY_KEY_MAX,
+    NAME_MAX,
+    TENANT_PATTERN,
+    JobSpec,
+)
 from faasdl.errors import JobNotFound
 from faasdl.store.records import JOB_ID_PATTERN, ActivationUse, JobInfo, JobState
 
