@@ -70,10 +70,26 @@ def _checked_key(secret: SecretStr, field: str, path: Path | None) -> SecretStr:
 
 
 def http_url_problem(value: str) -> str | None:
-    """Why ``value`` is not an http(s) URL of a server; ``None`` if it is one."""
-    parts = urlsplit(value)
+    """Why ``value`` is not an http(s) URL of a server (a path under it may follow, as behind a
+    proxy); ``None`` if it is one. Each problem failed at the first request, most as if the
+    server were unreachable, a user and password by replacing the key sent with them."""
+    not_a_server = f"{value!r} is not an http:// or https:// URL of a server"
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # raises for one out of range or not a number
+    except ValueError as exc:
+        return f"{not_a_server} ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"{value!r} is not an http:// or https:// URL of a server"
+        return not_a_server
+    if any(not char.isprintable() or char.isspace() for char in value):
+        return f"{not_a_server} (it holds white space or a control character)"
+    if parts.username is not None or parts.password is not None:
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        return f"{shown!r} holds a user or password (not shown): keys have settings of their own"
+    if parts.query or parts.fragment:
+        return f"{value!r} has a query or fragment: give the server's URL (a path may follow it)"
+    if port == 0:
+        return f"{not_a_server} (port 0)"
     return None
 
 
@@ -522,7 +538,10 @@ class ClientSettings(Section):
         None,
         description="The controller's URL that the CLI's commands call (their `--url` overrides "
         "it; `faasdl estimate` asks it for plans unless `--local`); unset: "
-        "http://FAASDL_CONTROLLER__HOST:FAASDL_CONTROLLER__PORT (and estimate plans here).",
+        "http://FAASDL_CONTROLLER__HOST:FAASDL_CONTROLLER__PORT (and estimate plans here). A "
+        "path after the host is kept (a proxy's); a query, a fragment, a user or password (the "
+        "key has its setting) and a port out of range are refused as it is read, as they are in "
+        "`--url` and the OpenWhisk URLs.",
     )
     api_key: SecretStr | None = Field(
         None, description="The API key sent as a bearer token (from `faasdl keys create`)."

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from faasdl.config import GUEST_API_KEY, OpenWhiskSettings, Settings, image_problem
+from faasdl.config import (
+    GUEST_API_KEY,
+    OpenWhiskSettings,
+    Settings,
+    http_url_problem,
+    image_problem,
+)
 from faasdl.platform import PLATFORMS, make_platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.platform.openwhisk import OpenWhiskPlatform
@@ -48,6 +54,33 @@ def test_environment_with_nested_sections(monkeypatch: pytest.MonkeyPatch) -> No
 )
 def test_an_image_reference_is_checked_as_docker_reads_one(image: str, valid: bool) -> None:
     assert (image_problem(image) is None) is valid
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:8080", None),
+        ("https://ow.example/api/faasdl", None),  # behind a proxy, under a path
+        ("http://[::1]:8080", None),
+        ("ftp://x", "'ftp://x' is not an http:// or https:// URL of a server"),
+        # Each failed at the first request: a traceback, or "unreachable: Failed to parse".
+        ("http://[::1", "(Invalid IPv6 URL)"),
+        ("http://127.0.0.1:99999", "(Port out of range 0-65535)"),
+        ("http://127.0.0.1:x", "(Port could not be cast to integer value as 'x')"),
+        ("http://127.0.0.1:0", "(port 0)"),
+        ("http://exa mple.com", "(it holds white space or a control character)"),
+        ("http://127.0.0.1:8080\n", "(it holds white space or a control character)"),
+        # … a query or fragment made every path a 404; a user and password replaced the key.
+        ("http://h:8080/?x=1", "'http://h:8080/?x=1' has a query or fragment"),
+        ("http://h:8080#top", "has a query or fragment"),
+        ("http://me:s3cret@h:8080", "'http://h:8080' holds a user or password (not shown)"),
+    ],
+)
+def test_a_server_s_url_is_checked_as_it_is_read(url: str, said: str | None) -> None:
+    problem = http_url_problem(url)
+
+    assert problem is None if said is None else said in (problem or "")
+    assert "s3cret" not in (problem or "")
 
 
 def test_factory_builds_the_named_platform_without_io() -> None:

@@ -261,10 +261,10 @@ class ControllerClient:
             ) from exc
         if response.ok:
             return response
-        raise _error(response, path)
+        raise _error(response, path, self.url)
 
 
-def _error(response: requests.Response, path: str) -> FaasdlError:
+def _error(response: requests.Response, path: str, url: str) -> FaasdlError:
     try:
         detail = response.json().get("detail")
     except ValueError:
@@ -274,6 +274,11 @@ def _error(response: requests.Response, path: str) -> FaasdlError:
             f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail
         )
     message = str(detail or response.reason)
+    if response.status_code == 404 and detail == "Not Found":  # no route: not a job's 404
+        return FaasdlError(
+            f"HTTP 404: {url} has no {path.partition('?')[0]}: is it the controller's URL? (a "
+            "path after its host is kept: the API's /v1 is added to it)"
+        )
     if response.status_code == 404 and path.startswith("/v1/jobs/"):
         return JobNotFound(path.split("/")[3])
     if response.status_code == 404 and path.startswith("/v1/datasets/"):

@@ -975,6 +975,22 @@ def test_an_idempotency_key_replay_returns_the_same_job(client: httpx.Client) ->
     assert sum(j["job_id"] == first.json()["job"]["job_id"] for j in jobs) == 1
 
 
+def test_a_url_that_is_not_the_controller_s_is_told_not_a_missing_job(
+    api_url: str, admin_key: str
+) -> None:
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+
+    listed = runner.invoke(app, ["jobs", "--url", f"{api_url}/v1"], env=env)
+    status = runner.invoke(app, ["status", "0123456789abcdef", "--url", f"{api_url}/v1"], env=env)
+
+    # Said "HTTP 404: Not Found", and for a job "no job '0123456789abcdef'".
+    for result, path in ((listed, "/v1/jobs"), (status, "/v1/jobs/0123456789abcdef")):
+        assert result.exit_code == 2
+        said = " ".join(result.output.split())
+        assert f"HTTP 404: {api_url}/v1 has no {path}: is it the controller's URL?" in said
+        assert "no job" not in said
+
+
 def test_the_cli_submits_watches_lists_downloads_and_deletes(
     api_url: str, admin_key: str, controller: Controller, tmp_path: Path
 ) -> None:
