@@ -1,12 +1,13 @@
 """A job's fields read from YAML or JSON text (a job file, a ``--set`` value) as JSON's values.
 
-The CLI sends what it reads to the controller as JSON, so it reads only what JSON can hold:
-text, numbers, true and false, null, lists and mappings keyed by text. YAML 1.1's other values
-are refused naming their line (``!!binary``'s bytes, ``!!set``'s sets, ``!!omap``'s pairs), an
-unquoted date stays text (``name: 2026-12-04``) and ``1e-3`` is a number (as YAML 1.2 and JSON read
-them; PyYAML reads YAML 1.1), and so do two things no
-job file needs that would stop the CLI: an alias (``*a``), which can hold its own anchor (a value
-inside itself) or expand a few lines into gigabytes, and nesting past :data:`MAX_DEPTH` (PyYAML's
+The CLI sends what it reads to the controller as JSON, so it reads YAML as JSON's values (text,
+numbers, true and false, null, lists and mappings keyed by text): an unquoted date stays text
+(``name: 2026-12-04``) and ``1e-3`` is a number, as YAML 1.2 and JSON read them (PyYAML reads
+YAML 1.1). Refused, naming their line, are the three things of YAML a job file has no use for,
+each of which stopped the CLI: a tag (``!!binary``'s bytes, ``!!set``'s sets, ``!!timestamp``'s
+dates are no JSON; PyYAML's constructors raise ``ValueError`` or ``KeyError`` for a tag on a value
+that is not its kind, ``!!int null``); an alias (``*a``), which can hold its own anchor (a value
+inside itself) or expand a few lines into gigabytes; and nesting past :data:`MAX_DEPTH` (PyYAML's
 composer recurses, so a deep enough one ended in ``RecursionError``).
 """
 
@@ -22,15 +23,9 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 #: How deep a job file's lists and mappings may nest (a job's fields go three levels deep).
 MAX_DEPTH: Final = 32
 
-#: YAML 1.1's tags whose values JSON has none of.
-_NOT_JSON: Final = {
-    "tag:yaml.org,2002:binary": "bytes (!!binary)",
-    "tag:yaml.org,2002:timestamp": "a date (!!timestamp)",
-    "tag:yaml.org,2002:set": "a set (!!set)",
-    "tag:yaml.org,2002:omap": "an ordered mapping (!!omap)",
-    "tag:yaml.org,2002:pairs": "pairs (!!pairs)",
-}
-_JSON_VALUES: Final = "text, numbers, true, false, null, lists and mappings"
+_YAML_TAG: Final = "tag:yaml.org,2002:"
+_TIMESTAMP: Final = f"{_YAML_TAG}timestamp"
+_FLOAT: Final = f"{_YAML_TAG}float"
 
 
 class Refused(yaml.MarkedYAMLError):
@@ -58,6 +53,13 @@ class JobFileLoader(yaml.SafeLoader):
                 f"an alias (*{event.anchor}) is not read in a job's fields: write its value out",
                 mark=event.start_mark,
             )
+        if getattr(event, "tag", None) is not None:
+            tag = event.tag.replace(_YAML_TAG, "!!")
+            raise Refused(
+                f"a tag ({tag}) is not read in a job's fields: write the value as JSON would "
+                "(text in quotes)",
+                mark=event.start_mark,
+            )
         if self._depth >= MAX_DEPTH:
             raise Refused(f"nested deeper than {MAX_DEPTH} levels", mark=event.start_mark)
         self._depth += 1
@@ -82,13 +84,9 @@ class JobFileLoader(yaml.SafeLoader):
                 f"an integer of more than {sys.get_int_max_str_digits():,} digits", node
             ) from None
 
-    def refuse_not_json(self, node: Node) -> Any:
-        raise Refused(f"{_NOT_JSON[node.tag]} is not a JSON value ({_JSON_VALUES})", node)
 
-
-_FLOAT: Final = "tag:yaml.org,2002:float"
 JobFileLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag not in {*_NOT_JSON, _FLOAT}]
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in {_TIMESTAMP, _FLOAT}]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 # YAML 1.1's floats with JSON's too: an exponent without a point (``1e-3``), and one without a
@@ -106,12 +104,10 @@ JobFileLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
-JobFileLoader.add_constructor("tag:yaml.org,2002:int", JobFileLoader.construct_json_int)
-for _tag in _NOT_JSON:
-    JobFileLoader.add_constructor(_tag, JobFileLoader.refuse_not_json)
+JobFileLoader.add_constructor(f"{_YAML_TAG}int", JobFileLoader.construct_json_int)
 
 
 def load(text: str) -> Any:
     """``text``'s one YAML (or JSON) document as JSON's values; raises :class:`Refused` for what
-    JSON cannot hold or this reader does not take, ``yaml.YAMLError`` for what is not YAML."""
+    this reader does not take, ``yaml.YAMLError`` for what is not YAML."""
     return yaml.load(text, Loader=JobFileLoader)

@@ -242,7 +242,7 @@ def test_estimate_plans_the_job_file_submit_takes(
         ),
         (
             b"model: mlp\nname: !!binary aGk=\n",
-            "line 2, column 7: bytes (!!binary) is not a JSON value (text, numbers, true, false,",
+            "line 2, column 7: a tag (!!binary) is not read in a job's fields: write the value",
         ),
         (b"model: mlp\n1: x\n", "line 2, column 1: a field's name is 1, not text (quote it)"),
         (b"model: mlp\nname: " + b"[" * 400 + b"]" * 400 + b"\n", "nested deeper than 32 levels"),
@@ -474,7 +474,7 @@ def test_submit_refuses_a_bad_job_before_contacting_the_controller(tmp_path: Pat
         (["dataset..name=digits"], "--set: expected FIELD=VALUE"),
         (["model.name=mlp"], "--set model.name: model is 'mlp', not a mapping of fields"),
         (["epochs=[1"], "--set epochs: '[1' is not a YAML value"),
-        (["name=!!set {a}"], "--set name: '!!set {a}': a set (!!set) is not a JSON value"),
+        (["name=!!set {a}"], "--set name: '!!set {a}': a tag (!!set) is not read in a job's"),
         (["epochs=many"], "epochs: Input should be a valid integer"),
         (["sync_every=3", "epochs=4", "epochs=2"], "sync_every"),  # in order: the last wins
         (
