@@ -60,13 +60,12 @@ def header_secret_problem(secret: SecretStr) -> str | None:
     return None
 
 
-def _checked_key(secret: SecretStr, field: str, path: Path | None) -> SecretStr:
-    """``secret``, once it can be sent in a header; raises naming ``field`` (the file it was
-    read from, where it was) otherwise."""
+def _check_key(secret: SecretStr, field: str, path: Path | None) -> None:
+    """Raise, naming ``field`` (the file it was read from, where it was), unless ``secret`` can
+    be sent in a header."""
     if (problem := header_secret_problem(secret)) is not None:
         where = f"{field}_file: {path}" if path is not None else f"{field}:"
         raise ValueError(f"{where} {problem}")
-    return secret
 
 
 def http_url_problem(value: str) -> str | None:
@@ -258,7 +257,7 @@ class OpenWhiskSettings(Section):
         uuid, sep, key = self.auth.get_secret_value().partition(":")
         if not sep or not uuid or not key:
             raise ValueError("auth must be an OpenWhisk API key of the form 'uuid:key'")
-        _checked_key(self.auth, "auth", self.auth_file)
+        _check_key(self.auth, "auth", self.auth_file)
         return self
 
 
@@ -303,7 +302,7 @@ class ServerSettings(Section):
     def _auth_from_file(self) -> ServerSettings:
         if self.auth_file is not None:
             self.auth = read_secret_file(self.auth_file, "auth_file")
-        _checked_key(self.auth, "auth", self.auth_file)  # what no client could send
+        _check_key(self.auth, "auth", self.auth_file)  # what no client could send
         return self
 
 
@@ -570,7 +569,7 @@ class ClientSettings(Section):
         if self.api_key_file is not None:
             self.api_key = read_secret_file(self.api_key_file, "api_key_file")
         if self.api_key is not None:
-            _checked_key(self.api_key, "api_key", self.api_key_file)
+            _check_key(self.api_key, "api_key", self.api_key_file)
         return self
 
 

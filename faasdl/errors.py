@@ -96,8 +96,9 @@ def not_unicode(value: object) -> tuple[str, str] | None:
         if not isinstance(item, dict | list) or id(item) in seen:
             continue
         seen.add(id(item))
-        children: list[tuple[str | int, object]]
-        children = list(item.items() if isinstance(item, dict) else enumerate(item))
+        children: list[tuple[str | int, object]] = list(
+            item.items() if isinstance(item, dict) else enumerate(item)
+        )
         for key, _ in children:
             if isinstance(key, str) and (why := lone_surrogate(key)) is not None:
                 return ".".join(map(str, at)), f"a field's name holds {why}"
