@@ -11,10 +11,10 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "FAASDL_"
@@ -66,6 +66,50 @@ def _check_key(secret: SecretStr, field: str, path: Path | None) -> None:
     if (problem := header_secret_problem(secret)) is not None:
         where = f"{field}_file: {path}" if path is not None else f"{field}:"
         raise ValueError(f"{where} {problem}")
+
+
+#: An OpenWhisk entity's name: a namespace's, an action's, a package's (OpenWhisk's docs:
+#: ``\A([\w]|[\w][\w@ .-]*[\w@.-]+)\z``, Java's ``\w`` being ASCII's), of at most 256 characters.
+OPENWHISK_NAME = r"[A-Za-z0-9_](?:[A-Za-z0-9_@ .-]*[A-Za-z0-9_@.-])?"
+
+
+def _matching(pattern: str, most: int, what: str) -> AfterValidator:
+    """A check that a setting is ``what`` (``pattern``, whole, of at most ``most`` characters):
+    each such name went into a URL or a selector and failed at its first use."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if len(value) > most or not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not {what}, of at most {most} characters")
+        return value
+
+    return AfterValidator(check)
+
+
+OpenWhiskName = Annotated[
+    str,
+    _matching(
+        OPENWHISK_NAME,
+        256,
+        "an OpenWhisk name (letters, digits and _, then also spaces, @, . and -, not a space last)",
+    ),
+]
+KubernetesName = Annotated[
+    str,
+    _matching(
+        r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?",
+        63,
+        "a Kubernetes name (a-z, 0-9 and -, a letter or digit at each end)",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    _matching(
+        r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?",
+        63,
+        "a Kubernetes label's value (letters, digits, -, _ and ., a letter or digit at each end)",
+    ),
+]
 
 
 def http_url_problem(value: str) -> str | None:
@@ -123,7 +167,10 @@ class Section(BaseModel):
 class LocalPlatformSettings(Section):
     """The embedded OpenWhisk-like platform (``faasdl.platform.local``)."""
 
-    namespace: str = Field("guest", description="Name of the single namespace the platform serves.")
+    namespace: OpenWhiskName = Field(
+        "guest",
+        description="Name of the single namespace the platform serves (an OpenWhisk name).",
+    )
     pool_memory_mb: int = Field(
         4096, ge=128, description="Container pool user memory; every container reserves its limit."
     )
@@ -213,7 +260,10 @@ class OpenWhiskSettings(Section):
     auth_file: Path | None = Field(
         None, description="A file holding the API key (a mounted secret); replaces `auth`."
     )
-    namespace: str = Field("_", description="Namespace; '_' is the key's default namespace.")
+    namespace: OpenWhiskName = Field(
+        "_",
+        description="Namespace (an OpenWhisk name); '_' is the key's default namespace.",
+    )
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
     request_timeout_s: float = Field(
         10.0,
@@ -269,8 +319,14 @@ class KubernetesSettings(Section):
     watch: bool = Field(
         False, description="Watch OpenWhisk's action pods (needs the chart's RBAC)."
     )
-    namespace: str = Field("openwhisk", description="The namespace OpenWhisk's action pods run in.")
-    release: str = Field("owdev", description="The Helm release of OpenWhisk (its pods' label).")
+    namespace: KubernetesName = Field(
+        "openwhisk",
+        description="The namespace OpenWhisk's action pods run in.",
+    )
+    release: LabelValue = Field(
+        "owdev",
+        description="The Helm release of OpenWhisk (its pods' label).",
+    )
     kubeconfig: Path | None = Field(
         None, description="A kubeconfig file; none: the in-cluster service account, else ~/.kube."
     )

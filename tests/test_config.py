@@ -114,6 +114,12 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_CLIENT__API_KEY", "fdl_ключ", "api_key: holds a character not ASCII at 4: a key"),
         ("FAASDL_OPENWHISK__AUTH", "uuid:k\ney", "auth: holds a newline at 6"),
         ("FAASDL_SERVER__AUTH", "uuid:k\x01y", "auth: holds a control character at 6"),
+        # Names that went into a URL or a label selector and failed at their first use.
+        ("FAASDL_OPENWHISK__NAMESPACE", "team/a", "'team/a' is not an OpenWhisk name"),
+        ("FAASDL_OPENWHISK__NAMESPACE", "team ", "'team ' is not an OpenWhisk name"),
+        ("FAASDL_LOCAL__NAMESPACE", "", "'' is not an OpenWhisk name"),
+        ("FAASDL_KUBERNETES__NAMESPACE", "Open_Whisk", "'Open_Whisk' is not a Kubernetes name"),
+        ("FAASDL_KUBERNETES__RELEASE", "a,b", "'a,b' is not a Kubernetes label's value"),
     ],
 )
 def test_nonsense_is_refused_naming_the_setting(

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from faasdl.config import OPENWHISK_NAME
 from faasdl.errors import InvalidAction, not_unicode
 from faasdl.lifecycle import Resource
 
@@ -107,7 +108,8 @@ APPLICATION_ERROR = "application error"
 DEVELOPER_ERROR = "action developer error"
 WHISK_ERROR = "whisk internal error"
 
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_@.\- ]*(/[A-Za-z0-9_][A-Za-z0-9_@.\- ]*)?$")
+#: An action's name, in a package or not (a last character that is a space was taken).
+_NAME = re.compile(rf"{OPENWHISK_NAME}(?:/{OPENWHISK_NAME})?")
 
 
 class StatusCode(IntEnum):
@@ -180,7 +182,7 @@ class ActionSpec(BaseModel):
     annotations: dict[str, Any] = Field(default_factory=dict)
 
     def validate_name(self) -> None:
-        if not _NAME.match(self.name) or len(self.name) > 256:
+        if not _NAME.fullmatch(self.name) or len(self.name) > 256:
             raise InvalidAction(f"action name '{self.name}' contains illegal characters")
 
 

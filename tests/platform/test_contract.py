@@ -361,6 +361,13 @@ def test_limits_out_of_range_are_refused(
         platform.get_action("limited")
 
 
+@pytest.mark.parametrize("name", ["echo ", "-echo", "pkg/", "a/b/c", "\u00e9cho", "x" * 257])
+def test_a_name_openwhisk_would_refuse_is_refused(platform: Platform, name: str) -> None:
+    # OpenWhisk's entity names: \A([\w]|[\w][\w@ .-]*[\w@.-]+)\z (a space last was taken).
+    with pytest.raises(InvalidAction, match="contains illegal characters"):
+        platform.deploy(ActionSpec(name=name, code=actions.ECHO))
+
+
 def test_create_without_overwrite_of_an_existing_action_conflicts(platform: Platform) -> None:
     deploy(platform, "echo", actions.ECHO)
 
