@@ -397,7 +397,11 @@ class StoreSettings(Section):
     password_file: Path | None = Field(
         None, description="A file holding the password (a mounted secret); replaces `password`."
     )
-    tls_ca_file: str | None = Field(None, description="CA bundle to verify a rediss:// server.")
+    tls_ca_file: str | None = Field(
+        None,
+        description="CA bundle to verify a rediss:// server (refused for another store's URL, "
+        "and where it cannot be read, as it is read).",
+    )
     timeout_s: float = Field(
         10.0,
         gt=0,
@@ -414,6 +418,15 @@ class StoreSettings(Section):
     def _password_from_file(self) -> StoreSettings:
         if self.password_file is not None:
             self.password = read_secret_file(self.password_file, "password_file")
+        if self.tls_ca_file is not None:  # redis-py raised TypeError for it on redis://
+            scheme = self.url.partition(":")[0]
+            if scheme != "rediss":
+                raise ValueError(
+                    f"tls_ca_file: a CA bundle verifies a rediss:// store's server; the store's "
+                    f"URL is {scheme}://"
+                )
+            if not os.access(self.tls_ca_file, os.R_OK) or os.path.isdir(self.tls_ca_file):
+                raise ValueError(f"tls_ca_file: cannot read {self.tls_ca_file}")
         return self
 
 

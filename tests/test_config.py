@@ -114,6 +114,8 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_CLIENT__API_KEY", "fdl_ключ", "api_key: holds a character not ASCII at 4: a key"),
         ("FAASDL_OPENWHISK__AUTH", "uuid:k\ney", "auth: holds a newline at 6"),
         ("FAASDL_SERVER__AUTH", "uuid:k\x01y", "auth: holds a control character at 6"),
+        # redis-py raised TypeError (a traceback) for a CA bundle on redis://.
+        ("FAASDL_STORE__TLS_CA_FILE", "/etc/hostname", "store's URL is sqlite://"),
         # Names that went into a URL or a label selector and failed at their first use.
         ("FAASDL_OPENWHISK__NAMESPACE", "team/a", "'team/a' is not an OpenWhisk name"),
         ("FAASDL_OPENWHISK__NAMESPACE", "team ", "'team ' is not an OpenWhisk name"),
@@ -152,6 +154,16 @@ def test_a_key_file_that_holds_no_key_is_refused_naming_it_not_the_key(
 
     assert f"api_key_file: {key_file} {said}" in str(refused.value)
     assert "secret" not in str(refused.value)
+
+
+def test_a_ca_bundle_is_read_for_a_rediss_store_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAASDL_STORE__URL", "rediss://127.0.0.1:6390/0")
+    monkeypatch.setenv("FAASDL_STORE__TLS_CA_FILE", "/nonexistent/ca.pem")
+
+    with pytest.raises(ValidationError, match=r"tls_ca_file: cannot read /nonexistent/ca\.pem"):
+        Settings()
+    monkeypatch.setenv("FAASDL_STORE__TLS_CA_FILE", __file__)  # readable: taken as it is
+    assert Settings().store.tls_ca_file == __file__
 
 
 def test_secrets_do_not_show_in_reprs() -> None:
