@@ -392,7 +392,9 @@ class StoreSettings(Section):
         "write-ahead log's checkpoints (a machine crash may lose the latest commits, never "
         "consistency). Canary's checkpoint writers use NORMAL.",
     )
-    username: str | None = Field(None, description="Ignite user name.")
+    username: str | None = Field(
+        None, description="Ignite user name, or a Redis ACL user's (none: Redis's default user)."
+    )
     password: SecretStr | None = Field(None, description="Redis AUTH or Ignite password.")
     password_file: Path | None = Field(
         None, description="A file holding the password (a mounted secret); replaces `password`."

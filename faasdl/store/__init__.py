@@ -56,6 +56,7 @@ def _redis(url: str, s: StoreSettings) -> StateStore:
         )
     return RedisStore(
         url=url,
+        username=s.username,
         password=s.password.get_secret_value() if s.password else None,
         tls_ca_file=s.tls_ca_file,
         timeout_s=s.timeout_s,

@@ -81,6 +81,7 @@ class RedisStore(StateStore):
         self,
         *,
         url: str,
+        username: str | None = None,
         password: str | None = None,
         tls_ca_file: str | None = None,
         timeout_s: float = 10.0,
@@ -89,6 +90,7 @@ class RedisStore(StateStore):
     ) -> None:
         super().__init__(**kw)
         self.url = url
+        self._username = username
         self._password = password
         self._tls_ca_file = tls_ca_file
         self._timeout_s = timeout_s
@@ -103,6 +105,8 @@ class RedisStore(StateStore):
             "socket_timeout": self._timeout_s,
             "socket_connect_timeout": self._timeout_s,
         }
+        if self._username is not None:  # an ACL user's (Redis 6); none: the default user
+            options["username"] = self._username
         if self._password is not None:
             options["password"] = self._password
         if self._tls_ca_file is not None:
@@ -113,9 +117,13 @@ class RedisStore(StateStore):
         except redis.AuthenticationError as exc:
             client.close()
             given = self._password is not None or urlsplit(self.url).password is not None
+            refused = (
+                "the password (FAASDL_STORE__PASSWORD"
+                if self._username is None
+                else "the user and password (FAASDL_STORE__USERNAME and __PASSWORD"
+            )
             raise StoreUnavailable(
-                f"Redis at {self._safe_url()} refused the password (FAASDL_STORE__PASSWORD, or "
-                f"the URL's): {exc}"
+                f"Redis at {self._safe_url()} refused {refused}, or the URL's): {exc}"
                 if given
                 else f"Redis at {self._safe_url()} needs a password: set FAASDL_STORE__PASSWORD "
                 "(or __PASSWORD_FILE)"
