@@ -1807,8 +1807,9 @@ def experiment(
         fail(str(exc))
     size: report.Size = "full" if full else "quick"
     directory = output or Path("experiments") / ("results" if full else "quick")
+    made: list[Path] = []
     try:
-        report.check_writable(directory)
+        made = report.check_writable(directory)
         if name == "recovery":
             result = recovery(size, console, workloads, passes or PASSES, param or [])
         elif name in COMPARISONS:
@@ -1816,7 +1817,11 @@ def experiment(
         else:
             result = EXPERIMENTS[name](size, console, params=param or [])
     except FaasdlError as exc:
+        report.unmake(made)
         fail(str(exc))
+    except BaseException:  # Ctrl-C: the folders made for the report go too
+        report.unmake(made)
+        raise
     written = report.write(result, directory)
     for finding in result.findings:
         console.print(f"• {finding}", markup=False)

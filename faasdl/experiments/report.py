@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shlex
 import shutil
@@ -78,9 +79,11 @@ def _named(option: str, value: str) -> str:
     return f"{option.removeprefix('--')}{value}"
 
 
-def check_writable(directory: Path) -> None:
+def check_writable(directory: Path) -> list[Path]:
     """Make ``directory`` if need be and write a file in it, before an experiment runs for
-    minutes only to fail at :func:`write`. Raises ``ValidationError`` naming ``--output``."""
+    minutes only to fail at :func:`write`; the folders it made, deepest first (for
+    :func:`unmake`). Raises ``ValidationError`` naming ``--output``."""
+    made = [p for p in (directory, *directory.parents) if not os.path.isdir(p)]
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
@@ -90,6 +93,17 @@ def check_writable(directory: Path) -> None:
         raise ValidationError(
             f"{directory}: cannot write a report there: {reason}", field="--output"
         ) from exc
+    return made
+
+
+def unmake(made: list[Path]) -> None:
+    """Remove the folders :func:`check_writable` made, deepest first, while they are empty: an
+    experiment that did not finish leaves none behind."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): what is in it stays
+            return
 
 
 def write(result: Result, directory: Path) -> Path:

@@ -17,10 +17,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from faasdl.cli import app
-from faasdl.errors import ValidationError
+from faasdl.errors import PlatformUnavailable, ValidationError
 from faasdl.experiments.report import Result, write
 from faasdl.experiments.runner import Hit, Outcome, RunReport, RunSpec
 from faasdl.experiments.suite import (
+    EXPERIMENTS,
     QUICK_PARAMS,
     Turns,
     _findings,
@@ -606,6 +607,28 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_runs(
     )
     assert "scale:" not in result.output  # no progress: nothing ran
     assert [p.name for p in tmp_path.iterdir()] == ["a-file"]
+
+
+@pytest.mark.parametrize(
+    "raised", [PlatformUnavailable("the platform went away"), KeyboardInterrupt()]
+)
+def test_a_run_that_does_not_finish_leaves_no_folder_it_made(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: BaseException
+) -> None:
+    def stopped(*_: object, **__: object) -> Result:
+        raise raised
+
+    monkeypatch.setitem(EXPERIMENTS, "scale", stopped)  # a failure, or Ctrl-C, mid-run
+    (tmp_path / "kept").mkdir()
+    output = tmp_path / "kept" / "new" / "results"
+
+    result = runner.invoke(app, ["experiment", "scale", "--output", str(output)])
+
+    assert result.exit_code != 0
+    if isinstance(raised, PlatformUnavailable):
+        assert "error: the platform went away" in result.output
+    # The folders made to check the report could be written went; the one that was there stays.
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*")] == [Path("kept")]
 
 
 def test_the_recovery_experiment_refuses_fewer_than_two_passes() -> None:
