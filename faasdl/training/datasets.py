@@ -13,6 +13,7 @@ import hashlib
 import io
 import math
 import threading
+import unicodedata
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -117,6 +118,13 @@ class NpzSpec(_Spec):
             raise ValueError("is empty: name an uploaded data set or a .npz file")
         if "\x00" in path:
             raise ValueError("contains a NUL character, which no file's name can")
+        # A file's name may hold the others, but a terminal showing the job (`faasdl status`)
+        # would act on them (an escape sequence), as it would on a job's name's.
+        if control := next((c for c in path if unicodedata.category(c) == "Cc"), None):
+            raise ValueError(
+                f"holds {control!r} at {path.index(control)}: a data set's path holds no "
+                "control characters (rename the file)"
+            )
         return path
 
 

@@ -78,6 +78,12 @@ def stored(controller: Controller) -> list[str]:
         ({**MLP, "fault_tolerance": {"policy": "pray"}}, "policy", ""),
         ({**MLP, "dataset": {"name": "npz", "path": "/nonexistent.npz"}}, "dataset.path", ""),
         ({**MLP, "dataset": {"name": "npz", "path": "a\x00b.npz"}}, "path", "NUL character"),
+        # A terminal showing the job would act on an escape sequence (a file may be so named).
+        (
+            {**MLP, "dataset": {"name": "npz", "path": "a\x1b[2Jb.npz"}},
+            "path",
+            "at 1: a data set's path holds no control characters",
+        ),
         ({**MLP, "dataset": {"name": "npz", "path": ""}}, "path", "is empty"),
         ({**MLP, "dataset": {"name": "synthetic", "train_size": 10**6}}, "dataset", "1 GiB"),
         (
