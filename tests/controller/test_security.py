@@ -36,6 +36,7 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.redis_server import RedisServer
+from tests.conftest import eventually
 
 pytestmark = pytest.mark.tensorflow
 
@@ -606,6 +607,40 @@ def test_an_upload_folder_the_controller_cannot_write_is_a_503_that_says_so(
     assert str(tmp_path) not in detail  # the server's folders are its operator's to know
     assert listed.status_code == 200
     assert listed.json() == []
+
+
+def test_an_upload_whose_client_goes_away_is_one_log_line_and_leaves_nothing(
+    tf_platform: LocalPlatform,
+    tf_store: tuple[StateStore, str],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # A user's Ctrl-C mid-upload: nothing was kept, but uvicorn logged an ERROR "Exception in
+    # ASGI application" with ClientDisconnect's eighty-line traceback.
+    caplog.set_level(logging.INFO)
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    uploads = tmp_path / "uploads"
+    with serve(tf_platform, tf_store, upload_dir=str(uploads)) as (url, controller):
+        key = create_key(controller.store, tenant="kim")[1]
+        parts = urlsplit(url)
+        with socket.create_connection((parts.hostname, parts.port)) as cut:
+            cut.sendall(
+                f"PUT /v1/datasets/cut HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n".encode()
+                + data[: len(data) // 2]
+            )
+            eventually(lambda: any(uploads.rglob("*")), what="the upload under way")
+        eventually(
+            lambda: "upload 'cut' of tenant kim stopped: its client went away" in caplog.text,
+            what="the upload's end logged",
+        )
+        with client((url, controller), key) as kim:
+            listed = kim.get("/v1/datasets").json()
+
+    assert listed == []
+    assert [p for p in uploads.rglob("*") if p.is_file()] == []  # no partial file
+    assert "Exception in ASGI application" not in capfd.readouterr().err  # uvicorn's own log
 
 
 def test_a_job_larger_than_its_tenants_memory_quota_is_refused(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import logging
+from typing import Annotated, Final
 
 import anyio
-from fastapi import APIRouter, Path, Request, status
+from fastapi import APIRouter, HTTPException, Path, Request, status
+from starlette.requests import ClientDisconnect
 
 from faasdl.controller.auth import caller_id
 from faasdl.controller.datasets import (
@@ -16,6 +18,12 @@ from faasdl.controller.datasets import (
 )
 from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep
 from faasdl.controller.routes import AUTHENTICATED, problems
+
+log = logging.getLogger(__name__)
+
+#: The status an access log shows for an upload whose client went away (nginx's: no client
+#: reads it).
+CLIENT_CLOSED_REQUEST: Final = 499
 
 DatasetName = Annotated[
     str, Path(pattern=DATASET_NAME_PATTERN, description="The data set's name (no extension).")
@@ -51,7 +59,13 @@ def router(*, max_upload_bytes: int) -> APIRouter:
         ``y_test``, no pickled objects), then kept as ``<name>.npz``: jobs name it as
         ``{"name": "npz", "path": "<name>.npz"}``. A refused upload leaves nothing behind."""
         limits.uploads.take(caller_id(principal), "data set uploads")
-        return await store_upload(controller.settings.api, principal.tenant, name, request.stream())
+        try:
+            return await store_upload(
+                controller.settings.api, principal.tenant, name, request.stream()
+            )
+        except ClientDisconnect:  # a user's Ctrl-C: one line, not uvicorn's ASGI traceback
+            log.info("upload %r of tenant %s stopped: its client went away", name, principal.tenant)
+            raise HTTPException(CLIENT_CLOSED_REQUEST, "the client went away") from None
 
     @routes.get("", summary="The caller's uploaded data sets")
     async def list_datasets(
