@@ -13,6 +13,10 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.logging import DefaultFormatter
 
+#: The status an access log shows for a request whose client went away before its body had
+#: arrived (nginx's "client closed request": no client reads it).
+CLIENT_CLOSED_REQUEST = 499
+
 
 def log_to_stderr(level: str) -> None:
     """faasdl's log lines of ``level`` and above on stderr, as uvicorn writes its own (with no

@@ -22,7 +22,7 @@ from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
 from faasdl.platform import messages
 from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec, retries_told
 from faasdl.platform.openwhisk import OpenWhiskPlatform
-from tests.conftest import Served, hung_http_server
+from tests.conftest import Served, eventually, hung_http_server
 from tests.platform import actions
 
 SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
@@ -288,6 +288,33 @@ def test_oversized_body_is_refused_from_its_declared_length(served: Served, api:
     # Assert
     assert reply.startswith("HTTP/1.1 413")
     assert "larger than allowed: 50000000 > 1048576 bytes." in reply
+
+
+def test_a_request_whose_client_goes_away_mid_body_is_one_log_line(
+    served: Served,
+    api: Api,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # uvicorn logged an ERROR "Exception in ASGI application" with ClientDisconnect's traceback.
+    caplog.set_level(logging.INFO, logger="faasdl.platform.local.server")
+    host, port = served.url.removeprefix("http://").split(":")
+    token = base64.b64encode(served.server_settings.auth.get_secret_value().encode()).decode()
+    request = (
+        "PUT /api/v1/namespaces/_/actions/cut HTTP/1.1\r\n"
+        f"Host: {host}\r\nAuthorization: Basic {token}\r\n"
+        'Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"exec": {"code": "'
+    )
+
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request.encode() + b"x" * 1000)
+    eventually(
+        lambda: "PUT /api/v1/namespaces/_/actions/cut stopped: its client went away" in caplog.text,
+        what="the request's end logged",
+    )
+
+    assert "Exception in ASGI application" not in capfd.readouterr().err
+    assert api.session.get(f"{api.base}/actions/cut").status_code == 404  # nothing made
 
 
 @pytest.mark.parametrize(

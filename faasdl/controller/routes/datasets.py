@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Final
+from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, HTTPException, Path, Request, status
@@ -18,12 +18,9 @@ from faasdl.controller.datasets import (
 )
 from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep
 from faasdl.controller.routes import AUTHENTICATED, problems
+from faasdl.serving import CLIENT_CLOSED_REQUEST
 
 log = logging.getLogger(__name__)
-
-#: The status an access log shows for an upload whose client went away (nginx's: no client
-#: reads it).
-CLIENT_CLOSED_REQUEST: Final = 499
 
 DatasetName = Annotated[
     str, Path(pattern=DATASET_NAME_PATTERN, description="The data set's name (no extension).")

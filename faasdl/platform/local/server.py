@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import logging
 import re
 import secrets
 import uuid
@@ -23,6 +24,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from faasdl import __version__
@@ -36,7 +38,7 @@ from faasdl.errors import (
 from faasdl.platform import messages
 from faasdl.platform.base import Action, ActionSpec, Activation, StatusCode, parse_json
 from faasdl.platform.local.embedded import LocalPlatform, decode_code
-from faasdl.serving import AppThread
+from faasdl.serving import CLIENT_CLOSED_REQUEST, AppThread
 
 API = "/api/v1"
 LIST_MAX = 200
@@ -45,6 +47,9 @@ LIST_MAX = 200
 UNSERVED = re.compile(
     rf"^{API}/(?:namespaces/[^/]+/(?P<collection>packages|triggers|rules)|web)(?:/|$)"
 )
+
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -215,10 +220,14 @@ def create_app(
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ApiError(413, messages.entity_too_big("Request entity", int(declared), limit))
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise ApiError(413, messages.entity_too_big("Request entity", len(body), limit))
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise ApiError(413, messages.entity_too_big("Request entity", len(body), limit))
+        except ClientDisconnect:  # one line, not uvicorn's ASGI traceback
+            log.info("%s %s stopped: its client went away", request.method, request.url.path)
+            raise ApiError(CLIENT_CLOSED_REQUEST, "the client went away") from None
         if not body.strip():
             return None
         try:
