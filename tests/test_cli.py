@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import inspect
 import io
 import json
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -529,6 +531,68 @@ def test_a_job_file_s_date_and_exponent_are_read_as_json_reads_them(tmp_path: Pa
     # Past the job's checks (a date was no name, before), as far as the controller.
     assert result.exit_code == 2
     assert "the controller at http://127.0.0.1:9 is unreachable" in " ".join(result.output.split())
+
+
+PAGE_BYTES = 557
+
+
+@contextmanager
+def web_server() -> Iterator[str]:
+    """A web server that is not the controller (its URL): a GET of /v1/jobs answers an HTML page,
+    every other GET a 404 page, every POST a proxy's 502 page."""
+    page = b"<!DOCTYPE html><html><body><h1>Welcome</h1>" + b"<p>...</p>" * 50 + b"</body></html>"
+    assert len(page) == PAGE_BYTES
+
+    class Web(http.server.BaseHTTPRequestHandler):
+        def answer(self, status: int) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def do_GET(self) -> None:
+            self.answer(200 if self.path.partition("?")[0] == "/v1/jobs" else 404)
+
+        def do_POST(self) -> None:
+            self.answer(502)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Web)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_url_that_answers_web_pages_is_told_not_the_controller_s(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: mlp\ndataset: {name: digits}\n")
+    with web_server() as url:
+        listed = runner.invoke(app, ["jobs", "--url", url])
+        status = runner.invoke(app, ["status", "0123456789abcdef", "--url", url])
+        submitted = runner.invoke(app, ["submit", str(spec), "--url", url])
+
+    # A page for a list ended in requests' JSONDecodeError (a traceback); a 404 page was "no
+    # job"; a proxy's 502 page was printed whole.
+    said = [" ".join(r.output.split()) for r in (listed, status, submitted)]
+    assert all(r.exit_code == 2 for r in (listed, status, submitted)), said
+    assert listed.exception is None or isinstance(listed.exception, SystemExit)
+    assert (
+        f"{url} answered GET /v1/jobs with {PAGE_BYTES} bytes of text/html, not the controller's "
+        "JSON: is it the controller's URL?" in said[0]
+    )
+    assert (
+        f"HTTP 404 from {url}, not the controller's answer ({PAGE_BYTES} bytes of text/html): is "
+        "it the controller's URL, or a proxy before it failing?" in said[1]
+    )
+    assert f"HTTP 502 from {url}, not the controller's answer ({PAGE_BYTES} bytes" in said[2]
+    assert "no job" not in said[1]
+    assert "Welcome" not in said[2]
 
 
 def test_an_unreachable_controller_is_one_clear_line() -> None:

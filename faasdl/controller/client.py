@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO
+from urllib.parse import urlsplit
 
 import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
@@ -96,12 +97,12 @@ class ControllerClient:
 
             check_idempotency_key(idempotency_key)
             headers["Idempotency-Key"] = idempotency_key
-        found: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers).json()
+        found: dict[str, Any] = self._answer("POST", "/v1/jobs", json=spec, headers=headers)
         return found
 
     def estimate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The plan the controller would run the job with; nothing runs."""
-        found: dict[str, Any] = self._call("POST", "/v1/estimate", json=spec).json()
+        found: dict[str, Any] = self._answer("POST", "/v1/estimate", json=spec)
         return found
 
     def jobs(self, **filters: str | int | None) -> tuple[list[dict[str, Any]], str | None]:
@@ -109,7 +110,7 @@ class ControllerClient:
         last job's id when there are more: the next page's ``before``."""
         params = {k: v for k, v in filters.items() if v is not None}
         response = self._call("GET", "/v1/jobs", params=params)
-        found: list[dict[str, Any]] = response.json()
+        found: list[dict[str, Any]] = _parsed(response, self.url)
         more = "next" in response.links and bool(found)
         return found, found[-1]["job_id"] if more else None
 
@@ -119,9 +120,9 @@ class ControllerClient:
         """The job's view, with its rounds from round ``round_from`` on; ``timeout_s`` (default:
         the client's) bounds each wait for the controller (a watch's reads take less than a
         model's download may)."""
-        found: dict[str, Any] = self._call(
+        found: dict[str, Any] = self._answer(
             "GET", f"/v1/jobs/{job_id}", timeout=timeout_s, params={"round_from": round_from}
-        ).json()
+        )
         return found
 
     def wait(
@@ -154,7 +155,7 @@ class ControllerClient:
         return retrying(self.job, job_id, round_from=round_from)
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        found: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}").json()
+        found: dict[str, Any] = self._answer("DELETE", f"/v1/jobs/{job_id}")
         return found
 
     def delete(self, job_id: str) -> None:
@@ -164,13 +165,13 @@ class ControllerClient:
 
     def finish(self, job_id: str) -> dict[str, Any]:
         """End the running job now, done, with its last finished round's model; its view."""
-        found: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/finish").json()
+        found: dict[str, Any] = self._answer("POST", f"/v1/jobs/{job_id}/finish")
         return found
 
     def ledger(self, job_id: str, round_from: int = 0) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._call(
+        found: list[dict[str, Any]] = self._answer(
             "GET", f"/v1/jobs/{job_id}/ledger", params={"round_from": round_from}
-        ).json()
+        )
         return found
 
     def model(self, job_id: str) -> bytes:
@@ -211,12 +212,12 @@ class ControllerClient:
         if isinstance(data, (str, os.PathLike)):
             with Path(data).open("rb") as opened:
                 return self.upload_dataset(name, opened)
-        found: dict[str, Any] = self._call(
+        found: dict[str, Any] = self._answer(
             "PUT",
             f"/v1/datasets/{name}",
             data=data,
             headers={"Content-Type": "application/octet-stream"},
-        ).json()
+        )
         return found
 
     def upload_arrays(
@@ -238,11 +239,15 @@ class ControllerClient:
             return self.upload_dataset(name, npz)
 
     def datasets(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._call("GET", "/v1/datasets").json()
+        found: list[dict[str, Any]] = self._answer("GET", "/v1/datasets")
         return found
 
     def delete_dataset(self, name: str) -> None:
         self._call("DELETE", f"/v1/datasets/{name}")
+
+    def _answer(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The JSON of the controller's answer to the request (see :func:`_parsed`)."""
+        return _parsed(self._call(method, path, **kwargs), self.url)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         kwargs["timeout"] = kwargs.get("timeout") or self.timeout_s
@@ -264,11 +269,51 @@ class ControllerClient:
         raise _error(response, path, self.url)
 
 
+def _parsed(response: requests.Response, url: str) -> Any:
+    """The JSON of a successful answer; ``FaasdlError`` where it is not JSON (a web server or a
+    proxy's page at ``url``: ``requests`` raised its ``JSONDecodeError``, a traceback)."""
+    try:
+        return response.json()
+    except ValueError:
+        raise FaasdlError(
+            f"{url} answered {response.request.method} {urlsplit(response.url).path} with "
+            f"{_body_said(response)}, not the controller's JSON: is it the controller's URL?"
+        ) from None
+
+
+def _body_said(response: requests.Response) -> str:
+    """A body that is not the controller's JSON, by its size and type (a proxy's HTML page was
+    printed whole)."""
+    kind = response.headers.get("content-type", "no content type").partition(";")[0]
+    return f"{len(response.content):,} bytes of {kind}"
+
+
+def _line(response: requests.Response) -> str | None:
+    """The body, where it is one short line of text: what the controller's server says itself,
+    not its API ("Content Too Large" past a body limit, uvicorn's "Invalid HTTP request
+    received.")."""
+    text = response.text.strip()
+    return text if 0 < len(text) <= 200 and "\n" not in text and text[0] != "<" else None
+
+
 def _error(response: requests.Response, path: str, url: str) -> FaasdlError:
     try:
-        detail = response.json().get("detail")
+        body = response.json()
     except ValueError:
-        detail = response.text
+        body = None
+    if isinstance(body, dict) and "detail" in body:  # every error of the controller's API has
+        detail = body["detail"]
+    elif (line := _line(response)) is not None:
+        detail = line
+    else:
+        said = (
+            f"HTTP {response.status_code} from {url}, not the controller's answer "
+            f"({_body_said(response)}): is it the controller's URL, or a proxy before it failing?"
+        )
+        unavailable = response.status_code in (502, 503, 504)  # down for now: a proxy before it
+        found = PlatformUnavailable(said) if unavailable else FaasdlError(said)
+        found.status_code = response.status_code
+        return found
     if isinstance(detail, list):  # FastAPI's schema errors: one per field
         detail = "; ".join(
             f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail
