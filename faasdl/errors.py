@@ -60,10 +60,19 @@ def reason(exc: BaseException) -> str:
     retries exceeded with url: … (Caused by NewConnectionError(…))" around the socket's
     "[Errno 111] Connection refused", which is what a user needs.)"""
     inner, seen = exc, {id(exc)}
-    while (below := inner.__cause__ or inner.__context__) is not None and id(below) not in seen:
+    while (below := _below(inner)) is not None and id(below) not in seen:
         inner = below
         seen.add(id(inner))
     return str(inner) or type(inner).__name__
+
+
+def _below(exc: BaseException) -> BaseException | None:
+    """The exception ``exc`` was raised from, or while handling, unless it was raised ``from
+    None``: json's "Expecting value" is, over the ``StopIteration(0)`` its scanner caught, and
+    its reason read "0"."""
+    if exc.__cause__ is not None:
+        return exc.__cause__
+    return None if exc.__suppress_context__ else exc.__context__
 
 
 def lone_surrogate(text: str) -> str | None:

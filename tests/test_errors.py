@@ -4,6 +4,9 @@ that draws every class."""
 from __future__ import annotations
 
 import inspect
+import json
+
+import pytest
 
 import faasdl.errors as errors
 
@@ -60,3 +63,21 @@ def test_text_that_is_no_unicode_is_found_by_its_place_however_deep() -> None:
     assert errors.not_unicode(cyclic) is None
     cyclic.append("\ud800")
     assert errors.not_unicode(cyclic) == ("2", "a lone surrogate, '\\ud800' at 0")
+
+
+def _wrapped() -> None:
+    try:
+        raise OSError(111, "Connection refused")
+    except OSError as refused:
+        raise RuntimeError("wrapped") from refused
+
+
+def test_a_reason_is_the_innermost_exception_not_what_was_raised_from_none() -> None:
+    with pytest.raises(json.JSONDecodeError) as not_json:
+        json.loads("<html>")
+    with pytest.raises(RuntimeError) as wrapped:
+        _wrapped()
+
+    # json raises its error from None over its scanner's StopIteration(0): the reason read "0".
+    assert errors.reason(not_json.value) == "Expecting value: line 1 column 1 (char 0)"
+    assert errors.reason(wrapped.value) == "[Errno 111] Connection refused"
