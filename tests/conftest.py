@@ -111,6 +111,43 @@ def hung_http_server(
         server.server_close()
 
 
+#: The size of :func:`web_server`'s pages.
+PAGE_BYTES = 557
+
+
+@contextlib.contextmanager
+def web_server() -> Iterator[str]:
+    """A web server that is neither the controller nor OpenWhisk (its URL): a GET of / or
+    /v1/jobs answers an HTML page, every other GET a 404 page, every POST a proxy's 502 page."""
+    page = b"<!DOCTYPE html><html><body><h1>Welcome</h1>" + b"<p>...</p>" * 50 + b"</body></html>"
+    assert len(page) == PAGE_BYTES
+
+    class Web(http.server.BaseHTTPRequestHandler):
+        def answer(self, status: int) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def do_GET(self) -> None:
+            self.answer(200 if self.path.partition("?")[0] in ("/", "/v1/jobs") else 404)
+
+        def do_POST(self) -> None:
+            self.answer(502)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Web)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 DEFAULTS: dict[str, Any] = {"pool_memory_mb": 2048, "memory_max_mb": 1024}
 
 

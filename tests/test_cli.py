@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import http.server
 import inspect
 import io
 import json
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from faasdl.config import StoreSettings
 from faasdl.controller.client import ControllerClient
 from faasdl.errors import PlatformUnavailable
 from faasdl.store import make_store
-from tests.conftest import Served
+from tests.conftest import PAGE_BYTES, Served, web_server
 
 runner = CliRunner()
 
@@ -531,42 +529,6 @@ def test_a_job_file_s_date_and_exponent_are_read_as_json_reads_them(tmp_path: Pa
     # Past the job's checks (a date was no name, before), as far as the controller.
     assert result.exit_code == 2
     assert "the controller at http://127.0.0.1:9 is unreachable" in " ".join(result.output.split())
-
-
-PAGE_BYTES = 557
-
-
-@contextmanager
-def web_server() -> Iterator[str]:
-    """A web server that is not the controller (its URL): a GET of /v1/jobs answers an HTML page,
-    every other GET a 404 page, every POST a proxy's 502 page."""
-    page = b"<!DOCTYPE html><html><body><h1>Welcome</h1>" + b"<p>...</p>" * 50 + b"</body></html>"
-    assert len(page) == PAGE_BYTES
-
-    class Web(http.server.BaseHTTPRequestHandler):
-        def answer(self, status: int) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def do_GET(self) -> None:
-            self.answer(200 if self.path.partition("?")[0] == "/v1/jobs" else 404)
-
-        def do_POST(self) -> None:
-            self.answer(502)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Web)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_url_that_answers_web_pages_is_told_not_the_controller_s(tmp_path: Path) -> None:

@@ -213,12 +213,21 @@ class OpenWhiskPlatform(Platform):
                 self.settings.api_host.rstrip("/") + "/", timeout=self.settings.request_timeout_s
             )
             response.raise_for_status()
-            info = response.json()
-        except (requests.RequestException, ValueError) as exc:
+        except requests.RequestException as exc:
             raise PlatformUnavailable(
                 f"cannot read OpenWhisk's limits from {self.settings.api_host}/: "
                 f"{self._failure(exc, self.settings.request_timeout_s)}"
             ) from exc
+        try:
+            info = response.json()
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):  # a web server's page: not asked again (it was, ~90 s)
+            kind = response.headers.get("content-type", "no content type").partition(";")[0]
+            raise PlatformError(
+                f"{self.settings.api_host}/ answered {len(response.content):,} bytes of {kind}, "
+                "not OpenWhisk's JSON: is FAASDL_OPENWHISK__API_HOST OpenWhisk's API?"
+            )
         limits = info.get("limits") or {}
         runtimes = info.get("runtimes") or {}
         kinds = [r["kind"] for family in runtimes.values() for r in family if "kind" in r]

@@ -18,11 +18,11 @@ import requests
 
 from faasdl.actions import TRAIN, action_code, deploy_variant
 from faasdl.config import OpenWhiskSettings
-from faasdl.errors import AuthenticationFailed, PlatformUnavailable, Throttled
+from faasdl.errors import AuthenticationFailed, PlatformError, PlatformUnavailable, Throttled
 from faasdl.platform import messages
 from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec, retries_told
 from faasdl.platform.openwhisk import OpenWhiskPlatform
-from tests.conftest import Served, eventually, hung_http_server
+from tests.conftest import PAGE_BYTES, Served, eventually, hung_http_server, web_server
 from tests.platform import actions
 
 SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
@@ -531,6 +531,24 @@ def test_client_names_its_timeout_when_the_platform_does_not_answer() -> None:
         f"cannot read OpenWhisk's limits from {url}/: "
         "no answer in 0.2 s (FAASDL_OPENWHISK__REQUEST_TIMEOUT_S)"
     )
+
+
+def test_an_api_host_that_answers_a_web_page_is_told_and_not_asked_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It was "cannot read OpenWhisk's limits from …: 0" (json's error's reason), asked again
+    # for ~90 s as an outage.
+    with web_server() as url:
+        client = OpenWhiskPlatform(settings=OpenWhiskSettings(api_host=url))
+        with caplog.at_level(logging.WARNING), pytest.raises(PlatformError) as raised:
+            client.open()
+
+    assert not isinstance(raised.value, PlatformUnavailable)
+    assert str(raised.value) == (
+        f"{url}/ answered {PAGE_BYTES} bytes of text/html, not OpenWhisk's JSON: is "
+        "FAASDL_OPENWHISK__API_HOST OpenWhisk's API?"
+    )
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
 
 
 def test_a_ping_of_a_platform_that_does_not_answer_ends_within_the_probes_timeout() -> None:
