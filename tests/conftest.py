@@ -101,14 +101,11 @@ def hung_http_server(
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hung)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        released.set()
-        server.shutdown()
-        server.server_close()
+    with _serving(Hung) as url:
+        try:
+            yield url
+        finally:
+            released.set()  # before the server's shutdown, which waits for held requests
 
 
 #: The size of :func:`web_server`'s pages.
@@ -139,7 +136,14 @@ def web_server() -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Web)
+    with _serving(Web) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler``'s HTTP server on loopback, in a thread: its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -268,21 +268,30 @@ def _read_response(sock: socket.socket) -> str:
     return (head + b"\r\n\r\n" + body).decode()
 
 
+def _address(served: Served) -> tuple[str, int]:
+    host, _, port = served.url.removeprefix("http://").partition(":")
+    return host, int(port)
+
+
+def _head(served: Served, request_line: str, length: int) -> bytes:
+    """An authorized JSON request's line and headers, declaring a body of ``length`` bytes."""
+    token = base64.b64encode(served.server_settings.auth.get_secret_value().encode()).decode()
+    return (
+        f"{request_line} HTTP/1.1\r\nHost: {_address(served)[0]}\r\n"
+        f"Authorization: Basic {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
 def test_oversized_body_is_refused_from_its_declared_length(served: Served, api: Api) -> None:
     # Prepare: declare a body far over the limit but send none of it: the server must answer
     # from the header, without waiting to read the body.
     api.put_action("echo", python_action())
-    host, port = served.url.removeprefix("http://").split(":")
-    token = base64.b64encode(served.server_settings.auth.get_secret_value().encode()).decode()
-    request = (
-        "POST /api/v1/namespaces/_/actions/echo HTTP/1.1\r\n"
-        f"Host: {host}\r\nAuthorization: Basic {token}\r\n"
-        "Content-Type: application/json\r\nContent-Length: 50000000\r\n\r\n"
-    )
+    request = _head(served, "POST /api/v1/namespaces/_/actions/echo", 50_000_000)
 
     # Execute
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(request.encode())
+    with socket.create_connection(_address(served), timeout=10) as sock:
+        sock.sendall(request)
         reply = _read_response(sock)
 
     # Assert
@@ -298,16 +307,10 @@ def test_a_request_whose_client_goes_away_mid_body_is_one_log_line(
 ) -> None:
     # uvicorn logged an ERROR "Exception in ASGI application" with ClientDisconnect's traceback.
     caplog.set_level(logging.INFO, logger="faasdl.platform.local.server")
-    host, port = served.url.removeprefix("http://").split(":")
-    token = base64.b64encode(served.server_settings.auth.get_secret_value().encode()).decode()
-    request = (
-        "PUT /api/v1/namespaces/_/actions/cut HTTP/1.1\r\n"
-        f"Host: {host}\r\nAuthorization: Basic {token}\r\n"
-        'Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"exec": {"code": "'
-    )
+    request = _head(served, "PUT /api/v1/namespaces/_/actions/cut", 5000)
 
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(request.encode() + b"x" * 1000)
+    with socket.create_connection(_address(served), timeout=10) as sock:
+        sock.sendall(request + b'{"exec": {"code": "' + b"x" * 1000)
     eventually(
         lambda: "PUT /api/v1/namespaces/_/actions/cut stopped: its client went away" in caplog.text,
         what="the request's end logged",
