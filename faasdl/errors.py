@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import requests
     from pydantic import BaseModel
     from pydantic import ValidationError as PydanticValidationError
 
@@ -64,6 +65,13 @@ def reason(exc: BaseException) -> str:
         inner = below
         seen.add(id(inner))
     return str(inner) or type(inner).__name__
+
+
+def body_said(response: requests.Response) -> str:
+    """A body that is not the JSON its client expected (a web server's or a proxy's page), by
+    its size and type, not printed whole."""
+    kind = response.headers.get("content-type", "no content type").partition(";")[0]
+    return f"{len(response.content):,} bytes of {kind}"
 
 
 def _below(exc: BaseException) -> BaseException | None:

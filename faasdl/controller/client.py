@@ -32,6 +32,7 @@ from faasdl.errors import (
     PlatformUnavailable,
     Unauthenticated,
     ValidationError,
+    body_said,
     check_unicode,
     reason,
 )
@@ -277,15 +278,8 @@ def _parsed(response: requests.Response, url: str) -> Any:
     except ValueError:
         raise FaasdlError(
             f"{url} answered {response.request.method} {urlsplit(response.url).path} with "
-            f"{_body_said(response)}, not the controller's JSON: is it the controller's URL?"
+            f"{body_said(response)}, not the controller's JSON: is it the controller's URL?"
         ) from None
-
-
-def _body_said(response: requests.Response) -> str:
-    """A body that is not the controller's JSON, by its size and type (a proxy's HTML page was
-    printed whole)."""
-    kind = response.headers.get("content-type", "no content type").partition(";")[0]
-    return f"{len(response.content):,} bytes of {kind}"
 
 
 def _line(response: requests.Response) -> str | None:
@@ -308,7 +302,7 @@ def _error(response: requests.Response, path: str, url: str) -> FaasdlError:
     else:
         said = (
             f"HTTP {response.status_code} from {url}, not the controller's answer "
-            f"({_body_said(response)}): is it the controller's URL, or a proxy before it failing?"
+            f"({body_said(response)}): is it the controller's URL, or a proxy before it failing?"
         )
         unavailable = response.status_code in (502, 503, 504)  # down for now: a proxy before it
         found = PlatformUnavailable(said) if unavailable else FaasdlError(said)

@@ -39,6 +39,7 @@ from faasdl.errors import (
     PlatformUnavailable,
     Throttled,
     Unsupported,
+    body_said,
     reason,
 )
 from faasdl.platform.base import (
@@ -223,10 +224,9 @@ class OpenWhiskPlatform(Platform):
         except ValueError:
             info = None
         if not isinstance(info, dict):  # a web server's page: not asked again (it was, ~90 s)
-            kind = response.headers.get("content-type", "no content type").partition(";")[0]
             raise PlatformError(
-                f"{self.settings.api_host}/ answered {len(response.content):,} bytes of {kind}, "
-                "not OpenWhisk's JSON: is FAASDL_OPENWHISK__API_HOST OpenWhisk's API?"
+                f"{self.settings.api_host}/ answered {body_said(response)}, not OpenWhisk's "
+                "JSON: is FAASDL_OPENWHISK__API_HOST OpenWhisk's API?"
             )
         limits = info.get("limits") or {}
         runtimes = info.get("runtimes") or {}
