@@ -1816,11 +1816,10 @@ def experiment(
             result = COMPARISONS[name](size, console, param or [], passes or 1)
         else:
             result = EXPERIMENTS[name](size, console, params=param or [])
-    except FaasdlError as exc:
+    except BaseException as exc:  # a failure, or Ctrl-C: the folders made for the report go
         report.unmake(made)
-        fail(str(exc))
-    except BaseException:  # Ctrl-C: the folders made for the report go too
-        report.unmake(made)
+        if isinstance(exc, FaasdlError):
+            fail(str(exc))
         raise
     written = report.write(result, directory)
     for finding in result.findings:
