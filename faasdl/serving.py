@@ -9,8 +9,9 @@ import threading
 import time
 from types import FrameType
 
+import anyio
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.logging import DefaultFormatter
 
 #: The status an access log shows for a request whose client went away before its body had
@@ -26,6 +27,71 @@ def log_to_stderr(level: str) -> None:
     logger = logging.getLogger("faasdl")
     logger.addHandler(handler)
     logger.setLevel(level.upper())
+
+
+#: How long, and for how many bytes, a server reads on of a body it has answered before its end,
+#: before it closes the connection: closed with data unread, a connection is reset, and an answer
+#: not yet read by the client can go with it (a lingering close, as Apache and nginx make).
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 2**20
+
+
+class CloseUnread:
+    """ASGI middleware: an answer to a request whose body has not been read to its end (refused
+    over a limit, or before it was read: a bad key, a rate limit) says ``Connection: close``,
+    then the server reads on and drops what more comes, up to :data:`LINGER_S` and
+    :data:`LINGER_BYTES`, before it ends the answer and uvicorn closes the connection. Kept alive,
+    the connection had the server read the rest of the body to find the next request: a client
+    that sends all of its body before it reads an answer (requests does) sent a 10 GiB file on
+    after a 413 at its first MiB, and one whose body has no end (``faasdl datasets upload
+    /dev/zero``, chunked) never stopped. Closed, the client's next send fails, and it reads the
+    answer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        unread = b"transfer-encoding" in headers or headers.get(b"content-length", b"0") != b"0"
+        closing = False
+
+        async def receiving() -> Message:
+            nonlocal unread
+            message = await receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                unread = False
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal closing
+            if message["type"] == "http.response.start" and unread:
+                closing = True
+                closed = [*message.get("headers", []), (b"connection", b"close")]
+                message = {**message, "headers": closed}
+            elif (
+                closing and message["type"] == "http.response.body" and not message.get("more_body")
+            ):
+                await send({**message, "more_body": True})
+                await _linger(receive)
+                message = {"type": "http.response.body", "body": b""}
+            await send(message)
+
+        await self.app(scope, receiving, sending)
+
+
+async def _linger(receive: Receive) -> None:
+    """Read and drop the rest of a request's body, until it ends or the client goes away, for
+    :data:`LINGER_S` and :data:`LINGER_BYTES` at most."""
+    taken = 0
+    with anyio.move_on_after(LINGER_S):
+        while taken < LINGER_BYTES:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+            taken += len(message.get("body", b""))
 
 
 class AppThread:

@@ -25,6 +25,7 @@ from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
 from faasdl.platform.local.server import ServerThread
 from faasdl.platform.openwhisk import OpenWhiskPlatform
+from faasdl.serving import LINGER_BYTES
 from faasdl.store import StateStore, make_store
 
 PlatformFactory = Callable[..., Platform]
@@ -106,6 +107,22 @@ def hung_http_server(
             yield url
         finally:
             released.set()  # before the server's shutdown, which waits for held requests
+
+
+class Endless:
+    """A request body with no length (sent chunked) and no end, as ``requests`` sends an
+    iterable: whole before it reads the answer. ``sent`` counts the bytes taken from it; it ends
+    at ``limit``, so that a server that reads on ends the test instead of hanging it."""
+
+    def __init__(self, limit: int = 4 * LINGER_BYTES) -> None:
+        self.limit = limit
+        self.sent = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        chunk = bytes(65536)
+        while self.sent < self.limit:
+            self.sent += len(chunk)
+            yield chunk
 
 
 #: The size of :func:`web_server`'s pages.

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 import numpy as np
 import pytest
+import requests
 from typer.testing import CliRunner
 
 from faasdl.cli import app as cli
@@ -33,10 +34,10 @@ from faasdl.controller.auth import LOCAL, Principal, VouchedKeys, create_key, re
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
 from faasdl.platform.local import LocalPlatform
-from faasdl.serving import AppThread
+from faasdl.serving import LINGER_BYTES, AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.redis_server import RedisServer
-from tests.conftest import eventually
+from tests.conftest import Endless, eventually
 
 pytestmark = pytest.mark.tensorflow
 
@@ -485,6 +486,38 @@ def test_an_oversized_body_is_refused_before_it_is_read_whole(
 
     assert announced.startswith(b"HTTP/1.1 413"), announced[:200]
     assert streamed.startswith(b"HTTP/1.1 413"), streamed[:200]
+
+
+def test_a_body_refused_before_its_end_is_not_read_on(
+    api: tuple[str, Controller], keys: dict[str, str]
+) -> None:
+    # requests sends a body whole before it reads the answer: kept alive, the connection had
+    # the server read the rest after its refusal (`faasdl datasets upload /dev/zero`: for ever).
+    url, alice = api[0], {"Authorization": f"Bearer {keys['a']}"}
+    over, stranger, job = Endless(), Endless(), Endless()
+
+    too_big = requests.put(f"{url}/v1/datasets/zeros", data=over, headers=alice, timeout=60)
+    unknown = requests.put(
+        f"{url}/v1/datasets/zeros",
+        data=stranger,
+        headers={"Authorization": f"Bearer {keys['a']}x"},
+        timeout=60,
+    )
+    too_long = requests.post(
+        f"{url}/v1/jobs",
+        data=job,
+        headers={**alice, "Content-Type": "application/json"},
+        timeout=60,
+    )
+    read_whole = requests.post(f"{url}/v1/jobs", json={**MLP, "epochs": 0}, headers=alice)
+
+    assert (too_big.status_code, unknown.status_code, too_long.status_code) == (413, 401, 413)
+    for body in (over, stranger, job):
+        assert body.sent < LINGER_BYTES + 16 * 2**20, body.sent  # read on after the answer
+    assert too_big.headers["connection"] == "close"
+    # An answer to a body read to its end keeps the connection.
+    assert read_whole.status_code == 422
+    assert "connection" not in read_whole.headers
 
 
 def test_secrets_appear_in_no_log_and_no_answer(

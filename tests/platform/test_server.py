@@ -22,7 +22,8 @@ from faasdl.errors import AuthenticationFailed, PlatformError, PlatformUnavailab
 from faasdl.platform import messages
 from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec, retries_told
 from faasdl.platform.openwhisk import OpenWhiskPlatform
-from tests.conftest import PAGE_BYTES, Served, eventually, hung_http_server, web_server
+from faasdl.serving import LINGER_BYTES
+from tests.conftest import PAGE_BYTES, Endless, Served, eventually, hung_http_server, web_server
 from tests.platform import actions
 
 SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
@@ -297,6 +298,30 @@ def test_oversized_body_is_refused_from_its_declared_length(served: Served, api:
     # Assert
     assert reply.startswith("HTTP/1.1 413")
     assert "larger than allowed: 50000000 > 1048576 bytes." in reply
+
+
+def test_a_body_refused_before_its_end_is_not_read_on(api: Api) -> None:
+    # requests sends a body whole before it reads the answer: kept alive, the connection had
+    # the server read the rest of an endless one after its refusal, for ever.
+    api.put_action("echo", python_action())
+    payload, stranger = Endless(), Endless()
+    json_type = {"Content-Type": "application/json"}
+
+    too_big = api.session.post(
+        f"{api.base}/actions/echo", data=payload, headers=json_type, timeout=60
+    )
+    unknown = requests.post(
+        f"{api.base}/actions/echo",
+        data=stranger,
+        headers=json_type,
+        auth=("nobody", "nothing"),
+        timeout=60,
+    )
+
+    assert (too_big.status_code, unknown.status_code) == (413, 401)
+    for body in (payload, stranger):
+        assert body.sent < LINGER_BYTES + 16 * 2**20, body.sent  # read on after the answer
+    assert too_big.headers["connection"] == "close"
 
 
 def test_a_request_whose_client_goes_away_mid_body_is_one_log_line(

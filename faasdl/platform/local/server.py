@@ -38,7 +38,7 @@ from faasdl.errors import (
 from faasdl.platform import messages
 from faasdl.platform.base import Action, ActionSpec, Activation, StatusCode, parse_json
 from faasdl.platform.local.embedded import LocalPlatform, decode_code
-from faasdl.serving import CLIENT_CLOSED_REQUEST, AppThread
+from faasdl.serving import CLIENT_CLOSED_REQUEST, AppThread, CloseUnread
 
 API = "/api/v1"
 LIST_MAX = 200
@@ -139,6 +139,7 @@ def create_app(
         description="OpenWhisk REST API v1 (actions and activations) over the embedded platform.",
         lifespan=lifespan,
     )
+    app.add_middleware(CloseUnread)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
