@@ -711,10 +711,13 @@ def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
     try:
         if str(path) == "-":
             path = Path("<stdin>")  # as the errors name it
-            text = sys.stdin.buffer.read().decode("utf-8")
+            raw = sys.stdin.buffer.read(jobfile.MAX_BYTES + 1)
         else:
-            text = path.read_text(encoding="utf-8")
-        loaded = jobfile.load(text)
+            with path.open("rb") as opened:
+                raw = opened.read(jobfile.MAX_BYTES + 1)
+        if len(raw) > jobfile.MAX_BYTES:
+            fail(f"{given_as}: {path} holds over {jobfile.MAX_BYTES:,} bytes: a job is a few lines")
+        loaded = jobfile.load(raw.decode("utf-8"))
     except OSError as exc:
         fail(f"{given_as}: cannot read {path}: {exc.strerror}")
     except UnicodeDecodeError as exc:

@@ -22,6 +22,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 #: How deep a job file's lists and mappings may nest (a job's fields go three levels deep).
 MAX_DEPTH: Final = 32
+#: The most a job file may hold, the controller's default body limit (``MAX_BODY_BYTES``), for
+#: what is a few lines: ``faasdl submit /dev/zero`` read until it ran out of memory, and a 67 MB
+#: file took PyYAML 16 s to find no mapping in.
+MAX_BYTES: Final = 1 << 20
 
 _YAML_TAG: Final = "tag:yaml.org,2002:"
 _TIMESTAMP: Final = f"{_YAML_TAG}timestamp"

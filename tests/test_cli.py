@@ -247,6 +247,8 @@ def test_estimate_plans_the_job_file_submit_takes(
         (b"model: mlp\n1: x\n", "line 2, column 1: a field's name is 1, not text (quote it)"),
         (b"model: mlp\nname: " + b"[" * 400 + b"]" * 400 + b"\n", "nested deeper than 32 levels"),
         (b"model: mlp\nepochs: " + b"9" * 5_000 + b"\n", "an integer of more than 4,300 digits"),
+        # A job file is read up to 1 MiB (/dev/zero was read until memory ran out).
+        (b"model: mlp\n#" + b" " * 2**20 + b"\n", "holds over 1,048,576 bytes: a job is a few"),
     ],
     ids=[
         "not-a-mapping",
@@ -265,6 +267,7 @@ def test_estimate_plans_the_job_file_submit_takes(
         "number-as-a-name",
         "too-deep",
         "too-many-digits",
+        "too-long",
     ],
 )
 @pytest.mark.parametrize("command", ["estimate", "submit"])
