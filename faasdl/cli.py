@@ -293,13 +293,12 @@ def platform_manifest(
     if output is None:
         typer.echo(text, nl=False)
         return
-    partial = output.with_name(f".{output.name}.partial")
+    from faasdl.files import written_whole
+
     try:
-        partial.write_text(text, "utf-8")
-        partial.replace(output)  # whole or not at all
+        with written_whole(output) as out:
+            out.write(text.encode())
     except OSError as exc:
-        with contextlib.suppress(OSError):  # never made (a name too long for the file system)
-            partial.unlink()
         fail(f"--output {output}: {exc.strerror or exc}")
     console.print(f"wrote {output}", markup=False)
 

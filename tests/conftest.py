@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -123,6 +124,25 @@ class Endless:
         while self.sent < self.limit:
             self.sent += len(chunk)
             yield chunk
+
+
+@contextlib.contextmanager
+def reading_pipe(path: Path) -> Iterator[tuple[Path, list[bytes]]]:
+    """A named pipe at ``path`` and what a thread reads from it, once the block has ended (its
+    write end opened and closed, so that the reader ends whatever was written)."""
+    os.mkfifo(path)
+    received: list[bytes] = []
+
+    def read() -> None:
+        with path.open("rb") as pipe:
+            received.append(pipe.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    yield path, received
+    with contextlib.suppress(OSError):  # ENXIO: the reader has gone (it opened and read)
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    reader.join(timeout=30)
 
 
 #: The size of :func:`web_server`'s pages.

@@ -36,6 +36,7 @@ from faasdl.errors import (
     check_unicode,
     reason,
 )
+from faasdl.files import written_whole
 
 if TYPE_CHECKING:
     import numpy as np
@@ -196,16 +197,10 @@ class ControllerClient:
 
     def save_model(self, job_id: str, path: str | os.PathLike[str]) -> int:
         """Download the job's model to ``path``, written as it arrives beside it and renamed when
-        whole: never half a file under that name. Returns its size."""
-        path = Path(path)
-        partial = path.with_name(path.name + ".partial")
-        try:
-            with partial.open("wb") as out:  # a place that cannot be written fails first
-                size = self.download_model(job_id, out)
-            partial.replace(path)
-        finally:
-            partial.unlink(missing_ok=True)
-        return size
+        whole (:func:`~faasdl.files.written_whole`; a device or a pipe is written to as it is).
+        Returns its size."""
+        with written_whole(Path(path)) as out:
+            return self.download_model(job_id, out)
 
     def upload_dataset(self, name: str, data: BinaryIO | str | os.PathLike[str]) -> dict[str, Any]:
         """Send an ``.npz`` file (open, or its path) as the data set ``name`` (replacing one of

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -58,7 +59,7 @@ from faasdl.store.records import (
 )
 from faasdl.training.datasets import ONE_DATA_SET, Shard
 from faasdl.training.tensors import unpack
-from tests.conftest import eventually, write_and_die
+from tests.conftest import eventually, reading_pipe, write_and_die
 from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
@@ -1107,12 +1108,18 @@ def test_the_python_client_submits_waits_and_saves_the_model(
         size = client.save_model(job_id, out)
         with pytest.raises(JobNotFound, match="no job '0123456789abcdef'"):
             client.save_model("0123456789abcdef", tmp_path / "none.safetensors")
+        # A pipe (or /dev/null) is written to, not renamed over: /dev/null became the model.
+        with reading_pipe(tmp_path / "pipe") as (pipe, received):
+            piped = client.save_model(job_id, pipe)
 
     assert view["job"]["state"] == "done", view["job"]["error"]
     assert len(view["job"]["rounds"]) == 1
     assert size == out.stat().st_size
     assert len(unpack(out.read_bytes())["w"]) > 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]  # no partial
+    assert piped == size
+    assert received == [out.read_bytes()]
+    assert stat.S_ISFIFO((tmp_path / "pipe").stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors", "pipe"]
 
 
 def test_the_cli_asks_the_controller_for_a_plan_with_url(

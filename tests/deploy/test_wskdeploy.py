@@ -6,6 +6,7 @@ the controller keeps. wskdeploy itself is not run here (no Go toolchain, no Open
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from yamllint import linter
 
 from faasdl.actions import MANIFEST, action_code, variants
 from faasdl.cli import app
-from tests.conftest import Served
+from tests.conftest import Served, reading_pipe
 from tests.deploy.test_chart import LINT, values
 
 ROOT = Path(__file__).parents[2]
@@ -125,6 +126,19 @@ def test_an_output_the_file_system_cannot_name_is_one_line_and_nothing_is_writte
     assert result.exit_code == 2, result.output
     assert "File name too long" in " ".join(result.output.split())
     assert not list(tmp_path.iterdir())
+
+
+def test_an_output_that_is_a_pipe_is_written_not_renamed_over(tmp_path: Path) -> None:
+    # Renamed over, `--output /dev/null` made /dev/null a file holding the manifest.
+    plain = tmp_path / "manifest.yaml"
+    with reading_pipe(tmp_path / "pipe") as (pipe, received):
+        piped = runner.invoke(app, ["platform", "manifest", "--output", str(pipe)])
+    written = runner.invoke(app, ["platform", "manifest", "--output", str(plain)])
+
+    assert piped.exit_code == written.exit_code == 0, piped.output
+    assert received == [plain.read_bytes()]
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.yaml", "pipe"]
 
 
 def test_actions_deployed_as_wskdeploy_does_are_the_ones_the_controller_keeps(
