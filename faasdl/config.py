@@ -30,6 +30,10 @@ GUEST_API_KEY = (
 #: The most of a secret's file read: a key is tens of bytes (a file named by mistake, a log or
 #: ``/dev/zero``, is refused, not read whole).
 SECRET_FILE_BYTES = 64 * 1024
+#: The longest wait, timeout or interval a setting takes (in seconds; its milliseconds for one in
+#: milliseconds): a year is a mistake's length already, and past some 292 years Python cannot wait
+#: at all (``FAASDL_STORE__TIMEOUT_S=1e300`` ended in a socket's ``OverflowError``).
+YEAR_S = 365 * 86_400
 
 
 def read_secret_file(path: Path, field: str) -> SecretStr:
@@ -177,10 +181,14 @@ class LocalPlatformSettings(Section):
     memory_min_mb: int = Field(128, ge=16, description="Smallest action memory limit accepted.")
     memory_max_mb: int = Field(2048, ge=16, description="Largest action memory limit accepted.")
     memory_std_mb: int = Field(256, ge=16, description="Memory limit of an action that names none.")
-    timeout_min_ms: int = Field(100, ge=1, description="Smallest action time limit accepted.")
-    timeout_max_ms: int = Field(300_000, ge=1, description="Largest action time limit accepted.")
+    timeout_min_ms: int = Field(
+        100, ge=1, le=YEAR_S * 1000, description="Smallest action time limit accepted."
+    )
+    timeout_max_ms: int = Field(
+        300_000, ge=1, le=YEAR_S * 1000, description="Largest action time limit accepted."
+    )
     timeout_std_ms: int = Field(
-        60_000, ge=1, description="Time limit of an action that names none."
+        60_000, ge=1, le=YEAR_S * 1000, description="Time limit of an action that names none."
     )
     log_max_mb: int = Field(10, ge=0, description="Largest per-activation log limit accepted.")
     images: list[str] = Field(
@@ -199,14 +207,16 @@ class LocalPlatformSettings(Section):
     )
     code_max_bytes: int = Field(48 * 1_048_576, ge=1024, description="Largest action code.")
     idle_timeout_s: float = Field(
-        600.0, gt=0, description="Idle warm containers are evicted after."
+        600.0, gt=0, le=YEAR_S, description="Idle warm containers are evicted after."
     )
     memory_enforcement: Literal["auto", "cgroup", "watchdog"] = Field(
         "auto",
         description="How memory limits are enforced: a memory cgroup per container, an RSS "
         "watchdog, or 'auto' (cgroup where writable, else the watchdog).",
     )
-    watchdog_interval_ms: int = Field(25, ge=5, description="RSS watchdog sampling period.")
+    watchdog_interval_ms: int = Field(
+        25, ge=5, le=YEAR_S * 1000, description="RSS watchdog sampling period."
+    )
     container_nice: int = Field(
         10,
         ge=0,
@@ -228,7 +238,10 @@ class LocalPlatformSettings(Section):
         "back once warm (lifting the processes' needs CAP_SYS_NICE, the session's does not).",
     )
     container_start_timeout_s: float = Field(
-        30.0, gt=0, description="A container that has not started by then is a provisioning error."
+        30.0,
+        gt=0,
+        le=YEAR_S,
+        description="A container that has not started by then is a provisioning error.",
     )
     max_activation_records: int = Field(
         100_000, ge=100, description="Oldest finished activation records are dropped beyond this."
@@ -268,6 +281,7 @@ class OpenWhiskSettings(Section):
     request_timeout_s: float = Field(
         10.0,
         gt=0,
+        le=YEAR_S,
         description="Socket timeout of one HTTP request; a blocking invoke's is its blocking "
         "window (`blocking_wait_ms`) longer. A call that times out is retried as an unavailable "
         "one is, so an API that stops answering pauses the jobs after `retry_attempts` of them.",
@@ -275,12 +289,19 @@ class OpenWhiskSettings(Section):
     blocking_wait_ms: int = Field(
         60_000, ge=1, le=60_000, description="How long a blocking invoke waits before polling."
     )
-    poll_initial_s: float = Field(0.05, gt=0, description="First delay when polling an activation.")
-    poll_max_s: float = Field(2.0, gt=0, description="Longest delay between polls.")
+    poll_initial_s: float = Field(
+        0.05, gt=0, le=YEAR_S, description="First delay when polling an activation."
+    )
+    poll_max_s: float = Field(2.0, gt=0, le=YEAR_S, description="Longest delay between polls.")
     retry_attempts: int = Field(8, ge=1, description="Attempts for throttled or unavailable calls.")
-    retry_max_wait_s: float = Field(10.0, gt=0, description="Cap of the jittered backoff.")
+    retry_max_wait_s: float = Field(
+        10.0, gt=0, le=YEAR_S, description="Cap of the jittered backoff."
+    )
     lost_grace_s: float = Field(
-        60.0, ge=0, description="Added to twice the action timeout before a missing record is lost."
+        60.0,
+        ge=0,
+        le=YEAR_S,
+        description="Added to twice the action timeout before a missing record is lost.",
     )
     action_image: str | None = Field(
         None,
@@ -331,11 +352,15 @@ class KubernetesSettings(Section):
         None, description="A kubeconfig file; none: the in-cluster service account, else ~/.kube."
     )
     retry_s: float = Field(
-        5.0, gt=0, description="Wait before watching again after the cluster was unreachable."
+        5.0,
+        gt=0,
+        le=YEAR_S,
+        description="Wait before watching again after the cluster was unreachable.",
     )
     request_timeout_s: float = Field(
         10.0,
         gt=0,
+        le=YEAR_S,
         description="How long a call to the Kubernetes API waits for its answer, and the pod "
         "watch for its next line beyond its 30 s renewal; then the cluster is unreachable.",
     )
@@ -351,7 +376,10 @@ class ServerSettings(Section):
         None, description="A file holding the API key (a mounted secret); replaces `auth`."
     )
     blocking_wait_max_ms: int = Field(
-        60_000, ge=1, description="Longest wait of a blocking invoke before it answers 202."
+        60_000,
+        ge=1,
+        le=YEAR_S * 1000,
+        description="Longest wait of a blocking invoke before it answers 202.",
     )
 
     @model_validator(mode="after")
@@ -407,6 +435,7 @@ class StoreSettings(Section):
     timeout_s: float = Field(
         10.0,
         gt=0,
+        le=YEAR_S,
         description="How long a Redis or Ignite request waits for an answer (its socket "
         "timeout). One that times out is not asked again, so a store that stops answering is "
         "unavailable after this long: the API answers 503 naming it, the jobs pause.",
@@ -504,6 +533,7 @@ class ControllerSettings(Section):
     housekeeping_interval_s: float = Field(
         3600.0,
         ge=1,
+        le=YEAR_S,
         description="Pause between the controller's housekeeping passes (the first as it "
         "starts): each deletes the jobs past job_retention_days, what ended jobs left in the "
         "store (see keep_job_data), the chunks and spill files of blob writes that never "
@@ -513,6 +543,7 @@ class ControllerSettings(Section):
     garbage_grace_s: float = Field(
         3600.0,
         ge=0,
+        le=YEAR_S,
         description="Age under which housekeeping leaves an unpublished chunk or spill file, or "
         "an upload's temporary file, alone: it may belong to a write still in flight.",
     )
@@ -575,11 +606,15 @@ class ApiSettings(Section):
         "403, nothing kept); 0: any.",
     )
     stream_max_s: float = Field(
-        3600.0, gt=0, description="An event stream is closed after this long (clients reconnect)."
+        3600.0,
+        gt=0,
+        le=YEAR_S,
+        description="An event stream is closed after this long (clients reconnect).",
     )
     stream_keepalive_s: float = Field(
         15.0,
         gt=0,
+        le=YEAR_S,
         description="A quiet event stream sends a comment this often (to find dead peers).",
     )
     worker_threads: int = Field(
@@ -595,6 +630,7 @@ class ApiSettings(Section):
     metrics_key_grace_s: float = Field(
         900.0,
         ge=0,
+        le=YEAR_S,
         description="While the store cannot be reached (where the API keys are), `/metrics` "
         "takes an administrator's key the store accepted within this many seconds, so that an "
         "outage's metrics can be scraped; a key refused since is not taken; 0: none is.",
@@ -622,6 +658,7 @@ class ClientSettings(Section):
     reconnect_s: float = Field(
         120.0,
         ge=0,
+        le=YEAR_S,
         description="How long `--watch` (and the Python client's `wait`) asks again a "
         "controller that stopped answering (a restart) before it gives up; the job goes on "
         "without the watch.",
@@ -629,6 +666,7 @@ class ClientSettings(Section):
     watch_timeout_s: float = Field(
         30.0,
         gt=0,
+        le=YEAR_S,
         description="How long `--watch` waits for one answer: a controller that hangs longer "
         "is asked again, as one that does not answer.",
     )

@@ -9,8 +9,10 @@ from pydantic import ValidationError
 
 from faasdl.config import (
     GUEST_API_KEY,
+    YEAR_S,
     OpenWhiskSettings,
     Settings,
+    _setting_names,
     http_url_problem,
     image_problem,
 )
@@ -130,6 +132,24 @@ def test_nonsense_is_refused_naming_the_setting(
     monkeypatch.setenv(env, value)
 
     with pytest.raises(ValidationError, match=text):
+        Settings()
+
+
+DURATIONS = [
+    name
+    for name in _setting_names(Settings)
+    if name.endswith(("_S", "_MS")) and not name.startswith("FAASDL_PRICE")
+]
+
+
+@pytest.mark.parametrize("env", DURATIONS)
+def test_a_duration_past_a_year_is_refused(monkeypatch: pytest.MonkeyPatch, env: str) -> None:
+    # 1e300 s passed gt=0, and ended in a socket's or a lock's OverflowError where it was
+    # waited for (FAASDL_STORE__TIMEOUT_S on Redis, FAASDL_OPENWHISK__REQUEST_TIMEOUT_S).
+    past = YEAR_S * (1000 if env.endswith("_MS") else 1) + 1
+    monkeypatch.setenv(env, str(past))
+
+    with pytest.raises(ValidationError, match="less than or equal to"):
         Settings()
 
 
