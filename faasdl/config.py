@@ -403,7 +403,11 @@ class StoreSettings(Section):
         "(rediss:// for TLS), or ignite://host:10800[,host2:10800][?prefix=cache-name-prefix].",
     )
     chunk_bytes: int = Field(
-        4 * 1024 * 1024, ge=1024, description="Blob chunk size (Ignite uses at most 1 MiB)."
+        4 * 1024 * 1024,
+        ge=1024,
+        le=512 * 1024 * 1024,
+        description="Blob chunk size (Ignite uses at most 1 MiB; at most 512 MiB, Redis's "
+        "largest value; a chunk is held whole as it is written and read).",
     )
     spill_bytes: int = Field(
         256 * 1024 * 1024,

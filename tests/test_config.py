@@ -124,6 +124,8 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_LOCAL__NAMESPACE", "", "'' is not an OpenWhisk name"),
         ("FAASDL_KUBERNETES__NAMESPACE", "Open_Whisk", "'Open_Whisk' is not a Kubernetes name"),
         ("FAASDL_KUBERNETES__RELEASE", "a,b", "'a,b' is not a Kubernetes label's value"),
+        # A chunk is held whole: a spilled blob's read asked for 1 TB at once (MemoryError).
+        ("FAASDL_STORE__CHUNK_BYTES", str(10**12), "less than or equal to 536870912"),
     ],
 )
 def test_nonsense_is_refused_naming_the_setting(
