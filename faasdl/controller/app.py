@@ -68,6 +68,16 @@ def _unreadable(cause: BaseException | None) -> str | None:
     return None
 
 
+def _not_json(content_type: str | None) -> str | None:
+    """The media type a body was sent as, where FastAPI does not read it as JSON (it reads one
+    of no type as JSON, and application/json or application/*+json)."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    json_type = media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+    return None if not media or json_type else media
+
+
 def _body_model(request: Request) -> type[BaseModel] | None:
     """The model of the body the request's route takes, where it takes one (a job's spec)."""
     params = getattr(getattr(request.scope.get("route"), "dependant", None), "body_params", [])
@@ -161,8 +171,17 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
             exc.errors(), custom_encoder={float: _json_float, str: _json_text}
         )
         model = _body_model(request)
-        for error in errors:  # a field the body does not take: the one it may have meant…
-            if model and error["loc"][0] == "body":
+        sent_as = _not_json(request.headers.get("content-type"))
+        for error in errors:
+            if sent_as and error["loc"] == ["body"] and error["type"] == "model_attributes_type":
+                # FastAPI read the body as bytes, not JSON, and said only that it was no object
+                # (echoing it whole): `curl -d` sends a form's type.
+                error.pop("input", None)
+                error["msg"] = (
+                    f"sent as {sent_as}, and a body is read as JSON only: send it with "
+                    "Content-Type: application/json (curl -d sends a form's type)"
+                )
+            elif model and error["loc"][0] == "body":  # a field it does not take: the one meant…
                 error["msg"] = explained(model, {**error, "loc": error["loc"][1:]})
         return JSONResponse({"detail": errors}, status_code=422)
 

@@ -210,6 +210,29 @@ def test_a_body_json_cannot_read_is_a_422_saying_why(
     assert stored(controller) == before
 
 
+@pytest.mark.parametrize(
+    "content_type", ["application/x-www-form-urlencoded", "text/plain", "multipart/form-data"]
+)
+def test_a_body_sent_as_another_type_than_json_is_told_so(
+    client: httpx.Client, controller: Controller, content_type: str
+) -> None:
+    # `curl -d @job.json` sends a form's type: FastAPI read the body as bytes and said only
+    # "Input should be a valid dictionary or object to extract fields from", echoing it whole.
+    before = stored(controller)
+
+    for path in ("/v1/jobs", "/v1/estimate"):
+        response = client.post(
+            path, content=json.dumps(MLP).encode(), headers={"content-type": content_type}
+        )
+
+        assert response.status_code == 422, response.text
+        [error] = response.json()["detail"]
+        assert error["loc"] == ["body"]
+        assert error["msg"].startswith(f"sent as {content_type}, and a body is read as JSON only")
+        assert "input" not in error
+    assert stored(controller) == before
+
+
 def test_unknown_and_malformed_job_ids(client: httpx.Client) -> None:
     missing = "0123456789abcdef"
 
