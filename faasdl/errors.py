@@ -202,8 +202,10 @@ def unknown_field_hint(model: type[BaseModel], loc: Sequence[str | int]) -> str:
     there it is closest to, else the fields there if they are few; "" where there is neither.
     A discriminated union's tag in ``loc`` (``dataset.npz.pathh``) leads to its member."""
     names = sorted({name for m in _models_at(model, loc[:-1]) for name in m.model_fields})
-    if close := difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6):
-        return f" (did you mean {close[0]!r}?)"
+    # Matched whatever their case: "EPOCHS" was close to no field.
+    lowered = {name.lower(): name for name in names}
+    if close := difflib.get_close_matches(str(loc[-1]).lower(), list(lowered), n=1, cutoff=0.6):
+        return f" (did you mean {lowered[close[0]]!r}?)"
     if names and len(names) <= HINT_FIELDS:
         return f" (expected one of: {', '.join(names)})"
     return ""

@@ -220,6 +220,10 @@ def test_estimate_plans_the_job_file_submit_takes(
             "epoch: Extra inputs are not permitted (did you mean 'epochs'?)",
         ),
         (
+            b"model: mlp\nEPOCHS: 3\n",
+            "EPOCHS: Extra inputs are not permitted (did you mean 'epochs'?)",
+        ),
+        (
             b"model: mlp\ndataset: {name: npz, path: a.npz, pathh: b}\n",
             "dataset.pathh: Extra inputs are not permitted (did you mean 'path'?)",
         ),
@@ -257,6 +261,7 @@ def test_estimate_plans_the_job_file_submit_takes(
         "not-utf-8",
         "infinite-cost",
         "misspelt",
+        "capitals",
         "misspelt-in-a-union",
         "no-name",
         "a-name-alone",
@@ -286,7 +291,7 @@ def test_a_bad_spec_file_is_refused_naming_it(
     assert result.exit_code == 2, result.output
     output = " ".join(result.output.split())
     assert named in output
-    if not named.startswith(("expected_cost", "epoch", "dataset", "fault")):  # the file's own
+    if not named.startswith(("expected_cost", "epoch", "EPOCHS", "dataset", "fault")):  # its own
         assert f"error: {'--spec' if command == 'estimate' else 'spec'}: {spec}" in output
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
