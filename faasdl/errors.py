@@ -64,7 +64,10 @@ def reason(exc: BaseException) -> str:
     while (below := _below(inner)) is not None and id(below) not in seen:
         inner = below
         seen.add(id(inner))
-    return str(inner) or type(inner).__name__
+    said = str(inner) or type(inner).__name__
+    if getattr(inner, "reason", None) == "WRONG_VERSION_NUMBER":  # ssl's, for an https:// URL
+        said += " (the server answered without TLS: is its URL http://?)"
+    return said
 
 
 def body_said(response: requests.Response) -> str:

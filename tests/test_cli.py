@@ -565,6 +565,17 @@ def test_a_url_that_answers_web_pages_is_told_not_the_controller_s(tmp_path: Pat
     assert "Welcome" not in said[2]
 
 
+def test_an_https_url_of_a_server_without_tls_is_told_to_be_http() -> None:
+    with web_server() as url:
+        result = runner.invoke(app, ["jobs", "--url", url.replace("http://", "https://")])
+
+    # It said only "[SSL: WRONG_VERSION_NUMBER] wrong version number".
+    assert result.exit_code == 2
+    assert "(the server answered without TLS: is its URL http://?)" in " ".join(
+        result.output.split()
+    )
+
+
 def test_an_unreachable_controller_is_one_clear_line() -> None:
     result = runner.invoke(app, ["status", "0123456789abcdef", "--url", "http://127.0.0.1:9"])
 
