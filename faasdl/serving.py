@@ -42,10 +42,10 @@ class CloseUnread:
     then the server reads on and drops what more comes, up to :data:`LINGER_S` and
     :data:`LINGER_BYTES`, before it ends the answer and uvicorn closes the connection. Kept alive,
     the connection had the server read the rest of the body to find the next request: a client
-    that sends all of its body before it reads an answer (requests does) sent a 10 GiB file on
-    after a 413 at its first MiB, and one whose body has no end (``faasdl datasets upload
-    /dev/zero``, chunked) never stopped. Closed, the client's next send fails, and it reads the
-    answer."""
+    that sends all of its body before it reads an answer (requests does) sent the whole of a file
+    over the limit after a 413 at its first MiB, and one whose body has no end (``faasdl datasets
+    upload /dev/zero``, chunked) never stopped. Closed, the client's next send fails, and it reads
+    the answer."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
