@@ -114,6 +114,9 @@ LabelValue = Annotated[
         "a Kubernetes label's value (letters, digits, -, _ and ., a letter or digit at each end)",
     ),
 ]
+#: A wait, timeout or interval in seconds, and one in milliseconds: at most a year (:data:`YEAR_S`).
+Seconds = Annotated[float, Field(le=YEAR_S)]
+Milliseconds = Annotated[int, Field(le=YEAR_S * 1000)]
 
 
 def http_url_problem(value: str) -> str | None:
@@ -181,14 +184,14 @@ class LocalPlatformSettings(Section):
     memory_min_mb: int = Field(128, ge=16, description="Smallest action memory limit accepted.")
     memory_max_mb: int = Field(2048, ge=16, description="Largest action memory limit accepted.")
     memory_std_mb: int = Field(256, ge=16, description="Memory limit of an action that names none.")
-    timeout_min_ms: int = Field(
-        100, ge=1, le=YEAR_S * 1000, description="Smallest action time limit accepted."
+    timeout_min_ms: Milliseconds = Field(
+        100, ge=1, description="Smallest action time limit accepted."
     )
-    timeout_max_ms: int = Field(
-        300_000, ge=1, le=YEAR_S * 1000, description="Largest action time limit accepted."
+    timeout_max_ms: Milliseconds = Field(
+        300_000, ge=1, description="Largest action time limit accepted."
     )
-    timeout_std_ms: int = Field(
-        60_000, ge=1, le=YEAR_S * 1000, description="Time limit of an action that names none."
+    timeout_std_ms: Milliseconds = Field(
+        60_000, ge=1, description="Time limit of an action that names none."
     )
     log_max_mb: int = Field(10, ge=0, description="Largest per-activation log limit accepted.")
     images: list[str] = Field(
@@ -206,16 +209,16 @@ class LocalPlatformSettings(Section):
         1_048_576, ge=1024, description="Largest invoke payload and action result."
     )
     code_max_bytes: int = Field(48 * 1_048_576, ge=1024, description="Largest action code.")
-    idle_timeout_s: float = Field(
-        600.0, gt=0, le=YEAR_S, description="Idle warm containers are evicted after."
+    idle_timeout_s: Seconds = Field(
+        600.0, gt=0, description="Idle warm containers are evicted after."
     )
     memory_enforcement: Literal["auto", "cgroup", "watchdog"] = Field(
         "auto",
         description="How memory limits are enforced: a memory cgroup per container, an RSS "
         "watchdog, or 'auto' (cgroup where writable, else the watchdog).",
     )
-    watchdog_interval_ms: int = Field(
-        25, ge=5, le=YEAR_S * 1000, description="RSS watchdog sampling period."
+    watchdog_interval_ms: Milliseconds = Field(
+        25, ge=5, description="RSS watchdog sampling period."
     )
     container_nice: int = Field(
         10,
@@ -237,10 +240,9 @@ class LocalPlatformSettings(Section):
         "another node), running activations keep their cores. It gets the containers' priority "
         "back once warm (lifting the processes' needs CAP_SYS_NICE, the session's does not).",
     )
-    container_start_timeout_s: float = Field(
+    container_start_timeout_s: Seconds = Field(
         30.0,
         gt=0,
-        le=YEAR_S,
         description="A container that has not started by then is a provisioning error.",
     )
     max_activation_records: int = Field(
@@ -278,10 +280,9 @@ class OpenWhiskSettings(Section):
         description="Namespace (an OpenWhisk name); '_' is the key's default namespace.",
     )
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
-    request_timeout_s: float = Field(
+    request_timeout_s: Seconds = Field(
         10.0,
         gt=0,
-        le=YEAR_S,
         description="Socket timeout of one HTTP request; a blocking invoke's is its blocking "
         "window (`blocking_wait_ms`) longer. A call that times out is retried as an unavailable "
         "one is, so an API that stops answering pauses the jobs after `retry_attempts` of them.",
@@ -289,18 +290,15 @@ class OpenWhiskSettings(Section):
     blocking_wait_ms: int = Field(
         60_000, ge=1, le=60_000, description="How long a blocking invoke waits before polling."
     )
-    poll_initial_s: float = Field(
-        0.05, gt=0, le=YEAR_S, description="First delay when polling an activation."
+    poll_initial_s: Seconds = Field(
+        0.05, gt=0, description="First delay when polling an activation."
     )
-    poll_max_s: float = Field(2.0, gt=0, le=YEAR_S, description="Longest delay between polls.")
+    poll_max_s: Seconds = Field(2.0, gt=0, description="Longest delay between polls.")
     retry_attempts: int = Field(8, ge=1, description="Attempts for throttled or unavailable calls.")
-    retry_max_wait_s: float = Field(
-        10.0, gt=0, le=YEAR_S, description="Cap of the jittered backoff."
-    )
-    lost_grace_s: float = Field(
+    retry_max_wait_s: Seconds = Field(10.0, gt=0, description="Cap of the jittered backoff.")
+    lost_grace_s: Seconds = Field(
         60.0,
         ge=0,
-        le=YEAR_S,
         description="Added to twice the action timeout before a missing record is lost.",
     )
     action_image: str | None = Field(
@@ -351,16 +349,14 @@ class KubernetesSettings(Section):
     kubeconfig: Path | None = Field(
         None, description="A kubeconfig file; none: the in-cluster service account, else ~/.kube."
     )
-    retry_s: float = Field(
+    retry_s: Seconds = Field(
         5.0,
         gt=0,
-        le=YEAR_S,
         description="Wait before watching again after the cluster was unreachable.",
     )
-    request_timeout_s: float = Field(
+    request_timeout_s: Seconds = Field(
         10.0,
         gt=0,
-        le=YEAR_S,
         description="How long a call to the Kubernetes API waits for its answer, and the pod "
         "watch for its next line beyond its 30 s renewal; then the cluster is unreachable.",
     )
@@ -375,10 +371,9 @@ class ServerSettings(Section):
     auth_file: Path | None = Field(
         None, description="A file holding the API key (a mounted secret); replaces `auth`."
     )
-    blocking_wait_max_ms: int = Field(
+    blocking_wait_max_ms: Milliseconds = Field(
         60_000,
         ge=1,
-        le=YEAR_S * 1000,
         description="Longest wait of a blocking invoke before it answers 202.",
     )
 
@@ -436,10 +431,9 @@ class StoreSettings(Section):
         description="CA bundle to verify a rediss:// server (refused for another store's URL, "
         "and where it cannot be read, as it is read).",
     )
-    timeout_s: float = Field(
+    timeout_s: Seconds = Field(
         10.0,
         gt=0,
-        le=YEAR_S,
         description="How long a Redis or Ignite request waits for an answer (its socket "
         "timeout). One that times out is not asked again, so a store that stops answering is "
         "unavailable after this long: the API answers 503 naming it, the jobs pause.",
@@ -534,20 +528,18 @@ class ControllerSettings(Section):
         "or until `faasdl delete` deletes it). A job whose model a queued job is to train on "
         "from (init_model) is kept until that job has copied it.",
     )
-    housekeeping_interval_s: float = Field(
+    housekeeping_interval_s: Seconds = Field(
         3600.0,
         ge=1,
-        le=YEAR_S,
         description="Pause between the controller's housekeeping passes (the first as it "
         "starts): each deletes the jobs past job_retention_days, what ended jobs left in the "
         "store (see keep_job_data), the chunks and spill files of blob writes that never "
         "published (a writer killed mid-write) and the temporary files of uploads cut short; "
         "and it hashes the uploads whose SHA-256 is not kept (made before it was).",
     )
-    garbage_grace_s: float = Field(
+    garbage_grace_s: Seconds = Field(
         3600.0,
         ge=0,
-        le=YEAR_S,
         description="Age under which housekeeping leaves an unpublished chunk or spill file, or "
         "an upload's temporary file, alone: it may belong to a write still in flight.",
     )
@@ -609,16 +601,14 @@ class ApiSettings(Section):
         description="What one tenant's uploads may hold together (an upload beyond it is refused, "
         "403, nothing kept); 0: any.",
     )
-    stream_max_s: float = Field(
+    stream_max_s: Seconds = Field(
         3600.0,
         gt=0,
-        le=YEAR_S,
         description="An event stream is closed after this long (clients reconnect).",
     )
-    stream_keepalive_s: float = Field(
+    stream_keepalive_s: Seconds = Field(
         15.0,
         gt=0,
-        le=YEAR_S,
         description="A quiet event stream sends a comment this often (to find dead peers).",
     )
     worker_threads: int = Field(
@@ -631,10 +621,9 @@ class ApiSettings(Section):
     max_streams_per_key: int = Field(
         8, ge=1, description="Event streams one key may hold open at once (429 beyond)."
     )
-    metrics_key_grace_s: float = Field(
+    metrics_key_grace_s: Seconds = Field(
         900.0,
         ge=0,
-        le=YEAR_S,
         description="While the store cannot be reached (where the API keys are), `/metrics` "
         "takes an administrator's key the store accepted within this many seconds, so that an "
         "outage's metrics can be scraped; a key refused since is not taken; 0: none is.",
@@ -659,18 +648,16 @@ class ClientSettings(Section):
     api_key_file: Path | None = Field(
         None, description="A file holding the API key; replaces `api_key`."
     )
-    reconnect_s: float = Field(
+    reconnect_s: Seconds = Field(
         120.0,
         ge=0,
-        le=YEAR_S,
         description="How long `--watch` (and the Python client's `wait`) asks again a "
         "controller that stopped answering (a restart) before it gives up; the job goes on "
         "without the watch.",
     )
-    watch_timeout_s: float = Field(
+    watch_timeout_s: Seconds = Field(
         30.0,
         gt=0,
-        le=YEAR_S,
         description="How long `--watch` waits for one answer: a controller that hangs longer "
         "is asked again, as one that does not answer.",
     )
