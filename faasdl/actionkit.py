@@ -18,9 +18,8 @@ from pydantic import ValidationError as PydanticValidationError
 
 from faasdl.canary.checkpoint import deadline_s, write_checkpoint
 from faasdl.canary.writer import ProcessWriter
-from faasdl.config import StoreSettings
 from faasdl.errors import RETRYABLE, FaasdlError, ValidationError
-from faasdl.store import StateStore, make_store
+from faasdl.store import StateStore, action_store_settings, make_store
 from faasdl.training.usage import reset_peak_rss
 
 #: Share of the time left at the start of an activation after which its stacks are dumped
@@ -102,10 +101,11 @@ def _dump_stacks() -> None:
 
 
 def action_store(url: str) -> StateStore:
-    """The store at ``url``, opened once per container: a warm activation reuses it."""
+    """The store at ``url``, opened once per container (a warm activation reuses it) with the
+    settings its environment holds (:func:`~faasdl.store.action_store_settings`)."""
     store = _stores.get(url)
     if store is None:
-        store = make_store(StoreSettings(), url)
+        store = make_store(action_store_settings(), url)
         store.open()
         _stores[url] = store
     return store

@@ -35,29 +35,41 @@ def deploy_variant(
     memory_mb: int,
     timeout_ms: int,
     parameters: dict[str, Any] | None = None,
+    environment: dict[str, str] | None = None,
 ) -> str:
     """Deploy (or keep) the variant of action ``name`` with these limits; returns its name.
+    ``environment``: its init parameters (:func:`faasdl.store.action_environment`: the store's
+    settings, which its containers open the store with).
 
-    Idempotent: an existing variant with the same limits, parameters, image and code is left
-    alone, so that its warm containers survive. On a platform with an ``action_image``, the
-    variant is a blackbox action in that image.
+    Idempotent: an existing variant with the same limits, parameters, environment, image and code
+    is left alone, so that its warm containers survive. On a platform with an ``action_image``,
+    the variant is a blackbox action in that image.
     """
-    return _deploy(platform, name, memory_mb, timeout_ms, parameters or {})[0]
+    return _deploy(platform, name, memory_mb, timeout_ms, parameters or {}, environment or {})[0]
 
 
 def deploy_variants(
-    platform: Platform, memories: Iterable[int], timeouts_s: Iterable[int]
+    platform: Platform,
+    memories: Iterable[int],
+    timeouts_s: Iterable[int],
+    environment: dict[str, str] | None = None,
 ) -> list[tuple[str, bool]]:
     """:func:`deploy_variant` for each of :func:`variants`, in their order: each one's name and
-    whether it was deployed (new, or its limits, parameters, image or code had changed) rather
-    than left alone."""
+    whether it was deployed (new, or its limits, parameters, environment, image or code had
+    changed) rather than left alone."""
     return [
-        _deploy(platform, name, mb, ms, {}) for name, _, mb, ms in variants(memories, timeouts_s)
+        _deploy(platform, name, mb, ms, {}, environment or {})
+        for name, _, mb, ms in variants(memories, timeouts_s)
     ]
 
 
 def _deploy(
-    platform: Platform, name: str, memory_mb: int, timeout_ms: int, bound: dict[str, Any]
+    platform: Platform,
+    name: str,
+    memory_mb: int,
+    timeout_ms: int,
+    bound: dict[str, Any],
+    environment: dict[str, str],
 ) -> tuple[str, bool]:
     """:func:`deploy_variant`'s work: the variant's name, and whether it was deployed."""
     variant = variant_name(PREFIX + name, memory_mb, timeout_ms)
@@ -71,7 +83,8 @@ def _deploy(
         current is None
         or current.limits.memory != memory_mb
         or current.limits.timeout != timeout_ms
-        or {p.key: p.value for p in current.parameters} != bound
+        or {p.key: p.value for p in current.parameters if not p.init} != bound
+        or {p.key: p.value for p in current.parameters if p.init} != environment
         or current.exec.image != image
         or current.exec.code != code  # an older faasdl's entry point
     ):
@@ -83,6 +96,7 @@ def _deploy(
                 memory_mb=memory_mb,
                 timeout_ms=timeout_ms,
                 parameters=bound,
+                environment=environment,
             )
         )
         return variant, True

@@ -213,6 +213,7 @@ def platform_deploy(memory_mb: MemoryClasses = None, timeout_s: TimeClasses = No
     deploys any other class it needs when a job needs it. JSON last."""
     from faasdl.actions import MEMORY_CLASSES_MB, TIME_CLASSES_S, deploy_variants
     from faasdl.platform import make_platform
+    from faasdl.store import action_environment
 
     memories, timeouts = memory_mb or MEMORY_CLASSES_MB, timeout_s or TIME_CLASSES_S
     settings = load_settings()
@@ -231,7 +232,8 @@ def platform_deploy(memory_mb: MemoryClasses = None, timeout_s: TimeClasses = No
                         f"--timeout-s {s} is outside the platform's "
                         f"{limits.timeout_min_ms / 1000:g}–{limits.timeout_max_ms / 1000:g} s"
                     )
-            done = deploy_variants(platform, memories, timeouts)
+            environment = action_environment(settings.store)
+            done = deploy_variants(platform, memories, timeouts, environment)
             image = platform.action_image
     except FaasdlError as exc:
         fail(str(exc))

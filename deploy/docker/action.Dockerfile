@@ -12,7 +12,8 @@ ARG TENSORFLOW=tensorflow-cpu==2.21.0
 
 # No directory is shared between action pods, or with the controller: every blob goes to the
 # store in chunks (FAASDL_STORE__SPILL_BYTES=0, as the chart sets the controller's), none to a
-# spill file that only the pod that wrote it could read.
+# spill file that only the pod that wrote it could read. The controller's own store settings,
+# set on the actions it deploys as init parameters, take the place of this one.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

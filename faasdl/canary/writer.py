@@ -54,6 +54,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
+
 from faasdl.canary.checkpoint import (
     CanaryArgs,
     Encoded,
@@ -308,8 +310,7 @@ class SharedBuffer:
 
 def serve(conn: Connection, shared: SharedBuffer, store_url: str) -> None:
     """The writer process: open the store, say so, then write until the socket closes."""
-    from faasdl.config import StoreSettings
-    from faasdl.store import make_store
+    from faasdl.store import action_store_settings, make_store
 
     try:
         # Its commits need not reach the disk one by one: a checkpoint lost to a machine crash
@@ -317,9 +318,10 @@ def serve(conn: Connection, shared: SharedBuffer, store_url: str) -> None:
         # log keeps them in order, and the next commit forced to disk (any process's) forces
         # them too. Forced, the three commits of each checkpoint made a BFS's steps about a
         # point slower on 2 cores (+3.0% and +4.0% over no checkpoints, against +2.3% and +2.1%).
-        store = make_store(StoreSettings(sqlite_synchronous="NORMAL"), store_url)
+        settings = action_store_settings().model_copy(update={"sqlite_synchronous": "NORMAL"})
+        store = make_store(settings, store_url)
         store.open()
-    except StoreError as exc:
+    except (StoreError, PydanticValidationError) as exc:
         conn.send(("failed", str(exc)))
         return
     conn.send(("ready",))

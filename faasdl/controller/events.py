@@ -59,6 +59,7 @@ from faasdl.platform.base import (
     retries_told,
 )
 from faasdl.platform.classify import Failure, FailureKind, classify
+from faasdl.store import action_environment
 from faasdl.store.base import StateStore
 from faasdl.store.records import (
     ActivationUse,
@@ -938,7 +939,11 @@ class JobRunner:
         key = (name, limits.memory_mb, limits.timeout_ms)
         if key not in self._variants:
             variant = deploy_variant(
-                self.rt.platform, name, memory_mb=limits.memory_mb, timeout_ms=limits.timeout_ms
+                self.rt.platform,
+                name,
+                memory_mb=limits.memory_mb,
+                timeout_ms=limits.timeout_ms,
+                environment=action_environment(self.rt.settings.store),
             )
             self._variants[key] = (variant, self.rt.platform.lost_deadline_s(variant))
         return self._variants[key]

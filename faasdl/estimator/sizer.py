@@ -22,6 +22,7 @@ from faasdl.estimator import history
 from faasdl.estimator.planner import ActionPlan, DataFacts, EstimateRequest, plan_training
 from faasdl.platform.base import Activation, Platform
 from faasdl.platform.classify import Failure, FailureKind, classify
+from faasdl.store import action_environment
 from faasdl.store.base import StateStore
 from faasdl.store.records import BaselineRecord
 from faasdl.training.datasets import (
@@ -262,6 +263,7 @@ class Sizer:
             TRAIN,
             memory_mb=limits.memory_max_mb,
             timeout_ms=min(limits.timeout_max_ms, PROBE_TIMEOUT_MS),
+            environment=action_environment(self.settings.store),
         )
         return self.platform.call(variant, params)
 

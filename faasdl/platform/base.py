@@ -126,6 +126,9 @@ class StatusCode(IntEnum):
 class KeyValue(BaseModel):
     key: str
     value: Any = None
+    #: An action's init parameter (OpenWhisk's ``"init": true``, written only where true): set in
+    #: its container's environment as it starts, never among a run's arguments.
+    init: bool | None = None
 
 
 class ActionLimits(BaseModel):
@@ -179,6 +182,11 @@ class ActionSpec(BaseModel):
     timeout_ms: int | None = None
     logs_mb: int | None = None
     parameters: dict[str, Any] = Field(default_factory=dict)
+    #: Init parameters (OpenWhisk's parameters marked ``init``): kept in the action's record and
+    #: set as its containers' environment as they start (``/init``'s ``env``; a value that is no
+    #: text as its JSON), never passed to a run. faasdl's actions get the store's settings so
+    #: (:func:`faasdl.store.action_environment`).
+    environment: dict[str, Any] = Field(default_factory=dict)
     annotations: dict[str, Any] = Field(default_factory=dict)
 
     def validate_name(self) -> None:

@@ -293,7 +293,8 @@ class OpenWhiskPlatform(Platform):
         }
         body: dict[str, Any] = {
             "exec": exec_,
-            "parameters": [{"key": k, "value": v} for k, v in spec.parameters.items()],
+            "parameters": [{"key": k, "value": v} for k, v in spec.parameters.items()]
+            + [{"key": k, "value": v, "init": True} for k, v in spec.environment.items()],
             "annotations": [{"key": k, "value": v} for k, v in spec.annotations.items()],
         }
         if limits:

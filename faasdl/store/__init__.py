@@ -7,11 +7,15 @@ every container's start.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from faasdl.config import StoreSettings
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from faasdl.config import ENV_PREFIX, StoreSettings
 from faasdl.errors import ValidationError
 from faasdl.store.base import StateStore, Versioned
 
@@ -128,6 +132,41 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user + parts.netloc.rpartition("@")[2]))
 
 
+class _StoreFromEnvironment(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="ignore", allow_inf_nan=False
+    )
+
+    store: StoreSettings = Field(default_factory=StoreSettings)
+
+
+def action_store_settings() -> StoreSettings:
+    """The store's settings in one of faasdl's actions: its container's ``FAASDL_STORE__…``
+    variables, which the controller sets through the action's init parameters
+    (:func:`action_environment`; the embedded platform's containers also inherit its own). The
+    store an action opens is still the URL its call names."""
+    return _StoreFromEnvironment().store
+
+
+def action_environment(store: StoreSettings) -> dict[str, str]:
+    """``store``'s settings as the environment of the actions that open it (their init
+    parameters), so that an action reaches the store as the controller does (its user, password
+    and CA bundle) and writes blobs as it does: its chunks, and a blob over ``spill_bytes`` to
+    its spill directory (made absolute: an action runs in a directory of its own), none where it
+    spills none. A password file's password goes as read: the file is the controller's."""
+    values = store.model_dump(exclude={"password", "password_file"}, exclude_none=True)
+    values["url"] = absolute_url(store.url)
+    values["spill_dir"] = str(Path(store.spill_dir).resolve())
+    if store.tls_ca_file is not None:
+        values["tls_ca_file"] = str(Path(store.tls_ca_file).resolve())
+    if store.password is not None:
+        values["password"] = store.password.get_secret_value()
+    return {
+        f"{ENV_PREFIX}STORE__{name.upper()}": value if isinstance(value, str) else json.dumps(value)
+        for name, value in values.items()
+    }
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file a ``sqlite:///`` URL names, absolute; None for another scheme."""
     url = absolute_url(url)
@@ -140,6 +179,8 @@ __all__ = [
     "StateStore",
     "Versioned",
     "absolute_url",
+    "action_environment",
+    "action_store_settings",
     "make_store",
     "shown_url",
     "sqlite_path",

@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import stat
 import statistics
@@ -26,6 +27,7 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 import pytest
+import redis
 import yaml
 from typer.testing import CliRunner
 
@@ -57,6 +59,7 @@ from faasdl.store.records import (
     job_key,
     update,
 )
+from faasdl.store.redis_server import RedisServer
 from faasdl.training.datasets import ONE_DATA_SET, Shard
 from faasdl.training.tensors import unpack
 from tests.conftest import eventually, reading_pipe, write_and_die
@@ -1637,6 +1640,56 @@ def test_what_an_older_runtime_measured_is_measured_again_once_a_run_reports_ano
         f"measured: {measured.peak_memory_mb:.1f} MB ({measured.runtime_id}), was 1100.0 MB "
         "(unnamed)"
     ) in caplog.messages
+
+
+def test_actions_open_the_store_with_the_controllers_user_password_and_spill_settings(
+    tmp_path: Path, tf_platform: LocalPlatform
+) -> None:
+    # A password and user set as settings (not in the URL) reached the controller's store only:
+    # every action failed with "Redis at ... needs a password". And the actions spilled a blob
+    # over the default 256 MiB into their own container's folder, gone with it.
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    # Arrange: an ACL user on a Redis that lets no one else in; a job whose blobs are spilled.
+    password = "user-password-of-the-store"
+    settings = Settings(
+        controller={"scheduler_tick_s": 0.1},
+        store={
+            "username": "faasdl",
+            "password": password,
+            "spill_bytes": 64 * 1024,
+            "spill_dir": str(tmp_path / "spill"),
+        },
+    )
+    with RedisServer(directory=tmp_path / "redis") as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.acl_setuser(
+            "faasdl", enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all"]
+        )
+        admin.acl_setuser("default", enabled=False)
+        with (
+            make_store(settings.store, server.url) as store,
+            Controller(
+                settings=settings, platform=tf_platform, store=store, store_url=server.url
+            ) as started,
+        ):
+            # Execute
+            job_id = started.submit(JobSpec.model_validate(DIGITS_JOB)).job.job_id
+            job = started.wait(job_id, timeout_s=300)
+            spilled = {
+                name: manifest.spill_path
+                for name in store.blob_names("")
+                if (manifest := store.blob_manifest(name)) is not None and manifest.spill_path
+            }
+            model = store.get_blob(job.model or "")
+
+    # Assert: it trained; the model its last aggregator wrote went where the controller's blobs
+    # go (before, it went to Redis: the actions' spill threshold was the default).
+    assert job.state is JobState.DONE, job.error
+    assert job.model in spilled
+    assert all(path.startswith(str(tmp_path / "spill")) for path in spilled.values()), spilled
+    assert len(model) > 64 * 1024
+    assert password not in json.dumps(job.model_dump(mode="json"))
 
 
 def test_a_job_whose_data_set_must_wait_its_turn_says_so_and_then_stages(

@@ -6,6 +6,15 @@ def main(args):
     return {"echo": args}
 """
 
+# Its arguments and the variables of its environment that start with FAASDL_CONTRACT_.
+ENVIRONMENT = """\
+import os
+
+def main(args):
+    env = {k: v for k, v in os.environ.items() if k.startswith("FAASDL_CONTRACT_")}
+    return {"args": args, "env": env}
+"""
+
 WARMABLE_SLEEP = """\
 import time
 

@@ -64,6 +64,32 @@ def test_deploy_get_list_update_delete(platform: Platform) -> None:
         platform.delete_action("echo")
 
 
+def test_init_parameters_are_the_containers_environment_and_no_runs_argument(
+    platform: Platform,
+) -> None:
+    # Prepare: an action with a parameter bound as usual and two init parameters (OpenWhisk's
+    # "init": true), one of them no text.
+    environment = {"FAASDL_CONTRACT_PASSWORD": "s3cret", "FAASDL_CONTRACT_LIMIT": 3}
+    spec = ActionSpec(name="env", code=actions.ENVIRONMENT, parameters={"bound": 1})
+
+    # Execute
+    platform.deploy(spec.model_copy(update={"environment": environment}))
+    record = platform.call("env", {"given": 2})
+    action = platform.get_action("env")
+
+    # Assert: the init parameters are its environment, set as its container started, and not
+    # among its arguments; its record keeps them, marked.
+    assert record.response.result == {
+        "args": {"bound": 1, "given": 2},
+        "env": {"FAASDL_CONTRACT_PASSWORD": "s3cret", "FAASDL_CONTRACT_LIMIT": "3"},
+    }
+    assert sorted((p.key, p.value, p.init) for p in action.parameters) == [
+        ("FAASDL_CONTRACT_LIMIT", 3, True),
+        ("FAASDL_CONTRACT_PASSWORD", "s3cret", True),
+        ("bound", 1, None),
+    ]
+
+
 def test_a_blackbox_action_runs_in_an_image_the_platform_has_and_no_other(
     make_platform: PlatformFactory,
 ) -> None:

@@ -649,6 +649,32 @@ def test_client_cannot_kill_without_an_admin_endpoint(served: Served) -> None:
         client.close()
 
 
+def test_a_variant_is_deployed_again_once_the_stores_settings_for_its_actions_change(
+    make_served: Callable[..., Served],
+) -> None:
+    # Prepare
+    served = make_served()
+    first_env = {"FAASDL_STORE__PASSWORD": "first", "FAASDL_STORE__SPILL_BYTES": "0"}
+    second_env = first_env | {"FAASDL_STORE__PASSWORD": "second"}
+
+    # Execute: deployed, asked again alike, then with another password.
+    name = deploy_variant(
+        served.client, TRAIN, memory_mb=512, timeout_ms=60_000, environment=first_env
+    )
+    first = served.local.get_action(name)
+    deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000, environment=first_env)
+    kept = served.local.get_action(name)
+    deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000, environment=second_env)
+    renewed = served.local.get_action(name)
+
+    # Assert: kept while its environment was the same (its warm containers with it), deployed
+    # again with the new one, which its record keeps as init parameters.
+    assert kept.version == first.version
+    assert renewed.version != first.version
+    assert {p.key: p.value for p in renewed.parameters if p.init} == second_env
+    assert not [p for p in renewed.parameters if not p.init]
+
+
 def test_faasdls_actions_are_deployed_in_the_action_image_once_one_is_set(
     make_served: Callable[..., Served],
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from faasdl.config import StoreSettings
 from faasdl.errors import StoreError, StoreFull, StoreUnavailable, ValidationError
-from faasdl.store import make_store
+from faasdl.store import action_environment, action_store_settings, make_store
 from faasdl.store.ignite import IgniteStore, refused
 from faasdl.store.redis import RedisStore
 from faasdl.store.redis_server import free_port
@@ -31,6 +31,48 @@ def test_urls_pick_the_backend_without_io(tmp_path: Path) -> None:
     assert isinstance(ignite, IgniteStore)
     assert ignite.nodes == [("10.0.0.1", 10800), ("10.0.0.2", 10800)]
     assert ignite.chunk_bytes == 1024 * 1024
+
+
+def test_an_actions_store_settings_are_the_controllers_read_back_from_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: a controller's settings with relative paths and a password in a file of its own.
+    for var in [v for v in os.environ if v.startswith("FAASDL_")]:
+        monkeypatch.delenv(var)
+    (tmp_path / "secret").write_text("from-the-file\n")
+    (tmp_path / "ca.pem").write_text("a bundle\n")
+    (tmp_path / "action").mkdir()
+    monkeypatch.chdir(tmp_path)
+    controller = StoreSettings(
+        url="rediss://cache:6380/0",
+        username="faasdl",
+        password_file=Path("secret"),
+        spill_bytes=0,
+        spill_dir="spill",
+        tls_ca_file="ca.pem",
+        timeout_s=2.5,
+        chunk_bytes=65536,
+        ignite_replicated=False,
+    )
+
+    # Execute: its environment set in an action's container, in a folder of the action's own.
+    environment = action_environment(controller)
+    for var, value in environment.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.chdir(tmp_path / "action")
+    action = action_store_settings()
+
+    # Assert: the same settings, the paths absolute and the password as read from the file.
+    assert action.password is not None
+    assert action.password.get_secret_value() == "from-the-file"
+    assert action.model_dump(exclude={"password"}) == controller.model_dump(
+        exclude={"password"}
+    ) | {
+        "spill_dir": str(tmp_path / "spill"),
+        "tls_ca_file": str(tmp_path / "ca.pem"),
+        "password_file": None,
+    }
+    assert all(isinstance(value, str) for value in environment.values())
 
 
 @pytest.mark.parametrize(

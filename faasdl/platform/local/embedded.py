@@ -226,7 +226,12 @@ class LocalPlatform(Platform):
                     kind=spec.kind, code=code, image=spec.image, main=spec.main, binary=binary
                 ),
                 annotations=annotations,
-                parameters=[KeyValue(key=k, value=v) for k, v in spec.parameters.items()],
+                parameters=[
+                    KeyValue(key=k, value=v)
+                    for k, v in spec.parameters.items()
+                    if k not in spec.environment
+                ]
+                + [KeyValue(key=k, value=v, init=True) for k, v in spec.environment.items()],
                 limits=limits,
                 updated=_now_ms(),
             )
@@ -496,7 +501,7 @@ class LocalPlatform(Platform):
     ) -> dict[str, Any]:
         action = deployed.action
         return {
-            "value": {p.key: p.value for p in action.parameters} | params,
+            "value": {p.key: p.value for p in action.parameters if not p.init} | params,
             "namespace": action.namespace,
             "action_name": f"/{action.namespace}/{action.name}",
             "action_version": action.version,
@@ -514,6 +519,12 @@ class LocalPlatform(Platform):
                 "code": action.exec.code,
                 "binary": action.exec.binary,
                 "env": {
+                    # Init parameters first: OpenWhisk's own variables are not theirs to set.
+                    **{
+                        p.key: p.value if isinstance(p.value, str) else json.dumps(p.value)
+                        for p in action.parameters
+                        if p.init
+                    },
                     "__OW_NAMESPACE": action.namespace,
                     "__OW_ACTION_NAME": f"/{action.namespace}/{action.name}",
                     "__OW_ACTION_VERSION": action.version,

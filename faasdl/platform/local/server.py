@@ -477,7 +477,11 @@ def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
         memory = _int_or(limits, "memory", old.memory if old else None)
         timeout = _int_or(limits, "timeout", old.timeout if old else None)
         logs = _int_or(limits, "logs", old.logs if old else None)
-        parameters = _key_values(body.get("parameters"), "parameters")
+        items = body.get("parameters")
+        parameters = _key_values(items, "parameters")
+        environment = {
+            i["key"]: parameters.pop(i["key"]) for i in items or [] if i.get("init") is True
+        }
         annotations = _key_values(body.get("annotations"), "annotations")
     except ValueError as exc:
         raise ApiError(400, f"The request content was malformed:\n{exc}") from None
@@ -493,6 +497,7 @@ def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
         timeout_ms=timeout,
         logs_mb=logs,
         parameters=parameters,
+        environment=environment,
         annotations=annotations,
     )
 
