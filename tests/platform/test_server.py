@@ -447,6 +447,28 @@ def test_update_without_exec_keeps_the_code_and_changes_limits(api: Api) -> None
     assert invoked.json()["response"]["result"] == {"echo": {"k": "v"}}
 
 
+def test_an_update_that_names_no_parameters_or_annotations_keeps_the_actions(api: Api) -> None:
+    # They were dropped: `wsk action update echo --memory 512` lost its bound and init parameters.
+    created = python_action() | {
+        "parameters": [
+            {"key": "greeting", "value": "hi"},
+            {"key": "FAASDL_CONTRACT_SECRET", "value": "s3cret", "init": True},
+        ],
+        "annotations": [{"key": "team", "value": "ml"}],
+    }
+    api.put_action("echo", created)
+
+    kept = api.put_action("echo", {"limits": {"memory": 512}}, overwrite="true").json()
+    replaced = api.put_action(
+        "echo", {"parameters": [], "annotations": []}, overwrite="true"
+    ).json()
+
+    assert kept["parameters"] == created["parameters"]
+    assert {"key": "team", "value": "ml"} in kept["annotations"]
+    assert replaced["parameters"] == []
+    assert {"key": "team", "value": "ml"} not in replaced["annotations"]
+
+
 # -- the REST client against the server --------------------------------------------------------
 
 

@@ -477,12 +477,19 @@ def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
         memory = _int_or(limits, "memory", old.memory if old else None)
         timeout = _int_or(limits, "timeout", old.timeout if old else None)
         logs = _int_or(limits, "logs", old.logs if old else None)
-        items = body.get("parameters")
+        # An update that names no parameters or annotations keeps the action's, as OpenWhisk's
+        # does (`wsk action update NAME --memory 256` keeps its bound parameters).
+        items, noted = body.get("parameters"), body.get("annotations")
+        if existing is not None:
+            if items is None:
+                items = [p.model_dump(exclude_none=True) for p in existing.parameters]
+            if noted is None:
+                noted = [a.model_dump(exclude_none=True) for a in existing.annotations]
         parameters = _key_values(items, "parameters")
         environment = {
             i["key"]: parameters.pop(i["key"]) for i in items or [] if i.get("init") is True
         }
-        annotations = _key_values(body.get("annotations"), "annotations")
+        annotations = _key_values(noted, "annotations")
     except ValueError as exc:
         raise ApiError(400, f"The request content was malformed:\n{exc}") from None
     if "concurrency" in limits and limits["concurrency"] != 1:
