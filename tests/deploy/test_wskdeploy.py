@@ -5,6 +5,7 @@ the controller keeps. wskdeploy itself is not run here (no Go toolchain, no Open
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from yamllint import linter
 
 from faasdl.actions import MANIFEST, action_code, variants
 from faasdl.cli import app
+from faasdl.config import Settings
+from faasdl.store import action_environment
 from tests.conftest import Served, reading_pipe
 from tests.deploy.test_chart import LINT, values
 
@@ -141,7 +144,7 @@ def test_an_output_that_is_a_pipe_is_written_not_renamed_over(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.yaml", "pipe"]
 
 
-def test_actions_deployed_as_wskdeploy_does_are_the_ones_the_controller_keeps(
+def test_actions_deployed_as_wskdeploy_does_are_faasdls_once_given_the_stores_settings(
     monkeypatch: pytest.MonkeyPatch, make_served: Callable[..., Served]
 ) -> None:
     # Arrange: a platform with the manifest's image and room for its largest classes.
@@ -169,15 +172,26 @@ def test_actions_deployed_as_wskdeploy_does_are_the_ones_the_controller_keeps(
             timeout=10,
         )
         assert response.status_code == 200, response.text
-    versions = {a.name: a.version for a in served.local.list_actions()}
+    changeable = {"version", "updated", "parameters"}  # what faasdl's deploy may set
+    deployed = {a.name: a.model_dump(exclude=changeable) for a in served.local.list_actions()}
     monkeypatch.setenv("FAASDL_PLATFORM", "openwhisk")
     monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", served.url)
     monkeypatch.setenv("FAASDL_OPENWHISK__ACTION_IMAGE", image)
     result = runner.invoke(app, ["platform", "deploy"])
+    kept = {a.name: a.version for a in served.local.list_actions()}
+    again = runner.invoke(app, ["platform", "deploy"])
 
-    # Assert: faasdl found every variant as it wants it and changed none.
+    # Assert: faasdl found every variant as it wants it but for the store's settings, which a
+    # manifest cannot hold (init parameters): it set them, and then left the variants alone.
     assert result.exit_code == 0, result.output
-    assert {a.name: a.version for a in served.local.list_actions()} == versions
-    assert len(versions) == len(actions())
+    assert again.exit_code == 0, again.output
+    assert len(deployed) == len(actions())
     for base, variant, _, _ in variants():
         assert served.local.get_action(variant, code=True).exec.code == action_code(base)
+        redeployed = served.local.get_action(variant)
+        assert redeployed.model_dump(exclude=changeable) == deployed[variant]
+        assert {p.key: p.value for p in redeployed.parameters if p.init} == action_environment(
+            Settings().store
+        )
+    assert {a.name: a.version for a in served.local.list_actions()} == kept
+    assert json.loads(again.output.splitlines()[-1])["deployed"] == []
