@@ -37,7 +37,7 @@ from faasdl.estimator.sizer import Sizer, facts_of, load_checked
 from faasdl.platform.base import Activation, Platform
 from faasdl.platform.classify import FailureKind, classify
 from faasdl.platform.local import LocalPlatform
-from faasdl.store import StateStore, make_store
+from faasdl.store import StateStore, action_environment, make_store
 from faasdl.training.datasets import Dataset, DigitsSpec, SyntheticSpec, split_shards
 
 NAIVE_START = (256, 60_000)
@@ -103,10 +103,13 @@ class Row:
 class _Runner:
     """Stages one shard per configuration and runs training activations against it."""
 
-    def __init__(self, platform: Platform, store: StateStore, store_url: str) -> None:
+    def __init__(
+        self, platform: Platform, store: StateStore, store_url: str, environment: dict[str, str]
+    ) -> None:
         self.platform = platform
         self.store = store
         self.store_url = store_url
+        self.environment = environment  # as the sizer's probe deploys the same action
 
     def stage(self, index: int, plan: ActionPlan, dataset: Dataset) -> None:
         shard = next(split_shards(dataset, plan.containers, seed=0))
@@ -124,7 +127,13 @@ class _Runner:
     ) -> list[tuple[Attempt, Activation]]:
         """One attempt in a cold container; with ``later_round``, if it succeeded, a second one
         in the container it left warm, from its output."""
-        variant = deploy_variant(self.platform, TRAIN, memory_mb=memory_mb, timeout_ms=timeout_ms)
+        variant = deploy_variant(
+            self.platform,
+            TRAIN,
+            memory_mb=memory_mb,
+            timeout_ms=timeout_ms,
+            environment=self.environment,
+        )
         params = {
             "store_url": self.store_url,
             "model": request.model,
@@ -195,7 +204,7 @@ def _bench(
     progress: Console,
 ) -> dict[str, Any]:
     sizer = Sizer(platform=platform, store=store, settings=settings)
-    runner = _Runner(platform, store, store_url)
+    runner = _Runner(platform, store, store_url, action_environment(settings.store))
     started = time.perf_counter()
     baseline = sizer.baseline().peak_memory_mb
     probe_s = time.perf_counter() - started
