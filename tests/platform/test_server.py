@@ -462,11 +462,17 @@ def test_an_update_that_names_no_parameters_or_annotations_keeps_the_actions(api
     replaced = api.put_action(
         "echo", {"parameters": [], "annotations": []}, overwrite="true"
     ).json()
+    twice = {"key": "FAASDL_CONTRACT_SECRET", "init": True}  # the last one is kept, as in a map
+    named_twice = api.put_action(
+        "echo", {"parameters": [twice | {"value": "a"}, twice | {"value": "b"}]}, overwrite="true"
+    )
 
     assert kept["parameters"] == created["parameters"]
     assert {"key": "team", "value": "ml"} in kept["annotations"]
     assert replaced["parameters"] == []
     assert {"key": "team", "value": "ml"} not in replaced["annotations"]
+    assert named_twice.status_code == 200, named_twice.text
+    assert named_twice.json()["parameters"] == [twice | {"value": "b"}]
 
 
 # -- the REST client against the server --------------------------------------------------------

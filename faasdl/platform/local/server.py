@@ -486,9 +486,8 @@ def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
             if noted is None:
                 noted = [a.model_dump(exclude_none=True) for a in existing.annotations]
         parameters = _key_values(items, "parameters")
-        environment = {
-            i["key"]: parameters.pop(i["key"]) for i in items or [] if i.get("init") is True
-        }
+        environment = {i["key"]: i.get("value") for i in items or [] if i.get("init") is True}
+        parameters = {k: v for k, v in parameters.items() if k not in environment}
         annotations = _key_values(noted, "annotations")
     except ValueError as exc:
         raise ApiError(400, f"The request content was malformed:\n{exc}") from None
