@@ -139,7 +139,7 @@ class Runtime:
 
     platform: Platform
     store: StateStore
-    store_url: str  # as the actions reach it (absolute: their working directory differs)
+    store_url: str  # as the actions reach it: absolute (their folder differs), no password
     sizer: Sizer
     settings: Settings
     metrics: Metrics

@@ -69,7 +69,7 @@ from faasdl.errors import (
 from faasdl.estimator.sizer import Sizer, checked_facts
 from faasdl.platform.base import Platform
 from faasdl.platform.local import LocalPlatform
-from faasdl.store import absolute_url, make_store
+from faasdl.store import make_store, shown_url
 from faasdl.store.base import BlobManifest, StateStore, Versioned
 from faasdl.store.records import (
     ActivationUse,
@@ -160,6 +160,12 @@ class Controller:
     def __init__(
         self, *, settings: Settings, platform: Platform, store: StateStore, store_url: str
     ) -> None:
+        # The store's settings name the store the controller was given, so that its actions are
+        # deployed with that store's password (store.action_environment) and called with its URL
+        # without it.
+        settings = settings.model_copy(
+            update={"store": settings.store.model_copy(update={"url": store_url})}
+        )
         self.settings = settings
         self.platform = platform
         self.store = store
@@ -168,7 +174,7 @@ class Controller:
         self.runtime = Runtime(
             platform=platform,
             store=store,
-            store_url=absolute_url(store_url),
+            store_url=shown_url(store_url),
             sizer=self.sizer,
             settings=settings,
             metrics=self.metrics,

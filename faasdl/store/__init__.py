@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -122,8 +122,10 @@ def absolute_url(url: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as a person is told which store a command opened: a SQLite path absolute (a
-    relative one is the working directory's), a password in it left out."""
+    """``url`` as it leaves the process that holds it: told to a person (which store a command
+    opened) or passed to an action in its calls' arguments (:func:`action_environment` gives the
+    actions the password). A SQLite path absolute (a relative one is the working directory's), a
+    password in it left out."""
     url = absolute_url(url)
     parts = urlsplit(url)
     if parts.password is None:
@@ -153,13 +155,19 @@ def action_environment(store: StoreSettings) -> dict[str, str]:
     parameters), so that an action reaches the store as the controller does (its user, password
     and CA bundle) and writes blobs as it does: its chunks, and a blob over ``spill_bytes`` to
     its spill directory (made absolute: an action runs in a directory of its own), none where it
-    spills none. A password file's password goes as read: the file is the controller's."""
+    spills none. A password file's password goes as read: the file is the controller's. A
+    password in the URL goes here too, and the URL without it (:func:`shown_url`): it wins over
+    the setting, as the URL's does in the controller, and stays out of the calls' arguments, which
+    travel through the platform's queues and a checkpoint writer's command line."""
     values = store.model_dump(exclude={"password", "password_file"}, exclude_none=True)
-    values["url"] = absolute_url(store.url)
+    values["url"] = shown_url(store.url)
     values["spill_dir"] = str(Path(store.spill_dir).resolve())
     if store.tls_ca_file is not None:
         values["tls_ca_file"] = str(Path(store.tls_ca_file).resolve())
-    if store.password is not None:
+    in_url = urlsplit(store.url).password
+    if in_url:  # redis-py reads it unquoted, and an empty one as none
+        values["password"] = unquote(in_url)
+    elif store.password is not None:
         values["password"] = store.password.get_secret_value()
     return {
         f"{ENV_PREFIX}STORE__{name.upper()}": value if isinstance(value, str) else json.dumps(value)

@@ -23,6 +23,7 @@ from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -46,6 +47,7 @@ from faasdl.errors import JobNotFound, PlatformUnavailable
 from faasdl.estimator import history
 from faasdl.estimator.planner import HISTORY_MEMORY_SLACK
 from faasdl.platform.local import LocalPlatform
+from faasdl.platform.local.container import Container, Reply
 from faasdl.serving import AppThread
 from faasdl.store import StateStore, make_store, records
 from faasdl.store.records import (
@@ -1690,6 +1692,47 @@ def test_actions_open_the_store_with_the_controllers_user_password_and_spill_set
     assert all(path.startswith(str(tmp_path / "spill")) for path in spilled.values()), spilled
     assert len(model) > 64 * 1024
     assert password not in json.dumps(job.model_dump(mode="json"))
+
+
+def test_a_password_in_the_stores_url_reaches_the_actions_but_not_their_calls_arguments(
+    tmp_path: Path, tf_platform: LocalPlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every call's arguments named the store by the controller's URL, its password in it: they
+    # travel through OpenWhisk's queues (and were a checkpoint writer's command line).
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    # Arrange: a Redis with a password, written in the controller's URL only; what each of the
+    # platform's containers is sent.
+    password = "pass/word in the url"  # quoted in the URL, as its "/" and " " must be
+    sent: list[tuple[str, str]] = []
+    send = Container.call
+
+    def recorded(self: Container, path: str, message: dict[str, Any], timeout_s: float) -> Reply:
+        sent.append((path, json.dumps(message)))
+        return send(self, path, message, timeout_s)
+
+    monkeypatch.setattr(Container, "call", recorded)
+    settings = Settings(controller={"scheduler_tick_s": 0.1})
+    with RedisServer(directory=tmp_path / "redis") as server:
+        redis.Redis.from_url(server.url).config_set("requirepass", password)
+        host = server.url.removeprefix("redis://")
+        url = f"redis://:{quote(password, safe='')}@{host}"
+        with (
+            make_store(settings.store, url) as store,
+            Controller(settings=settings, platform=tf_platform, store=store, store_url=url) as c,
+        ):
+            # Execute
+            job = c.wait(c.submit(JobSpec.model_validate(DIGITS_JOB)).job.job_id, timeout_s=300)
+
+    # Assert: the actions opened the store (the job trained); the password went to the
+    # containers' environment at /init, in no call's arguments, quoted or not.
+    assert job.state is JobState.DONE, job.error
+    runs = [message for path, message in sent if path == "/run"]
+    inits = [message for path, message in sent if path == "/init"]
+    assert [m for m in runs if f'"store_url": "redis://{host}"' in m]
+    assert not [m for m in runs if password in m or quote(password, safe="") in m]
+    assert inits
+    assert all(json.dumps(password) in message for message in inits)
 
 
 def test_a_job_whose_data_set_must_wait_its_turn_says_so_and_then_stages(

@@ -11,7 +11,7 @@ import pytest
 
 from faasdl.config import StoreSettings
 from faasdl.errors import StoreError, StoreFull, StoreUnavailable, ValidationError
-from faasdl.store import action_environment, action_store_settings, make_store
+from faasdl.store import action_environment, action_store_settings, make_store, shown_url
 from faasdl.store.ignite import IgniteStore, refused
 from faasdl.store.redis import RedisStore
 from faasdl.store.redis_server import free_port
@@ -73,6 +73,28 @@ def test_an_actions_store_settings_are_the_controllers_read_back_from_its_enviro
         "password_file": None,
     }
     assert all(isinstance(value, str) for value in environment.values())
+
+
+@pytest.mark.parametrize(
+    ("url", "setting", "password", "url_for_actions"),
+    [
+        ("redis://:p%40ss%2Fw@cache:6379/0", None, "p@ss/w", "redis://cache:6379/0"),
+        ("rediss://app:in-url@cache/1", "set", "in-url", "rediss://app@cache/1"),  # redis-py's
+        ("redis://app:@cache/1", "set", "set", "redis://app@cache/1"),  # an empty one: none
+        ("redis://cache/1", "set", "set", "redis://cache/1"),
+        ("redis://cache/1", None, None, "redis://cache/1"),
+    ],
+)
+def test_a_password_in_the_url_goes_to_the_actions_environment_and_out_of_their_url(
+    url: str, setting: str | None, password: str | None, url_for_actions: str
+) -> None:
+    # Execute
+    environment = action_environment(StoreSettings(url=url, password=setting))
+
+    # Assert: the password the controller's Redis client uses (the URL's before the setting's,
+    # unquoted), and the URL its actions are called with, which holds none.
+    assert environment.get("FAASDL_STORE__PASSWORD") == password
+    assert environment["FAASDL_STORE__URL"] == url_for_actions == shown_url(url)
 
 
 @pytest.mark.parametrize(
