@@ -431,6 +431,11 @@ class StoreSettings(Section):
         description="CA bundle to verify a rediss:// server (refused for another store's URL, "
         "and where it cannot be read, as it is read).",
     )
+    tls_ca_data: str | None = Field(
+        None,
+        description="The CA bundle's PEM text, in place of `tls_ca_file`: how faasdl's actions "
+        "get the controller's bundle (their containers lack its file).",
+    )
     timeout_s: Seconds = Field(
         10.0,
         gt=0,
@@ -447,15 +452,20 @@ class StoreSettings(Section):
     def _password_from_file(self) -> StoreSettings:
         if self.password_file is not None:
             self.password = read_secret_file(self.password_file, "password_file")
-        if self.tls_ca_file is not None:  # redis-py raised TypeError for it on redis://
+        given = [name for name in ("tls_ca_file", "tls_ca_data") if getattr(self, name)]
+        if len(given) == 2:
+            raise ValueError("tls_ca_file and tls_ca_data: give the CA bundle once, not both")
+        if given:  # redis-py raised TypeError for it on redis://
             scheme = self.url.partition(":")[0]
             if scheme != "rediss":
                 raise ValueError(
-                    f"tls_ca_file: a CA bundle verifies a rediss:// store's server; the store's "
+                    f"{given[0]}: a CA bundle verifies a rediss:// store's server; the store's "
                     f"URL is {scheme}://"
                 )
-            if not os.access(self.tls_ca_file, os.R_OK) or os.path.isdir(self.tls_ca_file):
-                raise ValueError(f"tls_ca_file: cannot read {self.tls_ca_file}")
+        if self.tls_ca_file is not None and (
+            not os.access(self.tls_ca_file, os.R_OK) or os.path.isdir(self.tls_ca_file)
+        ):
+            raise ValueError(f"tls_ca_file: cannot read {self.tls_ca_file}")
         return self
 
 

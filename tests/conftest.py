@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from rich.console import Console
 
 from faasdl.config import LocalPlatformSettings, OpenWhiskSettings, ServerSettings, StoreSettings
@@ -28,6 +29,7 @@ from faasdl.platform.local.server import ServerThread
 from faasdl.platform.openwhisk import OpenWhiskPlatform
 from faasdl.serving import LINGER_BYTES
 from faasdl.store import StateStore, make_store
+from faasdl.store.redis_server import ServerTls
 
 PlatformFactory = Callable[..., Platform]
 
@@ -39,6 +41,19 @@ def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0, what: 
         if time.monotonic() > deadline:
             raise AssertionError(f"not true within {timeout_s} s: {what or condition}")
         time.sleep(0.01)
+
+
+def tls_files(directory: Path) -> ServerTls:
+    """A fresh CA, and a certificate it signed for 127.0.0.1 and localhost, as PEM files in
+    ``directory``."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    directory.mkdir(parents=True, exist_ok=True)
+    files = ServerTls(directory / "cert.pem", directory / "key.pem", directory / "ca.pem")
+    issued.cert_chain_pems[0].write_to_path(str(files.cert_file))
+    issued.private_key_pem.write_to_path(str(files.key_file))
+    ca.cert_pem.write_to_path(str(files.ca_file))
+    return files
 
 
 def write_and_die(store_url: str, name: str, data: bytes, *, chunk_bytes: int) -> None:

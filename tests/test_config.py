@@ -188,6 +188,30 @@ def test_a_ca_bundle_is_read_for_a_rediss_store_only(monkeypatch: pytest.MonkeyP
     assert Settings().store.tls_ca_file == __file__
 
 
+@pytest.mark.parametrize(
+    ("url", "bundle", "said"),
+    [
+        ("redis://127.0.0.1:6390/0", {"TLS_CA_FILE": __file__}, "tls_ca_file: a CA bundle"),
+        ("redis://127.0.0.1:6390/0", {"TLS_CA_DATA": "PEM"}, "tls_ca_data: a CA bundle"),
+        ("sqlite:///x.db", {"TLS_CA_DATA": "PEM"}, "tls_ca_data: .* URL is sqlite://"),
+        (
+            "rediss://127.0.0.1:6390/0",
+            {"TLS_CA_FILE": __file__, "TLS_CA_DATA": "PEM"},
+            "tls_ca_file and tls_ca_data: give the CA bundle once, not both",
+        ),
+    ],
+)
+def test_a_ca_bundle_is_given_once_and_for_a_rediss_store_only(
+    monkeypatch: pytest.MonkeyPatch, url: str, bundle: dict[str, str], said: str
+) -> None:
+    monkeypatch.setenv("FAASDL_STORE__URL", url)
+    for name, value in bundle.items():
+        monkeypatch.setenv(f"FAASDL_STORE__{name}", value)
+
+    with pytest.raises(ValidationError, match=said):
+        Settings()
+
+
 def test_secrets_do_not_show_in_reprs() -> None:
     settings = OpenWhiskSettings()
 

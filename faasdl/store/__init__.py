@@ -63,6 +63,7 @@ def _redis(url: str, s: StoreSettings) -> StateStore:
         username=s.username,
         password=s.password.get_secret_value() if s.password else None,
         tls_ca_file=s.tls_ca_file,
+        tls_ca_data=s.tls_ca_data,
         timeout_s=s.timeout_s,
         chunk_bytes=s.chunk_bytes,
         spill_bytes=s.spill_bytes or None,
@@ -155,15 +156,23 @@ def action_environment(store: StoreSettings) -> dict[str, str]:
     parameters), so that an action reaches the store as the controller does (its user, password
     and CA bundle) and writes blobs as it does: its chunks, and a blob over ``spill_bytes`` to
     its spill directory (made absolute: an action runs in a directory of its own), none where it
-    spills none. A password file's password goes as read: the file is the controller's. A
-    password in the URL goes here too, and the URL without it (:func:`shown_url`): it wins over
-    the setting, as the URL's does in the controller, and stays out of the calls' arguments, which
+    spills none. A CA bundle goes as its text (``tls_ca_data``) and a password file's password
+    as read: an action's container (an OpenWhisk pod) lacks the controller's files. A password
+    in the URL goes here too, and the URL without it (:func:`shown_url`): it wins over the
+    setting, as the URL's does in the controller, and stays out of the calls' arguments, which
     travel through the platform's queues and a checkpoint writer's command line."""
-    values = store.model_dump(exclude={"password", "password_file"}, exclude_none=True)
+    values = store.model_dump(
+        exclude={"password", "password_file", "tls_ca_file"}, exclude_none=True
+    )
     values["url"] = shown_url(store.url)
     values["spill_dir"] = str(Path(store.spill_dir).resolve())
     if store.tls_ca_file is not None:
-        values["tls_ca_file"] = str(Path(store.tls_ca_file).resolve())
+        try:
+            values["tls_ca_data"] = Path(store.tls_ca_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValidationError(
+                f"cannot read the CA bundle {store.tls_ca_file}: {exc}", field="tls_ca_file"
+            ) from None
     in_url = urlsplit(store.url).password
     if in_url:  # redis-py reads it unquoted, and an empty one as none
         values["password"] = unquote(in_url)

@@ -84,6 +84,7 @@ class RedisStore(StateStore):
         username: str | None = None,
         password: str | None = None,
         tls_ca_file: str | None = None,
+        tls_ca_data: str | None = None,
         timeout_s: float = 10.0,
         retry_attempts: int = 5,
         **kw: Any,
@@ -93,6 +94,7 @@ class RedisStore(StateStore):
         self._username = username
         self._password = password
         self._tls_ca_file = tls_ca_file
+        self._tls_ca_data = tls_ca_data
         self._timeout_s = timeout_s
         self._retry_attempts = retry_attempts
         self._client: redis.Redis | None = None
@@ -111,6 +113,8 @@ class RedisStore(StateStore):
             options["password"] = self._password
         if self._tls_ca_file is not None:
             options["ssl_ca_certs"] = self._tls_ca_file
+        if self._tls_ca_data is not None:
+            options["ssl_ca_data"] = self._tls_ca_data
         client = redis.Redis.from_url(self.url, **options)
         try:
             client.ping()

@@ -1,5 +1,6 @@
 """A private ``redis-server`` on a free loopback port, for benchmarks and tests: append-only file
-with an fsync before every reply (``appendfsync always``), in a directory of its own."""
+with an fsync before every reply (``appendfsync always``), in a directory of its own; TLS only
+(``rediss://``) where it is given a certificate."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -21,19 +24,37 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """A TLS server's certificate and key, and the CA bundle its clients verify it by (PEM)."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
 class RedisServer:
-    def __init__(self, *, directory: Path, port: int | None = None) -> None:
+    def __init__(
+        self, *, directory: Path, port: int | None = None, tls: ServerTls | None = None
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise StoreUnavailable("redis-server is not installed (apt-get install redis-server)")
         self.binary = binary
         self.directory = directory
         self.port = port or free_port()
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+
+    def client(self, **options: Any) -> redis.Redis:
+        """A client of the server (its CA bundle given where it speaks TLS)."""
+        if self.tls is not None:
+            options["ssl_ca_certs"] = str(self.tls.ca_file)
+        return redis.Redis.from_url(self.url, **options)
 
     def start(self, *, timeout_s: float = 30.0) -> None:
         """Start the server (loading its AOF if there is one) and wait until it answers."""
@@ -41,8 +62,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 self.binary,
-                "--port",
-                str(self.port),
+                *self._listen(),
                 "--bind",
                 "127.0.0.1",
                 "--dir",
@@ -61,7 +81,7 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        client = self.client(socket_connect_timeout=1)
         deadline = time.monotonic() + timeout_s
         try:
             while True:
@@ -80,6 +100,24 @@ class RedisServer:
                     time.sleep(0.01)
         finally:
             client.close()
+
+    def _listen(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.tls.cert_file),
+            "--tls-key-file",
+            str(self.tls.key_file),
+            "--tls-ca-cert-file",
+            str(self.tls.ca_file),
+            "--tls-auth-clients",
+            "no",
+        ]
 
     def kill(self) -> None:
         """SIGKILL: a crash, with no chance to flush anything."""

@@ -64,7 +64,7 @@ from faasdl.store.records import (
 from faasdl.store.redis_server import RedisServer
 from faasdl.training.datasets import ONE_DATA_SET, Shard
 from faasdl.training.tensors import unpack
-from tests.conftest import eventually, reading_pipe, write_and_die
+from tests.conftest import eventually, reading_pipe, tls_files, write_and_die
 from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
@@ -1694,16 +1694,10 @@ def test_actions_open_the_store_with_the_controllers_user_password_and_spill_set
     assert password not in json.dumps(job.model_dump(mode="json"))
 
 
-def test_a_password_in_the_stores_url_reaches_the_actions_but_not_their_calls_arguments(
-    tmp_path: Path, tf_platform: LocalPlatform, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Every call's arguments named the store by the controller's URL, its password in it: they
-    # travel through OpenWhisk's queues (and were a checkpoint writer's command line).
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
-    # Arrange: a Redis with a password, written in the controller's URL only; what each of the
-    # platform's containers is sent.
-    password = "pass/word in the url"  # quoted in the URL, as its "/" and " " must be
+@pytest.fixture
+def sent_to_containers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Each message the embedded platform sends a container from now on (``/init`` or
+    ``/run``, and the message as JSON), as it sends it."""
     sent: list[tuple[str, str]] = []
     send = Container.call
 
@@ -1712,6 +1706,18 @@ def test_a_password_in_the_stores_url_reaches_the_actions_but_not_their_calls_ar
         return send(self, path, message, timeout_s)
 
     monkeypatch.setattr(Container, "call", recorded)
+    return sent
+
+
+def test_a_password_in_the_stores_url_reaches_the_actions_but_not_their_calls_arguments(
+    tmp_path: Path, tf_platform: LocalPlatform, sent_to_containers: list[tuple[str, str]]
+) -> None:
+    # Every call's arguments named the store by the controller's URL, its password in it: they
+    # travel through OpenWhisk's queues (and were a checkpoint writer's command line).
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    # Arrange: a Redis with a password, written in the controller's URL only.
+    password = "pass/word in the url"  # quoted in the URL, as its "/" and " " must be
     settings = Settings(controller={"scheduler_tick_s": 0.1})
     with RedisServer(directory=tmp_path / "redis") as server:
         redis.Redis.from_url(server.url).config_set("requirepass", password)
@@ -1727,12 +1733,50 @@ def test_a_password_in_the_stores_url_reaches_the_actions_but_not_their_calls_ar
     # Assert: the actions opened the store (the job trained); the password went to the
     # containers' environment at /init, in no call's arguments, quoted or not.
     assert job.state is JobState.DONE, job.error
-    runs = [message for path, message in sent if path == "/run"]
-    inits = [message for path, message in sent if path == "/init"]
+    runs = [message for path, message in sent_to_containers if path == "/run"]
+    inits = [message for path, message in sent_to_containers if path == "/init"]
     assert [m for m in runs if f'"store_url": "redis://{host}"' in m]
     assert not [m for m in runs if password in m or quote(password, safe="") in m]
     assert inits
     assert all(json.dumps(password) in message for message in inits)
+
+
+def test_actions_reach_a_tls_store_with_the_controllers_ca_bundle_as_text_not_its_path(
+    tmp_path: Path, tf_platform: LocalPlatform, sent_to_containers: list[tuple[str, str]]
+) -> None:
+    # The actions were given the bundle's path: on OpenWhisk, a file of the controller's that
+    # no action pod holds (the image had to be built with it at that path).
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    # Arrange: a Redis that speaks TLS only, verified by a CA of the test's own.
+    tls = tls_files(tmp_path / "tls")
+    with RedisServer(directory=tmp_path / "redis", tls=tls) as server:
+        settings = Settings(
+            controller={"scheduler_tick_s": 0.1},
+            store={"url": server.url, "tls_ca_file": str(tls.ca_file)},
+        )
+        with (
+            make_store(settings.store) as store,
+            Controller(
+                settings=settings, platform=tf_platform, store=store, store_url=server.url
+            ) as c,
+        ):
+            # Execute
+            job = c.wait(c.submit(JobSpec.model_validate(DIGITS_JOB)).job.job_id, timeout_s=300)
+
+    # Assert: the job trained, its actions given the bundle's text and no path to read.
+    assert job.state is JobState.DONE, job.error
+    environments = [
+        json.loads(message)["value"]["env"]
+        for path, message in sent_to_containers
+        if path == "/init"
+    ]
+    assert environments
+    assert all(
+        env["FAASDL_STORE__TLS_CA_DATA"] == tls.ca_file.read_text()
+        and "FAASDL_STORE__TLS_CA_FILE" not in env
+        for env in environments
+    )
 
 
 def test_a_job_whose_data_set_must_wait_its_turn_says_so_and_then_stages(

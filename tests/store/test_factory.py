@@ -62,14 +62,16 @@ def test_an_actions_store_settings_are_the_controllers_read_back_from_its_enviro
     monkeypatch.chdir(tmp_path / "action")
     action = action_store_settings()
 
-    # Assert: the same settings, the paths absolute and the password as read from the file.
+    # Assert: the same settings, the paths absolute, the password and the CA bundle as read from
+    # their files (an action's container has none of the controller's files).
     assert action.password is not None
     assert action.password.get_secret_value() == "from-the-file"
     assert action.model_dump(exclude={"password"}) == controller.model_dump(
         exclude={"password"}
     ) | {
         "spill_dir": str(tmp_path / "spill"),
-        "tls_ca_file": str(tmp_path / "ca.pem"),
+        "tls_ca_file": None,
+        "tls_ca_data": "a bundle\n",
         "password_file": None,
     }
     assert all(isinstance(value, str) for value in environment.values())
