@@ -171,6 +171,30 @@ def _is_setting(env_name: str) -> bool:
     return True
 
 
+def _render(*settings: str) -> list[dict[str, Any]]:
+    assert HELM is not None
+    rendered = subprocess.run(
+        [HELM, "template", "faasdl", str(CHART), "--namespace", "faasdl"]
+        # The version the objects are validated against (helm 3.8's default was 1.23, under the
+        # chart's kubeVersion: it refused to render).
+        + ["--kube-version", KUBE_VERSION]
+        + [arg for setting in settings for arg in ("--set", setting)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def _containers(documents: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [
+        c
+        for d in documents
+        if d["kind"] == kind
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+
+
 @pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
 @pytest.mark.parametrize("store", ["redis", "ignite"])
 def test_the_rendered_chart_is_valid_kubernetes(
@@ -178,36 +202,18 @@ def test_the_rendered_chart_is_valid_kubernetes(
 ) -> None:
     import kubernetes_validate
 
+    ignite = store == "ignite"
+    documents = _render(
+        f"store.kind={store}", f"ignite.enabled={ignite}", f"redis.enabled={not ignite}"
+    )
     assert HELM is not None
-    rendered = subprocess.run(
-        [
-            HELM,
-            "template",
-            "faasdl",
-            str(CHART),
-            "--namespace",
-            "faasdl",
-            # The version the objects are validated against (helm 3.8's default was 1.23, under
-            # the chart's kubeVersion: it refused to render).
-            "--kube-version",
-            KUBE_VERSION,
-            "--set",
-            f"store.kind={store},ignite.enabled={store == 'ignite'}",
-            "--set",
-            f"redis.enabled={store == 'redis'}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
     lint = subprocess.run([HELM, "lint", str(CHART)], capture_output=True, text=True)
 
-    documents = [d for d in yaml.safe_load_all(rendered) if d]
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert {d["kind"] for d in documents} >= {"Deployment", "Service", "StatefulSet"}
     for document in documents:
         kubernetes_validate.validate(document, KUBE_VERSION.rpartition(".")[0], strict=True)
-    # The store runs without a password: a NetworkPolicy selects its pods.
+    # A NetworkPolicy selects the store's pods (Ignite's only guard; Redis has a password too).
     guarded = [
         d["spec"]["podSelector"]["matchLabels"].get("app.kubernetes.io/component")
         for d in documents
@@ -218,6 +224,46 @@ def test_the_rendered_chart_is_valid_kubernetes(
     (controller,) = [d for d in documents if d["kind"] == "Deployment"]
     (container,) = controller["spec"]["template"]["spec"]["containers"]
     for env in container["env"]:
-        if env["name"] != "FAASDL_OPENWHISK__AUTH_FILE":  # a Secret's file, mounted in the pod
+        if not env["name"].endswith("_FILE"):  # a Secret's file, mounted in the pod
             monkeypatch.setenv(env["name"], env["value"])
     assert Settings().store.url.startswith(f"{store}://")
+
+
+@pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+@pytest.mark.parametrize("auth", [True, False])
+def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_one(
+    auth: bool,
+) -> None:
+    # The chart's Redis had no password (a password could not reach the actions then); the
+    # NetworkPolicy was its only guard, open to every pod where the network plugin ignores it.
+    # Execute
+    documents = _render(f"redis.auth={str(auth).lower()}")
+
+    # Assert: Redis is started with the Secret's key as its password, its probe logs in with
+    # it, and the controller reads that key's file (it gives the actions the password).
+    (redis,) = _containers(documents, "StatefulSet")
+    (controller,) = _containers(documents, "Deployment")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    secret = {
+        (v["secret"]["secretName"], item["key"]): str(Path(mount["mountPath"]) / item["path"])
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+        for item in v["secret"]["items"]
+        for mount in controller["volumeMounts"]
+        if mount["name"] == v["name"]
+    }
+    from_secret = {
+        e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+        for e in redis.get("env", [])
+    }
+    controller_env = {e["name"]: e.get("value") for e in controller["env"]}
+    if not auth:
+        assert redis["args"] == ["/etc/redis/redis.conf"]
+        assert from_secret == {}
+        assert "FAASDL_STORE__PASSWORD_FILE" not in controller_env
+        return
+    key = ("faasdl-secrets", "redis-password")
+    assert redis["args"] == ["/etc/redis/redis.conf", "--requirepass", "$(REDIS_PASSWORD)"]
+    assert from_secret == {"REDIS_PASSWORD": key, "REDISCLI_AUTH": key}
+    assert redis["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
+    assert controller_env["FAASDL_STORE__PASSWORD_FILE"] == secret[key]

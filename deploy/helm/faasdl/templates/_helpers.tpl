@@ -31,3 +31,10 @@ ignite://{{ include "faasdl.fullname" . }}-ignite.{{ .Release.Namespace }}.svc.c
 {{- fail "store.kind must be redis or ignite" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Whether the store is the chart's Redis with a password ("true", or empty). */}}
+{{- define "faasdl.redisPassword" -}}
+{{- if and (eq .Values.store.kind "redis") .Values.redis.enabled .Values.redis.auth -}}
+true
+{{- end -}}
+{{- end -}}
