@@ -146,8 +146,7 @@ class _StoreFromEnvironment(BaseSettings):
 def action_store_settings() -> StoreSettings:
     """The store's settings in one of faasdl's actions: its container's ``FAASDL_STORE__…``
     variables, which the controller sets through the action's init parameters
-    (:func:`action_environment`; the embedded platform's containers also inherit its own). The
-    store an action opens is still the URL its call names."""
+    (:func:`action_environment`). The store an action opens is still the URL its call names."""
     return _StoreFromEnvironment().store
 
 

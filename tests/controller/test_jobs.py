@@ -1742,19 +1742,24 @@ def test_a_password_in_the_stores_url_reaches_the_actions_but_not_their_calls_ar
 
 
 def test_actions_reach_a_tls_store_with_the_controllers_ca_bundle_as_text_not_its_path(
-    tmp_path: Path, tf_platform: LocalPlatform, sent_to_containers: list[tuple[str, str]]
+    tmp_path: Path,
+    tf_platform: LocalPlatform,
+    sent_to_containers: list[tuple[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The actions were given the bundle's path: on OpenWhisk, a file of the controller's that
     # no action pod holds (the image had to be built with it at that path).
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (make test installs it with apt-get)")
-    # Arrange: a Redis that speaks TLS only, verified by a CA of the test's own.
+    # Arrange: a Redis that speaks TLS only, verified by a CA of the test's own; the controller
+    # set up from its environment, as `faasdl serve` is (the embedded platform's containers
+    # inherited it: the file's variable beside the text's, refused by every action).
     tls = tls_files(tmp_path / "tls")
     with RedisServer(directory=tmp_path / "redis", tls=tls) as server:
-        settings = Settings(
-            controller={"scheduler_tick_s": 0.1},
-            store={"url": server.url, "tls_ca_file": str(tls.ca_file)},
-        )
+        monkeypatch.setenv("FAASDL_STORE__URL", server.url)
+        monkeypatch.setenv("FAASDL_STORE__TLS_CA_FILE", str(tls.ca_file))
+        monkeypatch.setenv("FAASDL_CONTROLLER__SCHEDULER_TICK_S", "0.1")
+        settings = Settings()
         with (
             make_store(settings.store) as store,
             Controller(

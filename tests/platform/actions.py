@@ -15,6 +15,14 @@ def main(args):
     return {"args": args, "env": env}
 """
 
+# The names of the FAASDL_ variables of its environment.
+FAASDL_NAMES = """\
+import os
+
+def main(args):
+    return {"names": sorted(k for k in os.environ if k.startswith("FAASDL_"))}
+"""
+
 WARMABLE_SLEEP = """\
 import time
 

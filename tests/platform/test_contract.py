@@ -90,6 +90,29 @@ def test_init_parameters_are_the_containers_environment_and_no_runs_argument(
     ]
 
 
+def test_a_container_gets_none_of_the_platforms_own_settings(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The embedded platform's containers inherited its whole environment: its OpenWhisk key, the
+    # store's password, and a CA bundle's file beside the init parameters' text of it (the
+    # actions refused the two: a job on a TLS Redis set up from the environment failed).
+    # Arrange: the platform's process with settings of its own, and the action's thread count.
+    monkeypatch.setenv("FAASDL_OPENWHISK__AUTH", "user:s3cret")
+    monkeypatch.setenv("FAASDL_STORE__PASSWORD", "s3cret")
+    monkeypatch.setenv("FAASDL_ACTION_THREADS", "2")
+    platform.deploy(
+        ActionSpec(
+            name="names", code=actions.FAASDL_NAMES, environment={"FAASDL_STORE__USERNAME": "u"}
+        )
+    )
+
+    # Execute
+    record = platform.call("names", {})
+
+    # Assert: its init parameter and the action's own variable, none of the platform's.
+    assert record.response.result == {"names": ["FAASDL_ACTION_THREADS", "FAASDL_STORE__USERNAME"]}
+
+
 def test_a_blackbox_action_runs_in_an_image_the_platform_has_and_no_other(
     make_platform: PlatformFactory,
 ) -> None:

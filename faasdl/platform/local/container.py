@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -68,6 +69,25 @@ class Reply:
 
     def json(self) -> Any:
         return parse_json(self.body)
+
+
+#: The one ``FAASDL_`` variable a container takes from the platform's environment: it belongs to
+#: the action (its threads), as a variable of an action image would.
+ACTION_VARIABLES = frozenset({"FAASDL_ACTION_THREADS"})
+
+
+def container_environment(platform: Mapping[str, str]) -> dict[str, str]:
+    """A container's environment: the platform process's (this machine stands for the action
+    image) without faasdl's settings, which are the controller's and the platform's, its keys and
+    the store's password among them. As an OpenWhisk container gets none of its invoker's, an
+    action gets its settings from its init parameters (the controller's store settings:
+    :func:`faasdl.store.action_environment`) or not at all; inherited, they had stood beside the
+    init parameters (a CA bundle's file beside its text: refused as given twice)."""
+    return {
+        name: value
+        for name, value in platform.items()
+        if not name.startswith("FAASDL_") or name in ACTION_VARIABLES
+    }
 
 
 def _log_timestamp() -> str:
@@ -138,7 +158,7 @@ class Container:
         own_tmp = os.path.join(self._workdir, "tmp")
         os.mkdir(own_tmp)
         read_fd, write_fd = os.pipe()
-        env = dict(os.environ)
+        env = container_environment(os.environ)
         env["TMPDIR"] = own_tmp
         env["FAASDL_READY_FD"] = str(write_fd)
         env["FAASDL_PARENT_PID"] = str(os.getpid())
