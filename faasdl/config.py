@@ -433,6 +433,7 @@ class StoreSettings(Section):
     )
     tls_ca_data: str | None = Field(
         None,
+        min_length=1,
         description="The CA bundle's PEM text, in place of `tls_ca_file`: how faasdl's actions "
         "get the controller's bundle (their containers lack its file).",
     )

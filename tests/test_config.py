@@ -194,6 +194,7 @@ def test_a_ca_bundle_is_read_for_a_rediss_store_only(monkeypatch: pytest.MonkeyP
         ("redis://127.0.0.1:6390/0", {"TLS_CA_FILE": __file__}, "tls_ca_file: a CA bundle"),
         ("redis://127.0.0.1:6390/0", {"TLS_CA_DATA": "PEM"}, "tls_ca_data: a CA bundle"),
         ("sqlite:///x.db", {"TLS_CA_DATA": "PEM"}, "tls_ca_data: .* URL is sqlite://"),
+        ("rediss://127.0.0.1:6390/0", {"TLS_CA_DATA": ""}, "tls_ca_data\n.*at least 1 char"),
         (
             "rediss://127.0.0.1:6390/0",
             {"TLS_CA_FILE": __file__, "TLS_CA_DATA": "PEM"},
