@@ -14,7 +14,7 @@ from faasdl.canary.runtime import RuntimeManager
 from faasdl.config import Settings
 from faasdl.experiments.runner import InvocationRunner, RunReport, RunSpec
 from faasdl.platform.local import LocalPlatform
-from faasdl.store import StateStore, absolute_url, make_store
+from faasdl.store import StateStore, absolute_url, action_environment, make_store
 from faasdl.store.records import FunctionInfo, UnitState, fn_prefix
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,9 @@ class Lab:
     platform: LocalPlatform
     store: StateStore
     store_url: str
+    #: The workload action's init parameters: the store's settings (see
+    #: :func:`~faasdl.store.action_environment`).
+    environment: dict[str, str]
     runtimes: RuntimeManager
     #: Where what a run's containers share lives (a web service's database): the lab's own.
     shared_dir: Path
@@ -53,6 +56,7 @@ class Lab:
             spec,
             restart_store=self.restart_store,
             marks_dir=self.marks_dir,
+            environment=self.environment,
         )
         replicas = runner.strategy.replicas(active=spec.concurrency, failures=0, attempts=0)
         if spec.plan.faults and replicas == 0:
@@ -86,7 +90,10 @@ def open_lab(*, pool_memory_mb: int = 8192, store_url: str | None = None) -> Ite
             try:
                 marks = Path(tmp) / "marks"
                 marks.mkdir()
-                yield Lab(platform, store, absolute_url(url), runtimes, Path(tmp), marks)
+                environment = action_environment(settings.store)
+                yield Lab(
+                    platform, store, absolute_url(url), environment, runtimes, Path(tmp), marks
+                )
             finally:
                 runtimes.close()
 

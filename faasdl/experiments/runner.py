@@ -182,8 +182,10 @@ class InvocationRunner:
         restart_store: Callable[[], None] | None = None,
         tick_s: float = 0.01,
         marks_dir: Path | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.platform = platform
+        self.environment = environment or {}  # the workload action's init parameters
         self.store = store
         self.store_url = store_url
         self.runtimes = runtimes
@@ -230,7 +232,11 @@ class InvocationRunner:
     def run(self) -> RunReport:
         spec = self.spec
         variant = deploy_variant(
-            self.platform, WORKLOAD, memory_mb=self.memory_mb, timeout_ms=spec.timeout_s * 1000
+            self.platform,
+            WORKLOAD,
+            memory_mb=self.memory_mb,
+            timeout_ms=spec.timeout_s * 1000,
+            environment=self.environment,
         )
         self.variant = variant
         self._deploy_replicas()

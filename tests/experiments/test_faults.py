@@ -473,6 +473,28 @@ def test_a_store_restart_under_running_attempts_loses_nothing(tmp_path: Path) ->
         server.stop()
 
 
+@pytest.mark.redis
+def test_a_lab_on_a_store_with_a_password_gives_its_actions_the_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workload action was deployed without the store's settings: its containers opened the
+    # store with the environment they inherited, and inherit no FAASDL_ settings now.
+    # Arrange: a Redis with a password, the experiment's environment holding it.
+    server = private_redis(tmp_path / "redis")
+    with server:
+        server.client().config_set("requirepass", "lab-pw")
+        monkeypatch.setenv("FAASDL_STORE__PASSWORD", "lab-pw")
+
+        # Execute: a run whose invocations checkpoint, one of them killed.
+        with open_lab(store_url=server.url) as lab:
+            report = run(lab, "password", "canary", [Fault(invocation=1, after_checkpoint=1)])
+
+    # Assert (and run's own: each invocation committed once, with its result): the killed one
+    # resumed from its checkpoint in the store.
+    assert [h.invocation for h in report.injected] == [1]
+    assert report.outcomes[1].final["resumed_from"] >= 1
+
+
 def test_web_service_containers_named_one_database_share_it(tmp_path: Path) -> None:
     # Arrange: the parameters an experiment gives every container of a run, and a database of
     # a container's own
