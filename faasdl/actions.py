@@ -34,31 +34,32 @@ def deploy_variant(
     *,
     memory_mb: int,
     timeout_ms: int,
+    environment: dict[str, str],
     parameters: dict[str, Any] | None = None,
-    environment: dict[str, str] | None = None,
 ) -> str:
     """Deploy (or keep) the variant of action ``name`` with these limits; returns its name.
     ``environment``: its init parameters (:func:`faasdl.store.action_environment`: the store's
-    settings, which its containers open the store with).
+    settings, which its containers open the store with; required, as a caller that forgot them
+    made its actions open the store with none, and alike variants deploy each other again).
 
     Idempotent: an existing variant with the same limits, parameters, environment, image and code
     is left alone, so that its warm containers survive. On a platform with an ``action_image``,
     the variant is a blackbox action in that image.
     """
-    return _deploy(platform, name, memory_mb, timeout_ms, parameters or {}, environment or {})[0]
+    return _deploy(platform, name, memory_mb, timeout_ms, parameters or {}, environment)[0]
 
 
 def deploy_variants(
     platform: Platform,
     memories: Iterable[int],
     timeouts_s: Iterable[int],
-    environment: dict[str, str] | None = None,
+    environment: dict[str, str],
 ) -> list[tuple[str, bool]]:
     """:func:`deploy_variant` for each of :func:`variants`, in their order: each one's name and
     whether it was deployed (new, or its limits, parameters, environment, image or code had
     changed) rather than left alone."""
     return [
-        _deploy(platform, name, mb, ms, {}, environment or {})
+        _deploy(platform, name, mb, ms, {}, environment)
         for name, _, mb, ms in variants(memories, timeouts_s)
     ]
 

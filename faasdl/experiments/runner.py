@@ -179,13 +179,13 @@ class InvocationRunner:
         runtimes: RuntimeManager,
         spec: RunSpec,
         *,
+        environment: dict[str, str],
         restart_store: Callable[[], None] | None = None,
         tick_s: float = 0.01,
         marks_dir: Path | None = None,
-        environment: dict[str, str] | None = None,
     ) -> None:
         self.platform = platform
-        self.environment = environment or {}  # the workload action's init parameters
+        self.environment = environment  # the workload action's init parameters
         self.store = store
         self.store_url = store_url
         self.runtimes = runtimes

@@ -346,9 +346,15 @@ def test_copies_that_end_together_are_settled_once_and_both_booked(lab: Lab) -> 
         invocations=1,
         strategy="request_replication",
     )
-    runner = InvocationRunner(lab.platform, lab.store, lab.store_url, lab.runtimes, spec)
+    runner = InvocationRunner(
+        lab.platform, lab.store, lab.store_url, lab.runtimes, spec, environment=lab.environment
+    )
     runner.variant = deploy_variant(
-        lab.platform, WORKLOAD, memory_mb=runner.memory_mb, timeout_ms=spec.timeout_s * 1000
+        lab.platform,
+        WORKLOAD,
+        memory_mb=runner.memory_mb,
+        timeout_ms=spec.timeout_s * 1000,
+        environment=lab.environment,
     )
     runner._launch()
     copies = list(runner._in_flight)

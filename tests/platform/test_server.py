@@ -712,9 +712,9 @@ def test_faasdls_actions_are_deployed_in_the_action_image_once_one_is_set(
     plain = make_served().client
 
     # Execute; then the variant's entry point replaced by an older faasdl's, and asked again.
-    name = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
+    name = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000, environment={})
     first = served.local.get_action(name)
-    again = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
+    again = deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000, environment={})
     kept = served.local.get_action(name)
     served.client.deploy(
         ActionSpec(
@@ -727,8 +727,8 @@ def test_faasdls_actions_are_deployed_in_the_action_image_once_one_is_set(
         )
     )
     older = served.local.get_action(name)
-    deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000)
-    source = deploy_variant(plain, TRAIN, memory_mb=512, timeout_ms=60_000)
+    deploy_variant(served.client, TRAIN, memory_mb=512, timeout_ms=60_000, environment={})
+    source = deploy_variant(plain, TRAIN, memory_mb=512, timeout_ms=60_000, environment={})
 
     # Assert: a blackbox action in the image, left alone when asked again, deployed again once
     # its code was not faasdl's; python without an image.

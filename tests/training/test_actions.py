@@ -23,7 +23,7 @@ from faasdl.estimator.planner import EstimateRequest
 from faasdl.estimator.sizer import Sizer
 from faasdl.platform.classify import classify
 from faasdl.platform.local import LocalPlatform
-from faasdl.store import StateStore, make_store
+from faasdl.store import StateStore, action_environment, make_store
 from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState, fn_key, load, update
 from faasdl.training.datasets import DigitsSpec, load_dataset, split_shards
 from faasdl.training.tensors import decode, pack, unpack
@@ -36,7 +36,7 @@ Store = tuple[StateStore, str]
 
 @pytest.fixture(scope="module")
 def train(tf_platform: LocalPlatform) -> str:
-    return deploy_variant(tf_platform, TRAIN, memory_mb=1024, timeout_ms=120_000)
+    return deploy_variant(tf_platform, TRAIN, memory_mb=1024, timeout_ms=120_000, environment={})
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_an_evaluation_scores_with_the_containers_own_model_where_it_holds_one(
     _, url = tf_store
     trained = tf_platform.call(train, params(url, shard, weights_out="test/scored", epochs=1))
     assert trained.success, trained.error
-    fresh = deploy_variant(tf_platform, TRAIN, memory_mb=1152, timeout_ms=120_000)
+    fresh = deploy_variant(tf_platform, TRAIN, memory_mb=1152, timeout_ms=120_000, environment={})
     ask = {
         "mode": "evaluate", "store_url": url, "model": "small_cnn", "classes": 10,
         "weights": "test/scored", "data": shard, "batch_size": 8,
@@ -186,7 +186,7 @@ def test_a_replica_primed_by_its_warm_up_call_trains_at_once_and_the_same_weight
 ) -> None:
     # Arrange: a variant of its own, so that its one container is the primed replica.
     _, url = tf_store
-    replica = deploy_variant(tf_platform, TRAIN, memory_mb=1088, timeout_ms=120_000)
+    replica = deploy_variant(tf_platform, TRAIN, memory_mb=1088, timeout_ms=120_000, environment={})
     prime = {"model": "small_cnn", "input_shape": [8, 8, 1], "classes": 10, "batch_size": 8}
 
     # Execute
@@ -249,7 +249,9 @@ def test_the_aggregation_action_writes_the_weighted_mean(
     ]
     for i, weights in enumerate(models):  # what they say of themselves, the last differing
         store.put_blob(f"test/in/{i}", pack(weights, metadata={"arch": "mlp", "n": str(i // 2)}))
-    aggregate = deploy_variant(tf_platform, AGGREGATE, memory_mb=256, timeout_ms=30_000)
+    aggregate = deploy_variant(
+        tf_platform, AGGREGATE, memory_mb=256, timeout_ms=30_000, environment={}
+    )
 
     record = tf_platform.call(aggregate, {
         "store_url": url, "output": "test/mean",
@@ -283,7 +285,9 @@ def test_a_warm_aggregator_sized_for_its_model_merges_within_its_memory(
             weights = [rng.standard_normal(int(n), dtype=np.float32) for n in sizes]
             store.put_blob(f"test/big/{i}", pack(weights, opt=weights + weights))
         memory_mb = math.ceil(aggregator_memory_mb(26.0))
-        aggregate = deploy_variant(tf_platform, AGGREGATE, memory_mb=memory_mb, timeout_ms=60_000)
+        aggregate = deploy_variant(
+            tf_platform, AGGREGATE, memory_mb=memory_mb, timeout_ms=60_000, environment={}
+        )
         inputs = [{"weights": f"test/big/{i}", "examples": i + 1} for i in range(4)]
 
         records = [
@@ -313,7 +317,11 @@ def test_the_sizer_measures_once_then_learns_from_a_real_run(
 
     again = sizer.plan(request)
     variant = deploy_variant(
-        tf_platform, TRAIN, memory_mb=first.memory_mb, timeout_ms=first.timeout_ms
+        tf_platform,
+        TRAIN,
+        memory_mb=first.memory_mb,
+        timeout_ms=first.timeout_ms,
+        environment=action_environment(sizer.settings.store),  # as the sizer's probe's
     )
     record = tf_platform.call(variant, params(url, shard, weights_out="test/w", epochs=1))
     sizer.learn(first, record, classify(record))
