@@ -386,6 +386,7 @@ def bench_store(
 
     try:
         result = run_store_bench(
+            settings=load_settings().store,
             backend=backend,
             url=url,
             repeats=repeats,

@@ -31,6 +31,7 @@ from faasdl.config import StoreSettings
 from faasdl.errors import StoreError, ValidationError
 from faasdl.store import make_store
 from faasdl.store.base import StateStore
+from faasdl.store.redis import RedisStore
 from faasdl.store.redis_server import RedisServer
 
 MiB = 1024 * 1024
@@ -51,8 +52,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 Raw = tuple[Callable[[str, bytes], None], Callable[[str], None]]
 
 
-def _raw_redis(url: str, chunk: int) -> Raw:
-    client = redis.Redis.from_url(url)
+def _raw_redis(client: redis.Redis, chunk: int) -> Raw:
 
     def write(name: str, data: bytes) -> None:
         pipe = client.pipeline(transaction=False)
@@ -298,6 +298,7 @@ def bench_backend(backend: str | None, url: str | None) -> str:
 
 def run_store_bench(
     *,
+    settings: StoreSettings | None = None,
     backend: str | None = None,
     url: str | None = None,
     sizes_mib: tuple[int, ...] = (1, 16, 100),
@@ -309,7 +310,9 @@ def run_store_bench(
     progress: Console | None = None,
 ) -> dict[str, Any]:
     """The bench's figures (see the module); ``writers`` processes contend for
-    ``contention_s`` seconds (none: not measured)."""
+    ``contention_s`` seconds (none: not measured). ``settings``: how the store is reached and
+    written (its user, password and CA bundle, its chunks; its URL is ``url``'s or the bench's
+    own); default: the defaults."""
     backend = bench_backend(backend, url)  # the raw client compared with is the store's kind
     say: Callable[[str], None] = progress.print if progress else (lambda _: None)
     measure = functools.partial(
@@ -320,26 +323,26 @@ def run_store_bench(
         checkpoints=checkpoints,
         say=say,
     )
-    settings = StoreSettings()
+    settings = settings or StoreSettings()
     with (
         tempfile.TemporaryDirectory(prefix="faasdl-bench-store-") as tmp,
         contextlib.ExitStack() as stack,  # a private redis-server, stopped before tmp goes
     ):
         folder = Path(tmp)
         settings = settings.model_copy(update={"spill_dir": str(folder / "spill")})
-        raw: Raw
         if backend == "sqlite":
             url = url or f"sqlite:///{folder / 'bench.db'}"
-            raw = _raw_files(folder / "raw", settings.chunk_bytes)
-        elif backend == "redis":
-            if url is None:
-                server = stack.enter_context(RedisServer(directory=folder / "redis"))
-                say(f"private redis-server on port {server.port} (appendfsync always)")
-                url = server.url
-            raw = _raw_redis(url, settings.chunk_bytes)
-        else:
-            raise AssertionError(f"backend {backend!r} passed bench_backend")
+        elif url is None:
+            server = stack.enter_context(RedisServer(directory=folder / "redis"))
+            say(f"private redis-server on port {server.port} (appendfsync always)")
+            url = server.url
         with make_store(settings, url) as store:
+            # The plain client reaches the server as the store does (a password, a CA bundle).
+            raw = (
+                _raw_redis(store.new_client(), settings.chunk_bytes)
+                if isinstance(store, RedisStore)
+                else _raw_files(folder / "raw", settings.chunk_bytes)
+            )
             result = {"backend": backend, "chunk_bytes": settings.chunk_bytes}
             result.update(measure(store, raw))
         if writers:

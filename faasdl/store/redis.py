@@ -100,9 +100,10 @@ class RedisStore(StateStore):
         self._client: redis.Redis | None = None
         self._scripts: dict[str, Script] = {}
 
-    def open(self) -> None:
-        if self._client is not None:
-            return
+    def new_client(self) -> redis.Redis:
+        """A client of the store's server that logs in as the store does (its user, password and
+        CA bundle, its timeouts), not yet connected: the store's own, or a plain one to measure
+        beside it (``faasdl bench store``)."""
         options: dict[str, Any] = {
             "socket_timeout": self._timeout_s,
             "socket_connect_timeout": self._timeout_s,
@@ -115,7 +116,12 @@ class RedisStore(StateStore):
             options["ssl_ca_certs"] = self._tls_ca_file
         if self._tls_ca_data is not None:
             options["ssl_ca_data"] = self._tls_ca_data
-        client = redis.Redis.from_url(self.url, **options)
+        return redis.Redis.from_url(self.url, **options)
+
+    def open(self) -> None:
+        if self._client is not None:
+            return
+        client = self.new_client()
         try:
             client.ping()
         except redis.AuthenticationError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 from faasdl.bench.store import run_store_bench
 from faasdl.cli import app
 from faasdl.store.sqlite import SqliteStore
+from tests.store.conftest import private_redis
 
 
 def test_the_store_bench_measures_checkpoints_and_leaves_nothing_in_the_store(
@@ -41,6 +43,36 @@ def test_the_store_bench_measures_checkpoints_and_leaves_nothing_in_the_store(
     assert contention["beat_wait_ms_p50"] <= contention["beat_wait_ms_max"]
     assert [key for key, _ in store.scan("")] == ["jobs/kept"]  # no manifest, no counter
     assert list(store.chunk_dir.iterdir()) == []
+
+
+@pytest.mark.redis
+def test_the_store_bench_reaches_and_writes_the_store_as_its_settings_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bench took the store's default settings whatever the environment's: a Redis with a
+    # password (or TLS) failed, and another chunk size was not the one measured, while the
+    # figures' "environment" named it.
+    # Arrange: a Redis with a password; the settings in the environment, as a user gives them.
+    server = private_redis(tmp_path / "redis")
+    with server:
+        server.client().config_set("requirepass", "bench-pw")
+        monkeypatch.setenv("FAASDL_STORE__URL", server.url)
+        monkeypatch.setenv("FAASDL_STORE__PASSWORD", "bench-pw")
+        monkeypatch.setenv("FAASDL_STORE__CHUNK_BYTES", str(1024 * 1024))
+        bench = ["bench", "store", "--url", server.url, "--repeats", "1", "--cas-ops", "10"]
+
+        # Execute
+        result = CliRunner().invoke(
+            app, [*bench, "--checkpoints", "10", "--writers", "1", "--contention-s", "1"]
+        )
+
+    # Assert
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output.splitlines()[-1])
+    assert figures["chunk_bytes"] == 1024 * 1024
+    assert figures["raw_write_mb_s"]["1"] > 0  # the plain client logged in too
+    assert figures["contention"]["beats"] >= 1
+    assert "bench-pw" not in result.output
 
 
 @pytest.mark.parametrize(
