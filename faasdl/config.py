@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -734,6 +734,32 @@ class Settings(BaseSettings):
                 f"unknown setting(s) {', '.join(named)}: Extra inputs are not permitted"
             )
         return self
+
+
+#: The store settings that name the user's store (where it is, who logs in, how it is verified).
+STORE_CONNECTION = frozenset(
+    {"url", "username", "password", "password_file", "tls_ca_file", "tls_ca_data"}
+)
+
+
+def private_settings(
+    *, store: dict[str, Any], users_store: bool = False, **sections: dict[str, Any]
+) -> Settings:
+    """The environment's settings for a run on a store of its own (a benchmark's, an
+    experiment's lab), so that its figures are measured with the ``FAASDL_`` variables they
+    name: each of ``sections``' fields over the environment's section, and a store of
+    ``store``'s fields that takes the environment's other store settings (its chunks, spill
+    threshold, timeouts) but none of :data:`STORE_CONNECTION`: those are the user's store's
+    (a CA bundle for a ``rediss://`` store was refused beside a private SQLite one), taken
+    only where ``users_store`` says ``store``'s URL names that store."""
+    given = Settings()
+    chosen: dict[str, Any] = {
+        name: type(getattr(given, name)).model_validate(getattr(given, name).model_dump() | fields)
+        for name, fields in sections.items()
+    }
+    dropped = {"password_file"} | (set() if users_store else STORE_CONNECTION)  # read already
+    chosen["store"] = StoreSettings.model_validate(given.store.model_dump(exclude=dropped) | store)
+    return given.model_copy(update=chosen)
 
 
 def _setting_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> list[str]:

@@ -15,6 +15,7 @@ from faasdl.config import (
     _setting_names,
     http_url_problem,
     image_problem,
+    private_settings,
 )
 from faasdl.platform import PLATFORMS, make_platform
 from faasdl.platform.local import LocalPlatform
@@ -211,6 +212,39 @@ def test_a_ca_bundle_is_given_once_and_for_a_rediss_store_only(
 
     with pytest.raises(ValidationError, match=said):
         Settings()
+
+
+def test_a_private_store_takes_the_environments_settings_but_not_the_users_stores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A bench's or a lab's settings: sections given as objects replaced the environment's whole
+    # (its FAASDL_LOCAL__ and FAASDL_ESTIMATOR__ went unread while the figures named them), and
+    # given as fields the user's CA bundle was refused beside the private SQLite store.
+    # Arrange: the environment of a user whose store is a TLS Redis with a password.
+    given = {
+        "FAASDL_STORE__URL": "rediss://cache:6380/0",
+        "FAASDL_STORE__TLS_CA_FILE": __file__,
+        "FAASDL_STORE__USERNAME": "faasdl",
+        "FAASDL_STORE__PASSWORD": "s3cret",
+        "FAASDL_STORE__CHUNK_BYTES": "65536",
+        "FAASDL_LOCAL__WARMUP_NICE": "7",
+        "FAASDL_LOCAL__MEMORY_MAX_MB": "1024",
+        "FAASDL_ESTIMATOR__MEMORY_STEP_MB": "128",
+    }
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+
+    # Execute
+    settings = private_settings(
+        local={"memory_max_mb": 4096}, store={"url": "sqlite:///own.db", "spill_dir": "own"}
+    )
+
+    # Assert: the chosen fields, the environment's others, none naming the user's store.
+    assert (settings.local.memory_max_mb, settings.local.warmup_nice) == (4096, 7)
+    assert settings.estimator.memory_step_mb == 128
+    store = settings.store
+    assert (store.url, store.spill_dir, store.chunk_bytes) == ("sqlite:///own.db", "own", 65536)
+    assert (store.tls_ca_file, store.username, store.password) == (None, None, None)
 
 
 def test_secrets_do_not_show_in_reprs() -> None:

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faasdl.actions import TRAIN, deploy_variant
-from faasdl.config import EstimatorSettings, LocalPlatformSettings, Settings, StoreSettings
+from faasdl.config import Settings, private_settings
 from faasdl.estimator.planner import ActionPlan, EstimateRequest
 from faasdl.estimator.sizer import Sizer, facts_of, load_checked
 from faasdl.platform.base import Activation, Platform
@@ -178,17 +178,23 @@ class _Runner:
         )
 
 
+def bench_settings(folder: Path) -> Settings:
+    """The settings the bench runs with: the environment's (``FAASDL_…``, which its figures'
+    ``environment`` names), but for the platform's limits it chooses (room for every model of
+    the matrix) and a store of its own in ``folder``. Sections given as objects had replaced
+    the environment's whole: its ``FAASDL_LOCAL__…`` and ``FAASDL_ESTIMATOR__…`` went unread
+    (:func:`~faasdl.config.private_settings`)."""
+    return private_settings(
+        local={"memory_max_mb": 4096, "pool_memory_mb": 8192, "timeout_max_ms": 600_000},
+        store={"url": f"sqlite:///{folder / 'store.db'}", "spill_dir": str(folder / "spill")},
+    )
+
+
 def run_estimator_bench(*, quick: bool, naive: bool, progress: Console) -> dict[str, Any]:
     matrix = QUICK if quick else FULL
     with tempfile.TemporaryDirectory(prefix="faasdl-bench-estimator-") as tmp:
-        store_url = f"sqlite:///{Path(tmp) / 'store.db'}"
-        settings = Settings(
-            local=LocalPlatformSettings(
-                memory_max_mb=4096, pool_memory_mb=8192, timeout_max_ms=600_000
-            ),
-            store=StoreSettings(url=store_url, spill_dir=str(Path(tmp) / "spill")),
-            estimator=EstimatorSettings(),
-        )
+        settings = bench_settings(Path(tmp))
+        store_url = settings.store.url
         store = make_store(settings.store)
         with LocalPlatform(settings=settings.local) as platform, store:
             return _bench(matrix, naive, platform, store, store_url, settings, progress)

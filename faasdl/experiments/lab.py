@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faasdl.canary.runtime import RuntimeManager
-from faasdl.config import Settings
+from faasdl.config import private_settings
 from faasdl.experiments.runner import InvocationRunner, RunReport, RunSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, absolute_url, action_environment, make_store
@@ -76,9 +76,10 @@ def open_lab(*, pool_memory_mb: int = 8192, store_url: str | None = None) -> Ite
     unless ``store_url`` names one."""
     with tempfile.TemporaryDirectory(prefix="faasdl-experiment-") as tmp:
         url = store_url or f"sqlite:///{Path(tmp) / 'state.db'}"
-        settings = Settings(
+        settings = private_settings(
             local={"pool_memory_mb": pool_memory_mb, "concurrent_invocations": 1000},
             store={"url": url, "spill_dir": tmp},
+            users_store=store_url is not None,
         )
         runtimes: RuntimeManager
         with (

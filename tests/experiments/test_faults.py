@@ -501,6 +501,25 @@ def test_a_lab_on_a_store_with_a_password_gives_its_actions_the_password(
     assert report.outcomes[1].final["resumed_from"] >= 1
 
 
+def test_a_lab_opens_its_own_store_beside_the_users_tls_store_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `faasdl experiment` with the environment of a controller on a TLS Redis ended in a
+    # pydantic traceback: the CA bundle's setting was refused beside the lab's SQLite store.
+    # Arrange
+    monkeypatch.setenv("FAASDL_STORE__URL", "rediss://cache:6380/0")
+    monkeypatch.setenv("FAASDL_STORE__TLS_CA_FILE", __file__)
+
+    # Execute
+    with open_lab() as lab:
+        lab.store.put("lab/a", {"ok": True})
+        kept = lab.store.get("lab/a")
+
+    # Assert
+    assert kept is not None
+    assert lab.store_url.startswith("sqlite:///")
+
+
 def test_web_service_containers_named_one_database_share_it(tmp_path: Path) -> None:
     # Arrange: the parameters an experiment gives every container of a run, and a database of
     # a container's own
