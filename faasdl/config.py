@@ -743,7 +743,7 @@ STORE_CONNECTION = frozenset(
 
 
 def private_settings(
-    *, store: dict[str, Any], users_store: bool = False, **sections: dict[str, Any]
+    *, store: dict[str, Any] | None = None, users_store: bool = False, **sections: dict[str, Any]
 ) -> Settings:
     """The environment's settings for a run on a store of its own (a benchmark's, an
     experiment's lab), so that its figures are measured with the ``FAASDL_`` variables they
@@ -758,7 +758,9 @@ def private_settings(
         for name, fields in sections.items()
     }
     dropped = {"password_file"} | (set() if users_store else STORE_CONNECTION)  # read already
-    chosen["store"] = StoreSettings.model_validate(given.store.model_dump(exclude=dropped) | store)
+    chosen["store"] = StoreSettings.model_validate(
+        given.store.model_dump(exclude=dropped) | (store or {})
+    )
     return given.model_copy(update=chosen)
 
 

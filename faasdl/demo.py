@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from faasdl.canary.inject import Chaos, Injection
-from faasdl.config import Settings
+from faasdl.config import private_settings
 from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import embedded_controller
@@ -39,7 +39,7 @@ def run_demo(*, workers: int, epochs: int, kills: int, console: Console) -> bool
     ends before all ``kills`` have landed still passes; the demo says how many did."""
     shutil.rmtree(ROOT, ignore_errors=True)
     ROOT.mkdir(parents=True)
-    settings = Settings(
+    settings = private_settings(
         local={"pool_memory_mb": 4096, "memory_max_mb": 2048},
         store={"url": f"sqlite:///{(ROOT / 'state.db').resolve()}", "spill_dir": str(ROOT)},
         api={"auth": "none"},  # on loopback, for this process only

@@ -34,7 +34,11 @@ def test_the_demo_trains_through_its_kills_and_accounts_for_each(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Done, and each kill either a failure the controller reported and resumed or one that
-    # landed after its attempt had committed (what run_demo's answer checks); said so.
+    # landed after its attempt had committed (what run_demo's answer checks); said so. Run
+    # beside the settings of an operator's own store (a TLS Redis), which are not the demo's:
+    # its CA bundle had been refused beside the demo's SQLite store, a pydantic traceback.
+    monkeypatch.setenv("FAASDL_STORE__URL", "rediss://cache.example:6380/0")
+    monkeypatch.setenv("FAASDL_STORE__TLS_CA_FILE", __file__)
     said = demo_done(tmp_path, monkeypatch, workers=4, epochs=4, kills=2)
 
     assert "injected 2 failure(s); the controller reported" in said

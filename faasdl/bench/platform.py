@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from faasdl.config import LocalPlatformSettings, OpenWhiskSettings, ServerSettings
+from faasdl.config import OpenWhiskSettings, ServerSettings, private_settings
 from faasdl.errors import PlatformError
 from faasdl.platform.base import ActionSpec, Platform
 from faasdl.platform.local import LocalPlatform
@@ -107,11 +107,13 @@ def run_platform_bench(
     progress: Console | None = None,
 ) -> dict[str, Any]:
     say: Callable[[str], None] = progress.print if progress else (lambda _: None)
-    settings = LocalPlatformSettings(
-        pool_memory_mb=4096,
-        memory_max_mb=2048,
-        concurrent_invocations=max(100, throughput_activations + 10),
-    )
+    settings = private_settings(
+        local={
+            "pool_memory_mb": 4096,
+            "memory_max_mb": 2048,
+            "concurrent_invocations": max(100, throughput_activations + 10),
+        }
+    ).local
     result: dict[str, Any] = {}  # the machine and Python: under the command's "environment"
     noop = ActionSpec(name="bench-noop", code=NOOP, memory_mb=128, timeout_ms=10_000)
     with LocalPlatform(settings=settings) as local:

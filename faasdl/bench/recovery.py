@@ -35,7 +35,7 @@ from rich.console import Console
 from faasdl.bench import percentile
 from faasdl.canary.inject import Chaos, Injection, Mode
 from faasdl.canary.runtime import RuntimeManager
-from faasdl.config import Settings
+from faasdl.config import private_settings
 from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
@@ -66,7 +66,7 @@ FAILURE_FREE: dict[str, tuple[str, float | None]] = {
 def run_recovery_bench(*, quick: bool, progress: Console) -> dict[str, Any]:
     kills, freezes, pairs = (6, 3, 2) if quick else (30, 12, 9)
     with tempfile.TemporaryDirectory(prefix="faasdl-bench-recovery-") as tmp:
-        settings = Settings(
+        settings = private_settings(
             local={"pool_memory_mb": 8192, "memory_max_mb": 2048},
             store={"url": f"sqlite:///{Path(tmp) / 'state.db'}", "spill_dir": tmp},
         )

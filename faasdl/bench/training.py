@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faasdl.actions import PREFIX
-from faasdl.config import Settings
+from faasdl.config import private_settings
 from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.validator import JobSpec
 from faasdl.store.records import ActivationUse, JobInfo, JobState
@@ -96,7 +96,7 @@ def run_training_bench(*, quick: bool, seeds: int, progress: Console) -> dict[st
     workloads = QUICK if quick else FULL
     seeds = 1 if quick else seeds
     with tempfile.TemporaryDirectory(prefix="faasdl-bench-training-") as tmp:
-        settings = Settings(
+        settings = private_settings(
             local={"pool_memory_mb": 8192, "memory_max_mb": 2048},
             store={"url": f"sqlite:///{Path(tmp) / 'state.db'}", "spill_dir": tmp},
             controller={"scheduler_tick_s": 0.1},

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from faasdl.bench.training import run_training_bench
-from faasdl.config import Settings
+from faasdl.config import Settings, private_settings
 from faasdl.controller.jobs import Controller, embedded_controller
 from faasdl.controller.validator import JobSpec
 from faasdl.errors import ValidationError
@@ -42,7 +42,7 @@ def _job(size: Size, seed: int = 0) -> dict[str, Any]:
 
 
 def _settings(tmp: str, pool_mb: int) -> Settings:
-    return Settings(
+    return private_settings(
         local={"pool_memory_mb": pool_mb, "memory_max_mb": min(2048, pool_mb)},
         store={"url": f"sqlite:///{Path(tmp) / 'state.db'}", "spill_dir": tmp},
         controller={"scheduler_tick_s": 0.1, "tenant_max_running_jobs": BATCH},
