@@ -386,7 +386,6 @@ def bench_store(
 
     try:
         result = run_store_bench(
-            settings=load_settings().store,
             backend=backend,
             url=url,
             repeats=repeats,

@@ -27,7 +27,7 @@ from typing import Any
 import redis
 from rich.console import Console
 
-from faasdl.config import StoreSettings
+from faasdl.config import StoreSettings, private_settings
 from faasdl.errors import StoreError, ValidationError
 from faasdl.store import make_store
 from faasdl.store.base import StateStore
@@ -53,7 +53,6 @@ Raw = tuple[Callable[[str, bytes], None], Callable[[str], None]]
 
 
 def _raw_redis(client: redis.Redis, chunk: int) -> Raw:
-
     def write(name: str, data: bytes) -> None:
         pipe = client.pipeline(transaction=False)
         for i in range(0, len(data), chunk):
@@ -298,7 +297,6 @@ def bench_backend(backend: str | None, url: str | None) -> str:
 
 def run_store_bench(
     *,
-    settings: StoreSettings | None = None,
     backend: str | None = None,
     url: str | None = None,
     sizes_mib: tuple[int, ...] = (1, 16, 100),
@@ -310,9 +308,9 @@ def run_store_bench(
     progress: Console | None = None,
 ) -> dict[str, Any]:
     """The bench's figures (see the module); ``writers`` processes contend for
-    ``contention_s`` seconds (none: not measured). ``settings``: how the store is reached and
-    written (its user, password and CA bundle, its chunks; its URL is ``url``'s or the bench's
-    own); default: the defaults."""
+    ``contention_s`` seconds (none: not measured). The store is written as the environment's
+    settings say (its chunks, spill threshold); a store ``url`` names is reached as they say
+    too (its user, password and CA bundle), the bench's own store without them."""
     backend = bench_backend(backend, url)  # the raw client compared with is the store's kind
     say: Callable[[str], None] = progress.print if progress else (lambda _: None)
     measure = functools.partial(
@@ -323,7 +321,7 @@ def run_store_bench(
         checkpoints=checkpoints,
         say=say,
     )
-    settings = settings or StoreSettings()
+    settings = private_settings(users_store=url is not None).store
     with (
         tempfile.TemporaryDirectory(prefix="faasdl-bench-store-") as tmp,
         contextlib.ExitStack() as stack,  # a private redis-server, stopped before tmp goes

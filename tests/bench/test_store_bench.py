@@ -75,6 +75,26 @@ def test_the_store_bench_reaches_and_writes_the_store_as_its_settings_say(
     assert "bench-pw" not in result.output
 
 
+@pytest.mark.redis
+def test_the_store_bench_reaches_its_own_redis_without_the_users_stores_login(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The user's TLS store's CA bundle and password went to the bench's private redis-server
+    # too: redis-py's TypeError for a CA bundle on redis://.
+    # Arrange
+    monkeypatch.setenv("FAASDL_STORE__URL", "rediss://cache.example:6380/0")
+    monkeypatch.setenv("FAASDL_STORE__TLS_CA_FILE", __file__)
+    monkeypatch.setenv("FAASDL_STORE__PASSWORD", "users-pw")
+    bench = ["bench", "store", "--backend", "redis", "--repeats", "1", "--cas-ops", "10"]
+
+    # Execute
+    result = CliRunner().invoke(app, [*bench, "--checkpoints", "10", "--writers", "0"])
+
+    # Assert
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.splitlines()[-1])["raw_write_mb_s"]["1"] > 0
+
+
 @pytest.mark.parametrize(
     ("option", "value"), [("--checkpoints", "5"), ("--writers", "65"), ("--contention-s", "0.5")]
 )
