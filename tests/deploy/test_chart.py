@@ -5,6 +5,7 @@ most; rendering and schema validation of the rendered objects run wherever there
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from pydantic import BaseModel
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
-from faasdl.config import ENV_PREFIX, Settings
+from faasdl.config import ENV_PREFIX, Settings, read_secret_file
+from faasdl.store.redis_server import free_port
+from tests.conftest import eventually
 
 CHART = Path(__file__).parents[2] / "deploy" / "helm" / "faasdl"
 #: The Kubernetes the chart is rendered for and its objects validated against.
@@ -257,13 +261,119 @@ def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_o
         for e in redis.get("env", [])
     }
     controller_env = {e["name"]: e.get("value") for e in controller["env"]}
+    assert redis["command"] == ["sh", "/etc/redis/start.sh"]
+    assert "args" not in redis
+    assert redis["readinessProbe"]["exec"]["command"] == ["sh", "/etc/redis/ping.sh"]
     if not auth:
-        assert redis["args"] == ["/etc/redis/redis.conf"]
         assert from_secret == {}
         assert "FAASDL_STORE__PASSWORD_FILE" not in controller_env
         return
     key = ("faasdl-secrets", "redis-password")
-    assert redis["args"] == ["/etc/redis/redis.conf", "--requirepass", "$(REDIS_PASSWORD)"]
-    assert from_secret == {"REDIS_PASSWORD": key, "REDISCLI_AUTH": key}
-    assert redis["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
+    assert from_secret == {"REDIS_PASSWORD": key}
     assert controller_env["FAASDL_STORE__PASSWORD_FILE"] == secret[key]
+
+
+def _redis_files(tmp_path: Path, port: int, *, auth: bool) -> Path:
+    """The chart's Redis ConfigMap written to ``tmp_path`` as it is mounted at /etc/redis, its
+    ``redis.conf`` set to keep its data in ``tmp_path`` and listen on ``port`` of loopback."""
+    (config_map,) = [
+        d
+        for d in _render(f"redis.auth={str(auth).lower()}")
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-redis")
+    ]
+    for name, text in config_map["data"].items():
+        (tmp_path / name).write_text(text)
+    conf = tmp_path / "redis.conf"
+    assert conf.read_text().count("dir /data\n") == 1
+    conf.write_text(
+        conf.read_text().replace("dir /data\n", f"dir {tmp_path}\n")
+        # Redis's arguments as it was started, not the title it writes over them.
+        + f"bind 127.0.0.1\nport {port}\nset-proc-title no\n"
+    )
+    return tmp_path
+
+
+@pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server here")
+def test_the_charts_redis_takes_the_password_the_controller_reads_and_never_on_a_command_line(
+    tmp_path: Path,
+) -> None:
+    # Arrange: a key made with kubectl --from-file of a file that ends with a line break (the
+    # controller reads it without: Redis asked for it with, and the controller was refused),
+    # quotes, a backslash and a space in it (Redis's configuration would split or unescape
+    # them). Redis had it on its command line until it wrote its title over it.
+    raw = "p4 ss\"w\\rd$x'\r\n"
+    secret = tmp_path / "redis-password"
+    secret.write_text(raw, newline="")
+    password = read_secret_file(secret, "password_file").get_secret_value()
+    port = free_port()
+    here = _redis_files(tmp_path, port, auth=True)
+    env = {**os.environ, "REDIS_PASSWORD": raw}
+
+    # Execute: the container's command and its readiness probe, as the chart runs them.
+    server = subprocess.Popen(["sh", str(here / "start.sh")], env=env, cwd=tmp_path)
+    try:
+        eventually(lambda: _ping(here, port, env) == 0, timeout_s=30, what="the probe's PONG")
+        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        logged_in = redis.Redis(port=port, password=password).ping()
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=port).ping()
+        wrong = _ping(here, port, {**env, "REDIS_PASSWORD": "not it"})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    # Assert: the shell ran Redis in its place (a TERM reaches it), whose command line holds
+    # no password; the controller's password logs in, none does not, and the probe is ready
+    # with the Secret's and not with another (redis-cli exits 0 on NOAUTH).
+    assert cmdline == [b"redis-server", str(here / "redis.conf").encode(), b"-", b""]
+    assert logged_in is True
+    assert wrong != 0
+    assert server.returncode == 0
+
+
+@pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server here")
+def test_the_charts_redis_refuses_to_start_on_an_empty_password(tmp_path: Path) -> None:
+    # Arrange: a key holding a line break only (empty to the controller).
+    here = _redis_files(tmp_path, free_port(), auth=True)
+
+    # Execute
+    started = subprocess.run(
+        ["sh", str(here / "start.sh")],
+        env={**os.environ, "REDIS_PASSWORD": "\n"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    # Assert: Redis did not start without a password where the chart asks for one.
+    assert started.returncode == 1
+    assert "redis-password is empty" in started.stderr
+
+
+@pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server here")
+def test_the_charts_redis_without_auth_is_ready_once_it_answers(tmp_path: Path) -> None:
+    # Arrange
+    port = free_port()
+    here = _redis_files(tmp_path, port, auth=False)
+
+    # Execute
+    server = subprocess.Popen(["sh", str(here / "start.sh")], cwd=tmp_path)
+    try:
+        eventually(lambda: _ping(here, port, dict(os.environ)) == 0, timeout_s=30, what="PONG")
+        answered = redis.Redis(port=port).ping()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    # Assert
+    assert answered is True
+    assert server.returncode == 0
+
+
+def _ping(here: Path, port: int, env: dict[str, str]) -> int:
+    """The readiness probe's exit status, against ``port``."""
+    probe = ["sh", str(here / "ping.sh"), "-p", str(port)]
+    return subprocess.run(probe, env=env, capture_output=True, timeout=30).returncode
