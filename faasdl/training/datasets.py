@@ -388,7 +388,7 @@ def _check_headers(spec: NpzSpec, headers: dict[str, tuple[tuple[int, ...], np.d
                 field="dataset.path",
             )
         if 0 in x_shape:
-            empty = "is empty" if x_shape[0] == 0 else "'s examples hold no values"
+            empty = " is empty" if x_shape[0] == 0 else "'s examples hold no values"
             raise ValidationError(f"x_{part}{empty} (shape {list(x_shape)})", field="dataset.path")
         _check_labels(part, x_shape[0], y_shape, y_dtype)
         values += math.prod(x_shape)

@@ -333,6 +333,15 @@ def test_unscaled_inputs_are_noted(tmp_path: Path, x_train: np.ndarray, note: st
         ),
         (
             {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.arange(4),
+                "x_test": np.zeros((0, 2)),
+                "y_test": np.zeros(0, int),
+            },
+            r": x_test is empty \(shape \[0, 2\]\)$",
+        ),
+        (
+            {
                 "x_train": np.zeros((4, 8, 8)),  # grey images: 8×8×1 once a channel is added
                 "y_train": np.arange(4),
                 "x_test": np.zeros((2, 10, 10, 1)),
@@ -369,6 +378,7 @@ def test_unscaled_inputs_are_noted(tmp_path: Path, x_train: np.ndarray, note: st
         "beyond-float32",
         "complex",
         "no-values",
+        "no-test-examples",
         "shapes-differ",
         "label-beyond-int32",
         "one-class",
