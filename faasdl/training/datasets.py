@@ -381,10 +381,10 @@ def _check_headers(spec: NpzSpec, headers: dict[str, tuple[tuple[int, ...], np.d
                 field="dataset.path",
             )
         real = np.issubdtype(x_dtype, np.number) and not np.issubdtype(x_dtype, np.complexfloating)
-        if len(x_shape) not in (2, 3, 4) or not real:
+        if len(x_shape) not in (2, 3, 4) or not (real or np.issubdtype(x_dtype, np.bool_)):
             raise ValidationError(
-                f"x_{part} must be real numbers with 2 to 4 dimensions, got {x_dtype} "
-                f"{list(x_shape)}",
+                f"x_{part} must be real numbers (or booleans) with 2 to 4 dimensions, got "
+                f"{x_dtype} {list(x_shape)}",
                 field="dataset.path",
             )
         if 0 in x_shape:
@@ -435,8 +435,8 @@ def _invalid(spec: NpzSpec, exc: Exception) -> ValidationError:
 
 
 def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.ndarray]:
-    """``x`` as float32 (``uint8`` scaled to [0, 1], a channel added to grey images) and ``y`` as
-    int32, once :func:`_check_headers` has passed their shapes and types."""
+    """``x`` as float32 (``uint8`` scaled to [0, 1], booleans 0 and 1, a channel added to grey
+    images) and ``y`` as int32, once :func:`_check_headers` has passed their shapes and types."""
     with np.errstate(over="ignore"):  # a float64 past float32's range: counted below
         scaled = x.astype(np.float32, copy=False)  # float32 already: not copied
     if x.dtype == np.uint8:

@@ -114,8 +114,9 @@ def architecture(name: str, input_shape: tuple[int, ...], classes: int) -> dict[
 def load_model(path: str | os.PathLike[str]) -> keras.Model:
     """A job's trained model from the file ``faasdl model`` wrote: its architecture with the
     trained weights, outputting logits, for inputs prepared as the job's were (``uint8`` images
-    scaled to [0, 1], grey images with a channel axis). Raises ``ValidationError`` naming
-    ``model`` when the file is not one. The file is mapped, not read into memory."""
+    scaled to [0, 1], booleans as 0 and 1, grey images with a channel axis). Raises
+    ``ValidationError`` naming ``model`` when the file is not one. The file is mapped, not read
+    into memory."""
     with open(path, "rb") as file:
         try:
             data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))

@@ -155,6 +155,26 @@ def test_a_users_npz_loads_with_uint8_scaled_and_a_channel_added(tmp_path: Path)
     assert data.x_train.max() <= 1.0
 
 
+def test_boolean_inputs_load_as_zeros_and_ones(tmp_path: Path) -> None:
+    # Arrange: binary features saved as NumPy's booleans (refused as not numbers before).
+    x = np.array([[True, False, True], [False, False, True], [True, True, False], [False] * 3])
+    spec = _npz(
+        tmp_path / "bits.npz",
+        x_train=x,
+        y_train=np.arange(4) % 2,
+        x_test=x[:2],
+        y_test=np.array([1, 0]),
+    )
+
+    # Execute
+    data = load_dataset(spec)
+
+    # Assert
+    assert data.x_train.dtype == np.float32
+    np.testing.assert_array_equal(data.x_train, x.astype(np.float32))
+    np.testing.assert_array_equal(data.x_test, x[:2].astype(np.float32))
+
+
 def test_labels_as_a_column_or_booleans_load_as_class_indices(tmp_path: Path) -> None:
     x = np.zeros((4, 3))
     column = _npz(
@@ -320,7 +340,7 @@ def test_unscaled_inputs_are_noted(tmp_path: Path, x_train: np.ndarray, note: st
                 "x_test": np.zeros((2, 2)),
                 "y_test": np.arange(2),
             },
-            r"x_train must be real numbers with 2 to 4 dimensions, got complex64 \[4, 2\]",
+            r"x_train must be real numbers \(or booleans\) with 2 to 4 dimensions, got complex64",
         ),
         (
             {
