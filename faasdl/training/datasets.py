@@ -39,6 +39,9 @@ MAX_LABEL = 2**31 - 2
 COUNTED_CLASSES = 1 << 20
 #: Inputs beyond ± this are noted as unscaled (see :func:`large_inputs`).
 LARGE_INPUT = 100.0
+#: Test inputs reaching this many times as far as the training inputs, or as far the other way
+#: round, are noted as scaled otherwise (see :func:`unlike_scales`).
+UNLIKE_SCALE = 10.0
 
 
 class _Spec(BaseModel):
@@ -478,15 +481,20 @@ def _classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
 
 def data_notes(dataset: Dataset) -> list[str]:
     """What a user's data set holds that trains badly without being wrong: notes, not refusals."""
-    return [note for note in (untrained_classes(dataset), large_inputs(dataset)) if note]
+    notes = (untrained_classes(dataset), large_inputs(dataset), unlike_scales(dataset))
+    return [note for note in notes if note]
+
+
+def _reach(x: np.ndarray) -> float:
+    """How far from 0 the values of ``x`` reach (two passes, no copy: the inputs may be a GiB)."""
+    return max(float(x.max()), -float(x.min()))
 
 
 def large_inputs(dataset: Dataset) -> str | None:
     """A note where the training inputs reach beyond ±:data:`LARGE_INPUT`: they are taken as
     given (only ``uint8`` is scaled), and inputs of that size train slowly or not at all (pixels
     saved as floats of 0-255, raw tabular features)."""
-    # Two passes, no copy: the inputs may be a GiB.
-    reach = max(float(dataset.x_train.max()), -float(dataset.x_train.min()))
+    reach = _reach(dataset.x_train)
     if reach <= LARGE_INPUT:
         return None
     return (
@@ -494,6 +502,21 @@ def large_inputs(dataset: Dataset) -> str | None:
         "scaled to [0, 1]), and a model trains on values this large slowly if at all; scale "
         "them, pixels x / 255, features (x - x.mean(0)) / x.std(0) (the test set's with the "
         "training set's mean and deviation)"
+    )
+
+
+def unlike_scales(dataset: Dataset) -> str | None:
+    """A note where the test inputs reach :data:`UNLIKE_SCALE` times as far as the training
+    inputs or a tenth as far: scaled otherwise (the training set standardised and not the test
+    set; one saved as ``uint8``, scaled as it loads, the other as floats of 0-255), a model
+    scores the test set on values it never trained on."""
+    train, test = _reach(dataset.x_train), _reach(dataset.x_test)
+    if max(train, test) <= UNLIKE_SCALE * min(train, test):
+        return None
+    return (
+        f"x_test's values reach ±{test:,.4g}, x_train's ±{train:,.4g}: scaled otherwise? Inputs "
+        "are taken as given (only uint8 images are scaled to [0, 1]): scale the test set as the "
+        "training set, and save both as one type"
     )
 
 

@@ -25,6 +25,7 @@ from faasdl.training.datasets import (
     load_dataset,
     split_shards,
     split_training_set,
+    unlike_scales,
     untrained_classes,
 )
 
@@ -241,6 +242,42 @@ def test_classes_without_a_training_example_are_noted(
     else:
         assert found is not None
         assert found.startswith(note)
+
+
+@pytest.mark.parametrize(
+    ("x_train", "x_test", "note"),
+    [
+        (np.full((4, 3), 255, np.uint8), np.full((1, 3), 255.0), "x_test's values reach ±255, "),
+        (np.full((4, 3), 255, np.uint8), np.full((1, 3), 1.0), None),
+        (np.full((4, 3), 255.0), np.full((1, 3), 255, np.uint8), "x_test's values reach ±1, "),
+        (np.array([[-2.5, 1.0]] * 4), np.array([[-30.0, 2.0]]), "x_test's values reach ±30, "),
+        (np.array([[-2.5, 1.0]] * 4), np.array([[-20.0, 2.0]]), None),  # within ten times
+    ],
+    ids=["uint8-and-float-pixels", "both-scaled", "float-and-uint8-pixels", "raw-test", "within"],
+)
+def test_a_test_set_scaled_unlike_the_training_set_is_noted(
+    tmp_path: Path, x_train: np.ndarray, x_test: np.ndarray, note: str | None
+) -> None:
+    # Arrange: the loader scales uint8 inputs only: a set whose parts were saved as two types
+    # (or standardised one without the other) trained on one scale and was scored on another.
+    spec = _npz(
+        tmp_path / "d.npz",
+        x_train=x_train,
+        y_train=np.arange(4) % 2,
+        x_test=x_test,
+        y_test=np.array([1]),
+    )
+
+    # Execute
+    found = unlike_scales(load_dataset(spec))
+
+    # Assert
+    if note is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.startswith(note)
+        assert "scale the test set as the training set" in found
 
 
 @pytest.mark.parametrize(
