@@ -463,15 +463,20 @@ def _inputs(x: np.ndarray, y: np.ndarray, part: str) -> tuple[np.ndarray, np.nda
 
 
 def _classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
-    low = min(int(y_train.min()), int(y_test.min()))
+    for part, y in (("train", y_train), ("test", y_test)):
+        low, high = int(y.min()), int(y.max())
+        if low < 0:
+            raise ValidationError(
+                f"y_{part}: labels must be ≥ 0 (class indices from 0), found {low}",
+                field="dataset.path",
+            )
+        if high > MAX_LABEL:
+            raise ValidationError(
+                f"y_{part}: labels must be at most {MAX_LABEL:,} (they are stored as int32), "
+                f"found {high:,}",
+                field="dataset.path",
+            )
     high = max(int(y_train.max()), int(y_test.max()))
-    if low < 0:
-        raise ValidationError(f"labels must be ≥ 0, found {low}", field="dataset.path")
-    if high > MAX_LABEL:
-        raise ValidationError(
-            f"labels must be at most {MAX_LABEL:,} (they are stored as int32), found {high:,}",
-            field="dataset.path",
-        )
     if high == 0:
         raise ValidationError(
             "every label is 0: a classifier needs at least two classes", field="dataset.path"

@@ -413,7 +413,16 @@ def test_unscaled_inputs_are_noted(tmp_path: Path, x_train: np.ndarray, note: st
                 "x_test": np.zeros((2, 2)),
                 "y_test": np.arange(2),
             },
-            "labels must be at most 2,147,483,646 .* found 2,147,483,648",
+            "y_train: labels must be at most 2,147,483,646 .* found 2,147,483,648",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 2)),
+                "y_train": np.arange(4),
+                "x_test": np.zeros((2, 2)),
+                "y_test": np.array([0, -1]),  # which array: a user's test labels counted from -1
+            },
+            r"y_test: labels must be ≥ 0 \(class indices from 0\), found -1",
         ),
         (
             {
@@ -438,6 +447,7 @@ def test_unscaled_inputs_are_noted(tmp_path: Path, x_train: np.ndarray, note: st
         "no-test-examples",
         "shapes-differ",
         "label-beyond-int32",
+        "negative-test-label",
         "one-class",
     ],
 )
