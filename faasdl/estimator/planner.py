@@ -122,14 +122,22 @@ def check_workers(request: EstimateRequest, data: DataFacts) -> None:
 
 def _check_shards(request: EstimateRequest, data: DataFacts, containers: int) -> None:
     if containers > data.examples:
-        raise ValidationError(f"{containers} workers for {data.examples} examples", field="workers")
+        raise ValidationError(
+            f"{containers} workers for {_examples(data.examples)}: a worker needs one at least",
+            field="workers",
+        )
     shard_examples = math.ceil(data.examples / containers)
     if request.batch_size > shard_examples:
         raise ValidationError(
             f"batch size {request.batch_size} is larger than a shard "
-            f"({shard_examples} examples with {containers} workers)",
+            f"({_examples(shard_examples)} with {containers} "
+            f"worker{'s' if containers > 1 else ''})",
             field="batch_size",
         )
+
+
+def _examples(count: int) -> str:
+    return f"{count:,} training example{'s' if count != 1 else ''}"
 
 
 def plan_training(

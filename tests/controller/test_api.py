@@ -108,7 +108,7 @@ def stored(controller: Controller) -> list[str]:
                 "validation_fraction": 0.1,
             },
             "workers",
-            "1000 workers for 900 examples",
+            "1000 workers for 900 training examples: a worker needs one at least",
         ),
         ({**MLP, "dataset": {"name": "synthetic", "noise": math.nan}}, "noise", "finite number"),
         ({**MLP, "colour": "blue"}, "colour", ""),

@@ -133,6 +133,27 @@ def test_a_batch_larger_than_a_shard_is_refused_naming_the_field() -> None:
     assert caught.value.field == "batch_size"
 
 
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"workers": 4}, "workers", "4 workers for 1 training example: a worker needs one at"),
+        ({"workers": 1}, "batch_size", r"shard \(1 training example with 1 worker\)$"),
+    ],
+)
+def test_a_set_of_one_example_is_refused_in_the_singular(
+    fields: dict[str, int], field: str, message: str
+) -> None:
+    # Arrange: one training example ("4 workers for 1 examples" was said).
+    one = DataFacts(examples=1, example_bytes=28, input_shape=(6,), classes=3)
+
+    # Execute
+    with pytest.raises(ValidationError, match=message) as caught:
+        plan(request(model="mlp", **fields), data=one)
+
+    # Assert
+    assert caught.value.field == field
+
+
 def test_an_unknown_model_is_refused_naming_the_field() -> None:
     with pytest.raises(ValidationError) as caught:
         plan(request(model="gpt"))
