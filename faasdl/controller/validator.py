@@ -190,6 +190,12 @@ class JobSpec(EstimateRequest):
         ``ValidationError`` where it holds out none."""
         held = round(examples * self.validation_fraction)
         if self.validation_fraction and not held:
+            if examples == 1:  # holding it out would leave none to train on
+                raise ValidationError(
+                    f"{self.validation_fraction} of the 1 training example holds none out, and "
+                    "one would leave none to train on: 0 holds none out",
+                    field="validation_fraction",
+                )
             raise ValidationError(
                 f"{self.validation_fraction} of the {examples:,} training examples holds none "
                 f"out: {1 / examples:.3g} holds one, 0 none",

@@ -46,6 +46,13 @@ def test_a_validation_fraction_holds_its_share_of_the_training_examples_out() ->
         "validation_fraction: 0.1 of the 4 training examples holds none out: 0.25 holds one, 0 none"
     )
     assert refused.value.field == "validation_fraction"
+    # Of one example, holding it out would leave none to train on (0.5 rounds to none).
+    with pytest.raises(ValidationError) as alone:
+        half.validation_examples(1)
+    assert str(alone.value) == (
+        "validation_fraction: 0.5 of the 1 training example holds none out, and one would leave "
+        "none to train on: 0 holds none out"
+    )
     # More than half is refused by the schema: the shards would train on less than they choose by.
     with pytest.raises(PydanticValidationError, match=r"less than or equal to 0\.5"):
         JobSpec.model_validate({**JOB, "validation_fraction": 0.6})
