@@ -82,6 +82,35 @@ class CloseUnread:
         await self.app(scope, receiving, sending)
 
 
+class HeadAsGet:
+    """ASGI middleware: a HEAD request is answered as its GET would be, with that answer's status
+    and headers (its Content-Length too) and no body (RFC 9110 §9.3.2: a server that answers
+    GET answers HEAD). FastAPI routes a method only where a route names it, so ``curl -I`` of a
+    job's model was a 405 saying ``allow: GET`` of the GET it had routed, and of ``/v1/jobs``
+    ``allow: POST``. The body the GET's route begins is dropped: once the answer has ended, the
+    server tells the route its client has gone (a stream of events or a model's chunks stops
+    there)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        ended = False
+
+        async def headers_only(message: Message) -> None:
+            nonlocal ended
+            if message["type"] == "http.response.start":
+                await send(message)
+            elif message["type"] == "http.response.body" and not ended:
+                ended = True
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
 async def _linger(receive: Receive) -> None:
     """Read and drop the rest of a request's body, until it ends or the client goes away, for
     :data:`LINGER_S` and :data:`LINGER_BYTES` at most."""

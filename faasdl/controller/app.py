@@ -41,7 +41,7 @@ from faasdl.errors import (
 )
 from faasdl.platform import make_platform
 from faasdl.redact import Redactor, redact_logs
-from faasdl.serving import CloseUnread
+from faasdl.serving import CloseUnread, HeadAsGet
 from faasdl.store import make_store
 from faasdl.training.datasets import preload
 
@@ -138,6 +138,7 @@ def create_app(controller: Controller, *, owns: bool = True) -> FastAPI:
         max_body_size=api.max_body_bytes,
     )
     app.add_middleware(CloseUnread)
+    app.add_middleware(HeadAsGet)
     app.state.controller = controller
     app.state.limits = ApiLimits(
         submissions=RateLimiter(per_minute=api.submissions_per_minute),

@@ -250,6 +250,36 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert accuracy > 0.8
 
 
+def test_head_answers_as_get_does_without_the_body(
+    client: httpx.Client, finished: tuple[str, list[tuple[str, dict[str, Any]]]]
+) -> None:
+    # Arrange: what a GET of each answers (HEAD was a 405 saying which methods the path takes,
+    # and of /v1/jobs "allow: POST" only: curl -I of a job's model could not learn its size).
+    job_id = finished[0]
+    paths = ["/v1/jobs", f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/model", "/healthz"]
+    got = {path: client.get(path) for path in paths}
+
+    # Execute
+    heads = {path: client.head(path) for path in [*paths, f"/v1/jobs/{job_id}/events"]}
+    unknown = client.head("/v1/jobs/0123456789abcdef")
+    post_only = client.head("/v1/estimate")
+
+    # Assert: each GET's status and headers, its Content-Length too, and no body; a stream's
+    # head ends at once; a path with no GET is still a 405, and an unknown job a 404.
+    for path, answer in got.items():
+        head = heads[path]
+        assert (head.status_code, answer.status_code) == (200, 200), path
+        assert head.content == b""
+        assert head.headers["content-type"] == answer.headers["content-type"]
+        assert head.headers["content-length"] == str(len(answer.content))
+    events = heads[f"/v1/jobs/{job_id}/events"]
+    assert (events.status_code, events.content) == (200, b"")
+    assert events.headers["content-type"].startswith("text/event-stream")
+    assert (unknown.status_code, unknown.content) == (404, b"")
+    assert post_only.status_code == 405
+    assert post_only.headers["allow"] == "POST"
+
+
 def test_the_tree_gives_the_flat_weighted_mean_of_the_trainers(
     controller: Controller, finished: tuple[str, list[tuple[str, dict[str, Any]]]]
 ) -> None:
