@@ -387,19 +387,30 @@ class StateStore(Resource):
             filled += len(piece)
         return data
 
-    def read_blob(self, name: str) -> tuple[BlobManifest, Iterator[bytes]]:
+    def read_blob(
+        self, name: str, start: int = 0, end: int | None = None
+    ) -> tuple[BlobManifest, Iterator[bytes]]:
         """The blob's manifest, and its bytes a chunk at a time as they are read: for a reader
         that passes them on (the API's model download) rather than holding the blob whole.
+        ``start`` and ``end``: the bytes from ``start`` up to ``end`` (the blob's end if
+        ``None``) only, a download resumed or a part of one; the chunks outside them are not
+        read (a spill file is read whole: its one checksum is over it all).
 
         The manifest is checked first: ``BlobNotFound`` or ``BlobCorrupted`` before a byte is
-        read. Each piece is checked before it is yielded, and the iterator raises
-        ``BlobCorrupted`` at the first that is missing or wrong, so that a reader passing them
-        on has sent fewer bytes than the manifest's size, never wrong ones. (A spill file has one
-        checksum over it all: its last piece is held back until the whole is checked.)
+        read, ``ValueError`` for a ``start`` and ``end`` outside it. Each piece is checked
+        before it is yielded, and the iterator raises ``BlobCorrupted`` at the first that is
+        missing or wrong, so that a reader passing them on has sent fewer bytes than it asked
+        for, never wrong ones. (A spill file has one checksum over it all: its last piece is
+        held back until the whole is checked.) Nothing is read until the iterator is.
         """
         manifest = self._manifest(check_key(name, "name"))
         if manifest is None:
             raise BlobNotFound(f"no blob named {name!r}")
+        end = manifest.size if end is None else end
+        if not 0 <= start <= end <= manifest.size:
+            raise ValueError(
+                f"bytes {start} to {end} are outside blob {name!r}'s {manifest.size} bytes"
+            )
         if manifest.spill_path is None:
             if _hash_list(manifest.chunk_sha256) != manifest.sha256:
                 raise BlobCorrupted(f"blob {name!r}: its manifest's chunk list is damaged")
@@ -407,46 +418,63 @@ class StateStore(Resource):
                 raise BlobCorrupted(
                     f"blob {name!r}: its manifest's size is more than its chunks hold"
                 )
-            return manifest, self._checked_chunks(manifest)
-        return manifest, self._checked_spill(manifest)
+            return manifest, self._checked_chunks(manifest, start, end)
+        return manifest, self._checked_spill(manifest, start, end)
 
-    def _checked_chunks(self, manifest: BlobManifest) -> Iterator[bytes]:
-        name, sent = manifest.name, 0
-        for i, expected in enumerate(manifest.chunk_sha256):
+    def _checked_chunks(self, manifest: BlobManifest, start: int, end: int) -> Iterator[bytes]:
+        name, size = manifest.name, manifest.size
+        # Every chunk but the last holds chunk_size bytes (pieces are cut so as they are
+        # written): the first chunk of the part is found without reading those before it.
+        first = start // manifest.chunk_size if start else 0
+        sent = first * manifest.chunk_size
+        last = len(manifest.chunk_sha256) - 1
+        for i in range(first, last + 1):
+            if sent >= end and end < size:
+                return  # the part is sent: what follows it is not read
             piece = self._read_chunk(self._chunk_key(name, manifest.write_id, i))
             if piece is None:
                 raise BlobCorrupted(f"blob {name!r}: chunk {i} is missing")
-            if hashlib.sha256(piece).hexdigest() != expected:
+            if hashlib.sha256(piece).hexdigest() != manifest.chunk_sha256[i]:
                 raise BlobCorrupted(f"blob {name!r}: chunk {i} does not match its checksum")
-            if sent + len(piece) > manifest.size:
-                raise BlobCorrupted(f"blob {name!r} has more than its {manifest.size} bytes")
+            if sent + len(piece) > size:
+                raise BlobCorrupted(f"blob {name!r} has more than its {size} bytes")
+            if i < last and len(piece) != manifest.chunk_size:
+                raise BlobCorrupted(
+                    f"blob {name!r}: chunk {i} holds {len(piece)} bytes, not its "
+                    f"{manifest.chunk_size}"
+                )
+            low, high = max(0, start - sent), min(len(piece), end - sent)
             sent += len(piece)
-            yield piece
-        if sent != manifest.size:
-            raise BlobCorrupted(f"blob {name!r} has {sent} bytes, not {manifest.size}")
+            if high > low:
+                yield piece if (low, high) == (0, len(piece)) else piece[low:high]
+        if sent != size:
+            raise BlobCorrupted(f"blob {name!r} has {sent} bytes, not {size}")
 
-    def _checked_spill(self, manifest: BlobManifest) -> Iterator[bytes]:
+    def _checked_spill(self, manifest: BlobManifest, start: int, end: int) -> Iterator[bytes]:
         name = manifest.name
         digest = hashlib.sha256()
+        held: bytes | None = None  # the part's latest piece, sent once the one after it is read
         try:
             with open(manifest.spill_path or "", "rb") as fh:
                 if os.fstat(fh.fileno()).st_size != manifest.size:
                     raise BlobCorrupted(
                         f"blob {name!r}: the spill file does not have its {manifest.size} bytes"
                     )
-                held = fh.read(self.chunk_bytes)
-                while held:
-                    digest.update(held)
-                    piece = fh.read(self.chunk_bytes)
-                    if not piece:
-                        break
-                    yield held
-                    held = piece
+                at = 0
+                while piece := fh.read(self.chunk_bytes):
+                    digest.update(piece)
+                    low, high = max(0, start - at), min(len(piece), end - at)
+                    at += len(piece)
+                    if high > low:
+                        if held is not None:
+                            yield held
+                        held = piece if (low, high) == (0, len(piece)) else piece[low:high]
         except OSError as exc:
             raise BlobCorrupted(f"blob {name!r}: spill file unreadable ({exc})") from exc
         if digest.hexdigest() != manifest.sha256:
             raise BlobCorrupted(f"blob {name!r}: the spill file does not match its checksum")
-        yield held
+        if held is not None:
+            yield held
 
     def blob_manifest(self, name: str) -> BlobManifest | None:
         return self._manifest(check_key(name, "name"))

@@ -33,6 +33,7 @@ from faasdl.config import LocalPlatformSettings, Settings
 from faasdl.controller.events import delete_job
 from faasdl.controller.jobs import Controller
 from faasdl.controller.metrics import Metrics
+from faasdl.controller.routes.jobs import RangeNotSatisfiable, requested_part
 from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore
 
@@ -430,6 +431,35 @@ def test_a_keras_application_is_planned_with_its_aggregators(client: httpx.Clien
     assert plan["aggregate_memory_mb"] >= aggregator_memory_mb(plan["model_mb"])
     assert plan["fan_in"] == 8
     assert plan["tree"] == [[[0, 1, 2, 3]]]
+
+
+@pytest.mark.parametrize(
+    ("range_", "if_range", "part"),
+    [
+        (None, None, None),
+        ("bytes=0-", None, (0, 100)),
+        ("bytes=10-19", None, (10, 20)),
+        ("bytes=90-500", None, (90, 100)),  # a last byte past the end: to the end
+        ("bytes=-5", None, (95, 100)),
+        ("bytes=-500", None, (0, 100)),
+        (" bytes=99-99 ", '"etag"', (99, 100)),
+        ("bytes=10-", '"another"', None),  # the body changed: the whole
+        ("bytes=0-1,5-6", None, None),  # several ranges: ignored
+        ("bytes=20-10", None, None),  # invalid: ignored
+        ("items=0-1", None, None),
+        (f"bytes={'9' * 20}-", None, None),  # more digits than any size
+        ("bytes=100-", None, "from 100 on"),
+        ("bytes=-0", None, "last 0 bytes"),
+    ],
+)
+def test_a_range_header_asks_for_one_part_or_the_whole(
+    range_: str | None, if_range: str | None, part: tuple[int, int] | str | None
+) -> None:
+    if isinstance(part, str):
+        with pytest.raises(RangeNotSatisfiable, match=part):
+            requested_part(range_, if_range, '"etag"', 100)
+    else:
+        assert requested_part(range_, if_range, '"etag"', 100) == part
 
 
 def test_health_readiness_and_metrics(client: httpx.Client) -> None:

@@ -280,6 +280,42 @@ def test_head_answers_as_get_does_without_the_body(
     assert post_only.headers["allow"] == "POST"
 
 
+def test_a_model_is_sent_in_parts_a_range_asks_for(
+    client: httpx.Client, finished: tuple[str, list[tuple[str, dict[str, Any]]]]
+) -> None:
+    # Arrange: the whole model, and its ETag (a 1.6 GB VGG16 cut at 90% started over).
+    path = f"/v1/jobs/{finished[0]}/model"
+    whole = client.get(path)
+    size, etag = len(whole.content), whole.headers["etag"]
+
+    # Execute
+    rest = client.get(path, headers={"Range": "bytes=1000-", "If-Range": etag})
+    middle = client.get(path, headers={"Range": "bytes=10-19"})
+    tail = client.get(path, headers={"Range": "bytes=-5"})
+    changed = client.get(path, headers={"Range": "bytes=1000-", "If-Range": '"another"'})
+    several = client.get(path, headers={"Range": "bytes=0-1,5-6"})
+    past = client.get(path, headers={"Range": f"bytes={size}-"})
+    head = client.head(path, headers={"Range": "bytes=1000-"})
+
+    # Assert: each part as 206 with its Content-Range; the whole where the model is another or
+    # the Range asks for several; 416 past the end, saying the size.
+    assert whole.headers["accept-ranges"] == "bytes"
+    assert (rest.status_code, rest.content) == (206, whole.content[1000:])
+    assert rest.headers["content-range"] == f"bytes 1000-{size - 1}/{size}"
+    assert (middle.status_code, middle.content) == (206, whole.content[10:20])
+    assert middle.headers["content-range"] == f"bytes 10-19/{size}"
+    assert (tail.status_code, tail.content) == (206, whole.content[-5:])
+    assert (changed.status_code, changed.content) == (200, whole.content)
+    assert (several.status_code, several.content) == (200, whole.content)
+    assert past.status_code == 416
+    assert past.headers["content-range"] == f"bytes */{size}"
+    assert past.json()["detail"] == (
+        f"Range asks for bytes from {size:,} on: the model has {size:,} bytes"
+    )
+    assert (head.status_code, head.content) == (206, b"")
+    assert head.headers["content-length"] == str(size - 1000)
+
+
 def test_the_tree_gives_the_flat_weighted_mean_of_the_trainers(
     controller: Controller, finished: tuple[str, list[tuple[str, dict[str, Any]]]]
 ) -> None:

@@ -24,6 +24,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         404: "No such resource for this caller",
         409: "Not possible in the resource's state",
         413: "The body is larger than allowed",
+        416: "A Range past the end (Content-Range: bytes */SIZE)",
         422: "Invalid input; `field` names it",
         429: "A rate limit or quota; see Retry-After",
         503: "The platform or the store is unavailable; retry later",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from urllib.parse import urlencode
 
 import anyio
 from fastapi import APIRouter, Header, Path, Query, Response, status
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from faasdl.controller.auth import KEY_RECHECK_S, Principal, caller_id, spec_for, still_valid
 from faasdl.controller.deps import (
@@ -265,30 +266,98 @@ def ledger(
     return controller.ledger(job_id, round_from)
 
 
+#: One range of bytes (RFC 9110 §14.1.2): FIRST-LAST, FIRST- or -SUFFIX (up to 19 digits: any
+#: model's size).
+_RANGE = re.compile(r"bytes=(?:(\d{1,19})-(\d{0,19})|-(\d{1,19}))")
+
+
+class RangeNotSatisfiable(ValueError):
+    """A Range that lies past the end of the body (416)."""
+
+
+def requested_part(
+    range_: str | None, if_range: str | None, etag: str, size: int
+) -> tuple[int, int] | None:
+    """The part ``(start, end)`` of a ``size``-byte body a ``Range`` header asks for; ``None``
+    for the whole: no Range, one this server ignores as RFC 9110 lets it (several ranges, or one
+    it cannot read), or an ``If-Range`` that is not the body's ETag (the body changed: a resumed
+    download starts over). Raises ``RangeNotSatisfiable`` for one past the end."""
+    if range_ is None or (if_range is not None and if_range.strip() != etag):
+        return None
+    found = _RANGE.fullmatch(range_.strip())
+    if found is None:
+        return None
+    first, last, suffix = found.groups()
+    if suffix is not None:
+        if int(suffix) == 0:
+            raise RangeNotSatisfiable("its last 0 bytes")
+        return max(0, size - int(suffix)), size
+    start = int(first)
+    if last and int(last) < start:
+        return None  # invalid: ignored
+    if start >= size:
+        raise RangeNotSatisfiable(f"bytes from {start:,} on")
+    return start, size if not last else min(size, int(last) + 1)
+
+
 @router.get(
     "/{job_id}/model",
     summary="The trained model (safetensors)",
     description="A done job's model, or the model of the last finished round of a job that "
     "failed or was cancelled after one (its record's `model` names it); 409 for a job without "
-    "one (not ended, or ended before a round had finished).",
+    "one (not ended, or ended before a round had finished). A `Range` of bytes (one) answers "
+    "206 with that part, so that a download cut short is resumed (`curl -C -`), and `If-Range` "
+    "with the model's `ETag` makes sure it is the same model.",
     response_class=Response,
-    responses={200: {"content": {"application/octet-stream": {}}}},
+    responses={
+        200: {"content": {"application/octet-stream": {}}},
+        206: {
+            "description": "The part of the model a Range asks for",
+            "content": {"application/octet-stream": {}},
+        },
+        **problems(416),
+    },
 )
-def model(job_id: JobId, controller: ControllerDep, principal: PrincipalDep) -> Response:
+def model(
+    job_id: JobId,
+    controller: ControllerDep,
+    principal: PrincipalDep,
+    range_: Annotated[
+        str | None,
+        Header(alias="Range", description="One range of bytes: `bytes=FIRST-`, …"),
+    ] = None,
+    if_range: Annotated[
+        str | None,
+        Header(alias="If-Range", description="The model's `ETag`: the Range only if it is."),
+    ] = None,
+) -> Response:
     owned(controller, principal, job_id)
+    manifest, _ = controller.model(job_id)  # nothing read yet: the manifest, for the part
+    etag = f'"{manifest.sha256}"'
+    headers = {"Accept-Ranges": "bytes", "ETag": etag}
+    try:
+        part = requested_part(range_, if_range, etag, manifest.size)
+    except RangeNotSatisfiable as exc:
+        return JSONResponse(
+            {"detail": f"Range asks for {exc}: the model has {manifest.size:,} bytes"},
+            status_code=status.HTTP_416_RANGE_NOT_SATISFIABLE,
+            headers={"Content-Range": f"bytes */{manifest.size}", **headers},
+        )
+    headers["Content-Disposition"] = f'attachment; filename="{job_id}.safetensors"'
+    start, end = part or (0, manifest.size)
+    if part is not None:
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{manifest.size}"
     # Sent from the store a chunk at a time, each checked before it goes (a model is not held
     # whole: VGG16's with Adam's moments is ~1.6 GB). A chunk found damaged once the answer has
     # begun ends it short of its Content-Length, which a client reads as a failed download; the
     # first is read before answering, so that a damaged one-chunk model is an error answer.
-    manifest, pieces = controller.model(job_id)
+    _, pieces = controller.model(job_id, start, end)
     first = next(pieces, b"")
     return StreamingResponse(
         itertools.chain([first], pieces),
+        status_code=status.HTTP_206_PARTIAL_CONTENT if part else status.HTTP_200_OK,
         media_type="application/octet-stream",
-        headers={
-            "Content-Disposition": f'attachment; filename="{job_id}.safetensors"',
-            "Content-Length": str(manifest.size),
-        },
+        headers={**headers, "Content-Length": str(end - start)},
     )
 
 
