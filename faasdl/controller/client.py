@@ -10,6 +10,7 @@ errors as faasdl errors.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 import tempfile
@@ -43,8 +44,12 @@ if TYPE_CHECKING:
 
     from faasdl.config import Settings
 
+log = logging.getLogger(__name__)
+
 #: How much of a model a download writes at a time.
 DOWNLOAD_CHUNK_BYTES = 1 << 20
+#: How many times a model's download cut short goes on from where it stopped.
+DOWNLOAD_RESUMES = 3
 #: A job's states once it has ended.
 ENDED = ("done", "failed", "cancelled")
 
@@ -182,18 +187,40 @@ class ControllerClient:
         return buffer.getvalue()
 
     def download_model(self, job_id: str, out: BinaryIO) -> int:
-        """Write the job's model to ``out`` as it arrives, not held whole; returns its size."""
-        written = 0
-        with self._call("GET", f"/v1/jobs/{job_id}/model", stream=True) as response:
-            try:
-                for chunk in response.iter_content(chunk_size=DOWNLOAD_CHUNK_BYTES):
-                    out.write(chunk)
-                    written += len(chunk)
-            except requests.RequestException as exc:
-                raise PlatformUnavailable(
-                    f"the controller at {self.url} stopped sending the model: {reason(exc)}"
-                ) from exc
-        return written
+        """Write the job's model to ``out`` as it arrives, not held whole; returns its size. A
+        download cut short (the connection lost) after some progress goes on from where it
+        stopped, up to :data:`DOWNLOAD_RESUMES` times, asking for the rest of the same model
+        (``Range`` and ``If-Range`` its ETag): a large model is not downloaded again from its
+        start. (One cut short where the controller found a damaged chunk is not resumed into
+        it: the rest is refused, saying so, or it stops where it stopped.)"""
+        path, written, etag, resumes = f"/v1/jobs/{job_id}/model", 0, None, 0
+        while True:
+            started = written
+            rest: dict[str, str] = {"Range": f"bytes={written}-", "If-Range": etag} if etag else {}
+            with self._call("GET", path, stream=True, headers=rest) as response:
+                if rest and response.status_code != 206:  # another model (the If-Range)
+                    raise PlatformUnavailable(
+                        f"the controller at {self.url} stopped sending the model after "
+                        f"{written:,} bytes, and then sent another one: download it again"
+                    )
+                etag = etag or response.headers.get("ETag")
+                try:
+                    for chunk in response.iter_content(chunk_size=DOWNLOAD_CHUNK_BYTES):
+                        out.write(chunk)
+                        written += len(chunk)
+                    return written
+                except requests.RequestException as exc:
+                    if etag is None or written == started or resumes == DOWNLOAD_RESUMES:
+                        raise PlatformUnavailable(
+                            f"the controller at {self.url} stopped sending the model after "
+                            f"{written:,} bytes: {reason(exc)}"
+                        ) from exc
+                    resumes += 1
+                    log.warning(
+                        "the model's download stopped after %s bytes (%s): going on from there",
+                        f"{written:,}",
+                        reason(exc),
+                    )
 
     def save_model(self, job_id: str, path: str | os.PathLike[str]) -> int:
         """Download the job's model to ``path``, written as it arrives beside it and renamed when

@@ -4,6 +4,7 @@ platform with a SQLite store."""
 from __future__ import annotations
 
 import hashlib
+import http.server
 import io
 import json
 import logging
@@ -16,6 +17,7 @@ import stat
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -35,6 +37,7 @@ from typer.testing import CliRunner
 from faasdl.aggregation.average import weighted_average
 from faasdl.cli import app
 from faasdl.config import ApiSettings, Settings, StoreSettings
+from faasdl.controller import client as client_module
 from faasdl.controller.app import create_app
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.datasets import partial_file
@@ -1478,6 +1481,78 @@ def test_a_running_jobs_status_and_a_watch_stopped_with_ctrl_c_that_leaves_it_ru
     assert state in ("queued", "running")
     # The status of a running job says where it is, not only its (still empty) rounds.
     assert f"round 1/1: {workers} running; last: round_started round 1/1" in status.output
+
+
+@contextmanager
+def cutting_proxy(upstream: str, cuts: list[int], *, drop_range: bool = False) -> Iterator[str]:
+    """A proxy to ``upstream`` (its URL) whose first answers stop after ``cuts``' numbers of
+    bytes of their bodies, one each, the connection closed (a link lost), and whose others are
+    whole; it passes each request's headers on (but ``Range`` with ``drop_range``)."""
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            dropped = {"host", "connection"} | ({"range", "if-range"} if drop_range else set())
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+            answer = httpx.get(upstream + self.path, headers=headers, timeout=60)
+            self.send_response(answer.status_code)
+            for key, value in answer.headers.items():
+                if key.lower() not in ("connection", "date", "server", "transfer-encoding"):
+                    self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(answer.content[: cuts.pop(0)] if cuts else answer.content)
+            self.close_connection = True
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_models_download_cut_short_goes_on_from_where_it_stopped(
+    client: httpx.Client,
+    finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+    api_url: str,
+    admin_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Arrange: a link lost twice as the model comes (it was downloaded again from its start:
+    # a 1.6 GB VGG16 cut at 90%), its pieces written 4 KiB at a time (1 MiB: the model's whole).
+    job_id = finished[0]
+    model = client.get(f"/v1/jobs/{job_id}/model").content
+    monkeypatch.setattr(client_module, "DOWNLOAD_CHUNK_BYTES", 4096)
+    received, again = io.BytesIO(), io.BytesIO()
+
+    # Execute
+    with (
+        cutting_proxy(api_url, [50_000, 50_000]) as url,
+        ControllerClient(url=url, api_key=admin_key) as api,
+        caplog.at_level(logging.WARNING, "faasdl.controller.client"),
+    ):
+        size = api.download_model(job_id, received)
+    resumed = [r.getMessage() for r in caplog.records if "going on from there" in r.getMessage()]
+    with (
+        cutting_proxy(api_url, [50_000], drop_range=True) as url,
+        ControllerClient(url=url, api_key=admin_key) as api,
+        pytest.raises(PlatformUnavailable, match="and then sent another one") as other,
+    ):
+        api.download_model(job_id, again)
+
+    # Assert: the whole model, each cut resumed after what had been written; a resumed
+    # download answered with a whole model (another one, or a server that ignores Range) stops.
+    assert received.getvalue() == model
+    assert size == len(model)
+    assert [message.partition(" (")[0] for message in resumed] == [
+        "the model's download stopped after 49,152 bytes",  # twelve pieces of 4 KiB
+        "the model's download stopped after 98,304 bytes",
+    ]
+    assert "after 49,152 bytes" in str(other.value)
 
 
 def test_a_model_is_sent_a_checked_chunk_at_a_time_and_a_damaged_chunk_ends_its_download(
