@@ -118,7 +118,7 @@ def hung_http_server(
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
             pass
 
-    with _serving(Hung) as url:
+    with serving_http(Hung) as url:
         try:
             yield url
         finally:
@@ -188,12 +188,12 @@ def web_server() -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
             pass
 
-    with _serving(Web) as url:
+    with serving_http(Web) as url:
         yield url
 
 
 @contextlib.contextmanager
-def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+def serving_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """``handler``'s HTTP server on loopback, in a thread: its URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

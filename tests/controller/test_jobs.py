@@ -17,7 +17,6 @@ import stat
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -67,7 +66,7 @@ from faasdl.store.records import (
 from faasdl.store.redis_server import RedisServer
 from faasdl.training.datasets import ONE_DATA_SET, Shard
 from faasdl.training.tensors import unpack
-from tests.conftest import eventually, reading_pipe, tls_files, write_and_die
+from tests.conftest import eventually, reading_pipe, serving_http, tls_files, write_and_die
 from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
@@ -1505,13 +1504,8 @@ def cutting_proxy(upstream: str, cuts: list[int], *, drop_range: bool = False) -
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_http(Proxy) as url:
+        yield url
 
 
 def test_a_models_download_cut_short_goes_on_from_where_it_stopped(
