@@ -86,10 +86,9 @@ class HeadAsGet:
     """ASGI middleware: a HEAD request is answered as its GET would be, with that answer's status
     and headers (its Content-Length too) and no body (RFC 9110 §9.3.2: a server that answers
     GET answers HEAD). FastAPI routes a method only where a route names it, so ``curl -I`` of a
-    job's model was a 405 saying ``allow: GET`` of the GET it had routed, and of ``/v1/jobs``
-    ``allow: POST``. The body the GET's route begins is dropped: once the answer has ended, the
-    server tells the route its client has gone (a stream of events or a model's chunks stops
-    there)."""
+    job's model was a 405, and of ``/v1/jobs`` one saying ``allow: POST``. The body the GET's
+    route begins is dropped: once the answer has ended, the server tells the route its client
+    has gone (a stream of events or a model's chunks stops there)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
