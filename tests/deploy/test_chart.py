@@ -273,6 +273,29 @@ def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_o
     assert controller_env["FAASDL_STORE__PASSWORD_FILE"] == secret[key]
 
 
+@pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        (["redis.enabled=false"], "store.kind is redis but redis.enabled is false"),
+        (["store.kind=ignite"], "store.kind is ignite but ignite.enabled is false"),
+        (["store.kind=nope"], "store.kind must be redis or ignite"),
+    ],
+    ids=["redis-off", "ignite-off", "unknown-kind"],
+)
+def test_a_store_the_chart_does_not_deploy_is_refused_as_it_renders(
+    settings: list[str], said: str
+) -> None:
+    # The controller was rendered naming the chart's Redis service where none was deployed: an
+    # install that started and could never reach its store.
+    # Execute
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        _render(*settings)
+
+    # Assert
+    assert said in refused.value.stderr
+
+
 def _redis_files(tmp_path: Path, port: int, *, auth: bool) -> Path:
     """The chart's Redis ConfigMap written to ``tmp_path`` as it is mounted at /etc/redis, its
     ``redis.conf`` set to keep its data in ``tmp_path`` and listen on ``port`` of loopback."""

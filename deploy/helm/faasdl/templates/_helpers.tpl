@@ -24,8 +24,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* The state store's URL as the controller and the actions reach it. */}}
 {{- define "faasdl.storeUrl" -}}
 {{- if eq .Values.store.kind "redis" -}}
+{{- if not .Values.redis.enabled -}}
+{{- fail "store.kind is redis but redis.enabled is false: the controller would have no store (the chart's store is the one it deploys: enable it, or set store.kind=ignite with ignite.enabled=true)" -}}
+{{- end -}}
 redis://{{ include "faasdl.fullname" . }}-redis.{{ .Release.Namespace }}.svc.cluster.local:6379/0
 {{- else if eq .Values.store.kind "ignite" -}}
+{{- if not .Values.ignite.enabled -}}
+{{- fail "store.kind is ignite but ignite.enabled is false: the controller would have no store (the chart's store is the one it deploys: enable it, or set store.kind=redis with redis.enabled=true)" -}}
+{{- end -}}
 ignite://{{ include "faasdl.fullname" . }}-ignite.{{ .Release.Namespace }}.svc.cluster.local:10800?prefix=faasdl
 {{- else -}}
 {{- fail "store.kind must be redis or ignite" -}}
