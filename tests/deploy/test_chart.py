@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
-from faasdl.config import ENV_PREFIX, Settings, read_secret_file
+from faasdl.config import ENV_PREFIX, GUEST_API_KEY, Settings, read_secret_file
 from faasdl.store.redis_server import free_port
-from tests.conftest import eventually
+from tests.conftest import eventually, tls_files
 
 CHART = Path(__file__).parents[2] / "deploy" / "helm" / "faasdl"
 #: The Kubernetes the chart is rendered for and its objects validated against.
@@ -280,8 +280,26 @@ def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_o
         (["redis.enabled=false"], "store.kind is redis but redis.enabled is false"),
         (["store.kind=ignite"], "store.kind is ignite but ignite.enabled is false"),
         (["store.kind=nope"], "store.kind must be redis or ignite"),
+        (
+            ["redis.enabled=false", "store.url=ignite://ignite.example.com:10800"],
+            "store.url's scheme is ignite://, not a redis store's (store.kind): redis:// or",
+        ),
+        (["store.url=redis://redis.example.com:6379/0"], "set redis.enabled=false"),
+        (
+            ["redis.enabled=false", "store.url=redis://r:6379/0", "store.tlsCaSecretKey=ca"],
+            "a CA bundle is for a store reached with TLS, a rediss:// store.url",
+        ),
+        (["store.passwordSecretKey=pw"], "are for a store of your own (store.url)"),
     ],
-    ids=["redis-off", "ignite-off", "unknown-kind"],
+    ids=[
+        "redis-off",
+        "ignite-off",
+        "unknown-kind",
+        "url-of-another-kind",
+        "url-beside-the-charts",
+        "ca-without-tls",
+        "key-without-url",
+    ],
 )
 def test_a_store_the_chart_does_not_deploy_is_refused_as_it_renders(
     settings: list[str], said: str
@@ -294,6 +312,56 @@ def test_a_store_the_chart_does_not_deploy_is_refused_as_it_renders(
 
     # Assert
     assert said in refused.value.stderr
+
+
+@pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+def test_a_store_of_your_own_is_reached_with_its_password_and_ca_from_the_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: a managed Redis reached with TLS and an ACL user (the chart could only name its
+    # own; redis.enabled=false named a Redis service that was not there).
+    url = "rediss://app@redis.example.com:6380/0"
+
+    # Execute
+    documents = _render(
+        "redis.enabled=false",
+        f"store.url={url}",
+        "store.passwordSecretKey=redis-pw",
+        "store.tlsCaSecretKey=ca.crt",
+    )
+
+    # Assert: no Redis of the chart's; the controller names the store, and reads its password
+    # and CA bundle from the Secret's keys (it gives both to the actions); its settings load.
+    assert not [d for d in documents if d["metadata"]["name"].endswith("-redis")]
+    (controller,) = _containers(documents, "Deployment")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    mounted = {
+        item["key"]: str(Path(mount["mountPath"]) / item["path"])
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+        for item in v["secret"]["items"]
+        for mount in controller["volumeMounts"]
+        if mount["name"] == v["name"]
+    }
+    env = {e["name"]: e["value"] for e in controller["env"]}
+    assert env["FAASDL_STORE__URL"] == url
+    assert env["FAASDL_STORE__PASSWORD_FILE"] == mounted["redis-pw"]
+    assert env["FAASDL_STORE__TLS_CA_FILE"] == mounted["ca.crt"]
+    files = {
+        "redis-pw": tmp_path / "pw",
+        "ca.crt": tls_files(tmp_path).ca_file,
+        "openwhisk-auth": tmp_path / "auth",
+    }
+    files["redis-pw"].write_text("s3cret\n")
+    files["openwhisk-auth"].write_text(GUEST_API_KEY)
+    for name, value in env.items():
+        found = [key for key, path in mounted.items() if path == value]
+        monkeypatch.setenv(name, str(files[found[0]]) if found else value)
+    store = Settings().store
+    assert store.url == url
+    assert store.password is not None
+    assert store.password.get_secret_value() == "s3cret"
+    assert store.tls_ca_file == str(files["ca.crt"])
 
 
 def _redis_files(tmp_path: Path, port: int, *, auth: bool) -> Path:
