@@ -753,17 +753,15 @@ class Controller:
                 raise JobError(f"job {job_id} is still {job.state} after {timeout_s:g} s")
             time.sleep(poll_s)
 
-    def model(
-        self, job_id: str, start: int = 0, end: int | None = None
-    ) -> tuple[BlobManifest, Iterator[bytes]]:
+    def model(self, job_id: str) -> tuple[BlobManifest, Iterator[bytes]]:
         """The model (safetensors) an ended job kept: a done job's, or the last finished round's
-        of one that failed or was cancelled; its manifest, and its bytes (from ``start`` up to
-        ``end``) as they are read from the store, each piece checked
-        (:meth:`StateStore.read_blob`: nothing is read until they are)."""
+        of one that failed or was cancelled; its manifest, and its bytes as they are read from
+        the store, each piece checked (:meth:`StateStore.read_blob`: nothing is read until
+        they are; :meth:`StateStore.blob_part` reads a part of it instead)."""
         job = self.job(job_id)
         if job.model is None:
             raise JobError(no_model(job))
-        return self.store.read_blob(job.model, start, end)
+        return self.store.read_blob(job.model)
 
     def ledger(self, job_id: str, round_from: int = 0) -> list[ActivationUse]:
         """The job's ledger: each activation it has run (in round ``round_from`` and later),

@@ -406,6 +406,16 @@ class StateStore(Resource):
         manifest = self._manifest(check_key(name, "name"))
         if manifest is None:
             raise BlobNotFound(f"no blob named {name!r}")
+        return manifest, self.blob_part(manifest, start, end)
+
+    def blob_part(
+        self, manifest: BlobManifest, start: int = 0, end: int | None = None
+    ) -> Iterator[bytes]:
+        """The bytes of the blob whose manifest :meth:`read_blob` read, from ``start`` up to
+        ``end``, as :meth:`read_blob` gives them (its checks of the manifest and of the part
+        raised at once): a reader that chooses the part by the manifest (the API's download of
+        a Range) reads the manifest once."""
+        name = manifest.name
         end = manifest.size if end is None else end
         if not 0 <= start <= end <= manifest.size:
             raise ValueError(
@@ -418,8 +428,8 @@ class StateStore(Resource):
                 raise BlobCorrupted(
                     f"blob {name!r}: its manifest's size is more than its chunks hold"
                 )
-            return manifest, self._checked_chunks(manifest, start, end)
-        return manifest, self._checked_spill(manifest, start, end)
+            return self._checked_chunks(manifest, start, end)
+        return self._checked_spill(manifest, start, end)
 
     def _checked_chunks(self, manifest: BlobManifest, start: int, end: int) -> Iterator[bytes]:
         name, size = manifest.name, manifest.size

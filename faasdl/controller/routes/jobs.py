@@ -332,7 +332,7 @@ def model(
     ] = None,
 ) -> Response:
     owned(controller, principal, job_id)
-    manifest, _ = controller.model(job_id)  # nothing read yet: the manifest, for the part
+    manifest, pieces = controller.model(job_id)  # nothing read yet but the manifest
     etag = f'"{manifest.sha256}"'
     headers = {"Accept-Ranges": "bytes", "ETag": etag}
     try:
@@ -347,11 +347,11 @@ def model(
     start, end = part or (0, manifest.size)
     if part is not None:
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{manifest.size}"
+        pieces = controller.store.blob_part(manifest, start, end)
     # Sent from the store a chunk at a time, each checked before it goes (a model is not held
     # whole: VGG16's with Adam's moments is ~1.6 GB). A chunk found damaged once the answer has
     # begun ends it short of its Content-Length, which a client reads as a failed download; the
     # first is read before answering, so that a damaged one-chunk model is an error answer.
-    _, pieces = controller.model(job_id, start, end)
     first = next(pieces, b"")
     return StreamingResponse(
         itertools.chain([first], pieces),
