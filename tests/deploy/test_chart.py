@@ -247,15 +247,7 @@ def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_o
     # it, and the controller reads that key's file (it gives the actions the password).
     (redis,) = _containers(documents, "StatefulSet")
     (controller,) = _containers(documents, "Deployment")
-    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
-    secret = {
-        (v["secret"]["secretName"], item["key"]): str(Path(mount["mountPath"]) / item["path"])
-        for v in deployment["spec"]["template"]["spec"]["volumes"]
-        if "secret" in v
-        for item in v["secret"]["items"]
-        for mount in controller["volumeMounts"]
-        if mount["name"] == v["name"]
-    }
+    secret = _secret_files(documents)
     from_secret = {
         e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
         for e in redis.get("env", [])
@@ -334,15 +326,7 @@ def test_a_store_of_your_own_is_reached_with_its_password_and_ca_from_the_secret
     # and CA bundle from the Secret's keys (it gives both to the actions); its settings load.
     assert not [d for d in documents if d["metadata"]["name"].endswith("-redis")]
     (controller,) = _containers(documents, "Deployment")
-    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
-    mounted = {
-        item["key"]: str(Path(mount["mountPath"]) / item["path"])
-        for v in deployment["spec"]["template"]["spec"]["volumes"]
-        if "secret" in v
-        for item in v["secret"]["items"]
-        for mount in controller["volumeMounts"]
-        if mount["name"] == v["name"]
-    }
+    mounted = {key: path for (_, key), path in _secret_files(documents).items()}
     env = {e["name"]: e["value"] for e in controller["env"]}
     assert env["FAASDL_STORE__URL"] == url
     assert env["FAASDL_STORE__PASSWORD_FILE"] == mounted["redis-pw"]
@@ -362,6 +346,20 @@ def test_a_store_of_your_own_is_reached_with_its_password_and_ca_from_the_secret
     assert store.password is not None
     assert store.password.get_secret_value() == "s3cret"
     assert store.tls_ca_file == str(files["ca.crt"])
+
+
+def _secret_files(documents: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Where the controller's container finds each ``(Secret, key)`` it mounts."""
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (controller,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {
+        (v["secret"]["secretName"], item["key"]): str(Path(mount["mountPath"]) / item["path"])
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+        for item in v["secret"]["items"]
+        for mount in controller["volumeMounts"]
+        if mount["name"] == v["name"]
+    }
 
 
 def _redis_files(tmp_path: Path, port: int, *, auth: bool) -> Path:
