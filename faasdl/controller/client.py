@@ -37,7 +37,7 @@ from faasdl.errors import (
     check_unicode,
     reason,
 )
-from faasdl.files import written_whole
+from faasdl.files import Download, Resumable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -193,41 +193,81 @@ class ControllerClient:
         (``Range`` and ``If-Range`` its ETag): a large model is not downloaded again from its
         start. (One cut short where the controller found a damaged chunk is not resumed into
         it: the rest is refused, saying so, or it stops where it stopped.)"""
-        path, written, etag, resumes = f"/v1/jobs/{job_id}/model", 0, None, 0
+        return self._download(job_id, Download(out))
+
+    def save_model(self, job_id: str, path: str | os.PathLike[str]) -> int:
+        """Download the job's model to ``path``, written as it arrives beside it and renamed when
+        whole (a device or a pipe is written to as it is); returns its size. A download that
+        fails after some of it came keeps that part (:class:`~faasdl.files.Resumable`: the file
+        ``NAME.partial`` and its ETag beside it), and the next save to ``path`` goes on from
+        there if the model is the same (the rest of it asked for, as a download cut short within
+        a run goes on), or writes the other whole."""
+        into = Resumable(Path(path))
+        try:
+            with into.writing():
+                return self._download(job_id, into)
+        finally:
+            if into.kept:
+                log.warning(
+                    "the %s bytes of the model written are kept in %s: a download to %s goes "
+                    "on from there",
+                    f"{into.written:,}",
+                    into.partial,
+                    path,
+                )
+
+    def _download(self, job_id: str, into: Download) -> int:
+        """Write the job's model into ``into`` (which may hold the first bytes of the model whose
+        ETag is its tag: the rest is asked for); see :meth:`download_model`."""
+        path, resumes, kept = f"/v1/jobs/{job_id}/model", 0, into.written
         while True:
-            started = written
-            rest: dict[str, str] = {"Range": f"bytes={written}-", "If-Range": etag} if etag else {}
-            with self._call("GET", path, stream=True, headers=rest) as response:
-                if rest and response.status_code != 206:  # another model (the If-Range)
+            started = into.written
+            rest = {"Range": f"bytes={started}-", "If-Range": into.tag} if into.tag else {}
+            try:
+                response = self._call("GET", path, stream=True, headers=rest)
+            except FaasdlError as exc:
+                if exc.status_code != 416 or resumes:
+                    raise
+                # The model's ETag is the one kept with its bytes, which reach its end: it was
+                # whole (a run stopped before renaming it), unless the file grew after.
+                if started == int(self._call("HEAD", path).headers["Content-Length"]):
+                    return started
+                into.start_over(None)
+                continue
+            with response:
+                if not rest:
+                    into.tagged(response.headers.get("ETag"))
+                elif response.status_code != 206 and resumes:  # another model (the If-Range)
                     raise PlatformUnavailable(
                         f"the controller at {self.url} stopped sending the model after "
-                        f"{written:,} bytes, and then sent another one: download it again"
+                        f"{started:,} bytes, and then sent another one: download it again"
                     )
-                etag = etag or response.headers.get("ETag")
+                elif response.status_code != 206:  # kept from a run before, of another model
+                    log.warning(
+                        "the %s bytes kept of a download before are of another model: "
+                        "downloading it whole",
+                        f"{kept:,}",
+                    )
+                    into.start_over(response.headers.get("ETag"))
+                elif not resumes and kept:
+                    log.warning("going on from the %s bytes kept of a download before", f"{kept:,}")
                 try:
                     for chunk in response.iter_content(chunk_size=DOWNLOAD_CHUNK_BYTES):
-                        out.write(chunk)
-                        written += len(chunk)
-                    return written
+                        into.write(chunk)
+                    return into.written
                 except requests.RequestException as exc:
-                    if etag is None or written == started or resumes == DOWNLOAD_RESUMES:
+                    progress = into.written > started
+                    if into.tag is None or not progress or resumes == DOWNLOAD_RESUMES:
                         raise PlatformUnavailable(
                             f"the controller at {self.url} stopped sending the model after "
-                            f"{written:,} bytes: {reason(exc)}"
+                            f"{into.written:,} bytes: {reason(exc)}"
                         ) from exc
                     resumes += 1
                     log.warning(
                         "the model's download stopped after %s bytes (%s): going on from there",
-                        f"{written:,}",
+                        f"{into.written:,}",
                         reason(exc),
                     )
-
-    def save_model(self, job_id: str, path: str | os.PathLike[str]) -> int:
-        """Download the job's model to ``path``, written as it arrives beside it and renamed when
-        whole (:func:`~faasdl.files.written_whole`; a device or a pipe is written to as it is).
-        Returns its size."""
-        with written_whole(Path(path)) as out:
-            return self.download_model(job_id, out)
 
     def upload_dataset(self, name: str, data: BinaryIO | str | os.PathLike[str]) -> dict[str, Any]:
         """Send an ``.npz`` file (open, or its path) as the data set ``name`` (replacing one of

@@ -1483,23 +1483,35 @@ def test_a_running_jobs_status_and_a_watch_stopped_with_ctrl_c_that_leaves_it_ru
 
 
 @contextmanager
-def cutting_proxy(upstream: str, cuts: list[int], *, drop_range: bool = False) -> Iterator[str]:
-    """A proxy to ``upstream`` (its URL) whose first answers stop after ``cuts``' numbers of
-    bytes of their bodies, one each, the connection closed (a link lost), and whose others are
-    whole; it passes each request's headers on (but ``Range`` with ``drop_range``)."""
+def cutting_proxy(
+    upstream: str,
+    cuts: list[int],
+    *,
+    drop_range: bool = False,
+    asked: list[str] | None = None,
+) -> Iterator[str]:
+    """A proxy to ``upstream`` (its URL) whose first GETs' answers stop after ``cuts``' numbers
+    of bytes of their bodies, one each, the connection closed (a link lost), and whose others
+    are whole; it passes each request's headers on (but ``Range`` with ``drop_range``), and
+    adds each request's method and ``Range`` to ``asked``."""
 
     class Proxy(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if asked is not None:
+                asked.append(f"{self.command} {self.headers.get('Range', '')}".strip())
             dropped = {"host", "connection"} | ({"range", "if-range"} if drop_range else set())
             headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
-            answer = httpx.get(upstream + self.path, headers=headers, timeout=60)
+            answer = httpx.request(self.command, upstream + self.path, headers=headers, timeout=60)
             self.send_response(answer.status_code)
             for key, value in answer.headers.items():
                 if key.lower() not in ("connection", "date", "server", "transfer-encoding"):
                     self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(answer.content[: cuts.pop(0)] if cuts else answer.content)
+            cut = cuts.pop(0) if cuts and self.command == "GET" else None
+            self.wfile.write(answer.content[:cut])
             self.close_connection = True
+
+        do_HEAD = do_GET
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
             pass
@@ -1547,6 +1559,73 @@ def test_a_models_download_cut_short_goes_on_from_where_it_stopped(
         "the model's download stopped after 98,304 bytes",
     ]
     assert "after 49,152 bytes" in str(other.value)
+
+
+def test_a_models_download_cut_short_in_one_run_goes_on_in_the_next(
+    client: httpx.Client,
+    finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+    api_url: str,
+    admin_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    # Arrange: a link lost with no going on within the run (a download stopped: Ctrl-C, a
+    # laptop closed), which left nothing to go on from; 4 KiB pieces of a 1 MiB model.
+    job_id = finished[0]
+    whole = client.get(f"/v1/jobs/{job_id}/model")
+    model, etag = whole.content, whole.headers["etag"]
+    monkeypatch.setattr(client_module, "DOWNLOAD_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(client_module, "DOWNLOAD_RESUMES", 0)
+    out = tmp_path / "model.safetensors"
+    partial = tmp_path / "model.safetensors.partial"
+    tag = tmp_path / "model.safetensors.partial.tag"
+    asked: list[list[str]] = [[], [], [], []]
+
+    def save(cuts: list[int], asked: list[str], job: str = job_id) -> int:
+        with (
+            cutting_proxy(api_url, cuts, asked=asked) as url,
+            ControllerClient(url=url, api_key=admin_key) as api,
+        ):
+            return api.save_model(job, out)
+
+    # Execute: cut once, a mistyped job, then again; a kept part of another model; a whole one.
+    with caplog.at_level(logging.WARNING, "faasdl.controller.client"):
+        with pytest.raises(PlatformUnavailable, match="after 49,152 bytes"):
+            save([50_000], asked[0])
+        kept = partial.read_bytes()
+        with pytest.raises(JobNotFound):
+            save([], [], "0123456789abcdef")
+        still_kept = partial.read_bytes()
+        size = save([], asked[1])
+        resumed = out.read_bytes()
+        partial.write_bytes(b"x" * 1000)
+        tag.write_text('"0000"')
+        other = save([], asked[2])
+        partial.write_bytes(model)
+        tag.write_text(etag)
+        out.unlink()
+        at_end = save([], asked[3])
+    said = [r.getMessage() for r in caplog.records]
+
+    # Assert: the part kept and gone on from, the rest asked for by Range; another model's part
+    # dropped for the whole; a part kept whole renamed; nothing left beside the model.
+    assert kept == model[:49_152] == still_kept
+    assert asked[0] == ["GET"]
+    assert asked[1] == ["GET bytes=49152-"]
+    assert size == len(model)
+    assert resumed == model
+    assert asked[2] == ["GET bytes=1000-"]  # answered whole: If-Range "0000" is another model
+    assert other == len(model)
+    assert asked[3] == [f"GET bytes={len(model)}-", "HEAD"]  # a 416, then its size
+    assert at_end == len(model)
+    assert out.read_bytes() == model
+    assert sorted(tmp_path.iterdir()) == [out]
+    kept_note = f"the 49,152 bytes of the model written are kept in {partial}: a download to "
+    assert said[:2] == [f"{kept_note}{out} goes on from there"] * 2
+    assert "going on from the 49,152 bytes kept of a download before" in said
+    other_note = "the 1,000 bytes kept of a download before are of another model: downloading"
+    assert f"{other_note} it whole" in said
 
 
 def test_a_model_is_sent_a_checked_chunk_at_a_time_and_a_damaged_chunk_ends_its_download(
