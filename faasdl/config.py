@@ -428,8 +428,9 @@ class StoreSettings(Section):
     )
     tls_ca_file: str | None = Field(
         None,
-        description="CA bundle to verify a rediss:// server (refused for another store's URL, "
-        "and where it cannot be read, as it is read).",
+        description="CA bundle to verify a rediss:// server's certificate, or an ignite:// "
+        "store's nodes' (over TLS then; their host names are not checked: pyignite gives none "
+        "to TLS); refused for another store's URL, and where it cannot be read, as it is read.",
     )
     tls_ca_data: str | None = Field(
         None,
@@ -458,10 +459,10 @@ class StoreSettings(Section):
             raise ValueError("tls_ca_file and tls_ca_data: give the CA bundle once, not both")
         if given:  # redis-py raised TypeError for it on redis://
             scheme = self.url.partition(":")[0]
-            if scheme != "rediss":
+            if scheme not in ("rediss", "ignite"):
                 raise ValueError(
-                    f"{given[0]}: a CA bundle verifies a rediss:// store's server; the store's "
-                    f"URL is {scheme}://"
+                    f"{given[0]}: a CA bundle verifies a rediss:// or an ignite:// store's "
+                    f"servers; the store's URL is {scheme}://"
                 )
         if self.tls_ca_file is not None and (
             not os.access(self.tls_ca_file, os.R_OK) or os.path.isdir(self.tls_ca_file)

@@ -203,7 +203,7 @@ def test_a_ca_bundle_is_read_for_a_rediss_store_only(monkeypatch: pytest.MonkeyP
         ),
     ],
 )
-def test_a_ca_bundle_is_given_once_and_for_a_rediss_store_only(
+def test_a_ca_bundle_is_given_once_and_for_a_tls_store_only(
     monkeypatch: pytest.MonkeyPatch, url: str, bundle: dict[str, str], said: str
 ) -> None:
     monkeypatch.setenv("FAASDL_STORE__URL", url)

@@ -83,6 +83,8 @@ def _ignite(url: str, s: StoreSettings) -> StateStore:
         backups=s.ignite_backups,
         username=s.username,
         password=s.password.get_secret_value() if s.password else None,
+        tls_ca_file=s.tls_ca_file,
+        tls_ca_data=s.tls_ca_data,
         timeout_s=s.timeout_s,
         chunk_bytes=min(s.chunk_bytes, 1024 * 1024),
         spill_bytes=s.spill_bytes or None,

@@ -13,10 +13,16 @@ wherever ``FAASDL_TEST_IGNITE_URL`` points at an Ignite 2.x node.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import ssl
 import struct
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
+
+from pyignite.monitoring import ConnectionEventListener, HandshakeFailedEvent
 
 from faasdl.errors import StoreError, StoreFull, StoreUnavailable, ValidationError
 from faasdl.store.base import StateStore
@@ -59,6 +65,19 @@ def refused(nodes: list[tuple[str, int]], message: str) -> StoreError:
     return StoreError(f"the Ignite store at {nodes} refused an operation: {first_line}")
 
 
+class _Handshakes(ConnectionEventListener):  # type: ignore[misc]  # pyignite is untyped
+    """Why a node's handshake failed, last: pyignite logs it (its traceback, which the
+    NullHandler above keeps from the CLI's output) and raises "Can not connect." for them all."""
+
+    def __init__(self) -> None:
+        self.failed: str | None = None
+
+    def on_handshake_fail(self, event: HandshakeFailedEvent) -> None:
+        self.failed = event.error_msg  # the error's repr: its class, and what it said
+
+    on_authentication_fail = on_handshake_fail
+
+
 class IgniteStore(StateStore):
     name = "ignite"
 
@@ -72,6 +91,8 @@ class IgniteStore(StateStore):
         username: str | None = None,
         password: str | None = None,
         use_ssl: bool = False,
+        tls_ca_file: str | None = None,
+        tls_ca_data: str | None = None,
         timeout_s: float = 30.0,
         chunk_bytes: int = 1024 * 1024,
         **kw: Any,
@@ -85,6 +106,8 @@ class IgniteStore(StateStore):
         self._backups = backups
         self._credentials = (username, password)
         self._use_ssl = use_ssl
+        self._tls_ca = (tls_ca_file, tls_ca_data)
+        self._ca_copy: str | None = None  # tls_ca_data written for pyignite, which reads a file
         self._timeout_s = timeout_s
         self._client: Any = None
         self._records: Any = None
@@ -113,7 +136,11 @@ class IgniteStore(StateStore):
             options.update(username=username, password=password, use_ssl=True)
         elif self._use_ssl:
             options["use_ssl"] = True
-        client = Client(partition_aware=True, **options)
+        ca_file = self._ca_file()
+        if ca_file is not None:  # pyignite verifies no certificate unless told to
+            options.update(use_ssl=True, ssl_cert_reqs=ssl.CERT_REQUIRED, ssl_ca_certfile=ca_file)
+        handshakes = _Handshakes()
+        client = Client(partition_aware=True, event_listeners=[handshakes], **options)
 
         def config(name: str) -> dict[int, Any]:
             props: dict[int, Any] = {
@@ -134,13 +161,34 @@ class IgniteStore(StateStore):
             self._chunks = client.get_or_create_cache(config("chunks"))
         except Exception as exc:  # pyignite raises socket errors and its own, unrelated, types
             client.close()
-            raise StoreUnavailable(f"cannot reach Ignite at {self.nodes}: {exc}") from exc
+            self._forget_ca()
+            why = f" (the last handshake: {handshakes.failed})" if handshakes.failed else ""
+            raise StoreUnavailable(f"cannot reach Ignite at {self.nodes}: {exc}{why}") from exc
         self._client = client
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        self._forget_ca()
+
+    def _ca_file(self) -> str | None:
+        """The CA bundle's file to verify the nodes' certificates with: ``tls_ca_file``, or
+        ``tls_ca_data`` written to a file of this store's (an action's container has the text
+        only), removed as it closes; ``None`` for neither."""
+        ca_file, ca_data = self._tls_ca
+        if ca_data is None:
+            return ca_file
+        descriptor, self._ca_copy = tempfile.mkstemp(prefix="faasdl-ignite-ca-", suffix=".pem")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as copy:
+            copy.write(ca_data)
+        return self._ca_copy
+
+    def _forget_ca(self) -> None:
+        if self._ca_copy is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._ca_copy)
+            self._ca_copy = None
 
     def _call(self, op: Callable[[], T]) -> T:
         if self._client is None:

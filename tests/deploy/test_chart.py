@@ -279,7 +279,7 @@ def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_o
         (["store.url=redis://redis.example.com:6379/0"], "set redis.enabled=false"),
         (
             ["redis.enabled=false", "store.url=redis://r:6379/0", "store.tlsCaSecretKey=ca"],
-            "a CA bundle is for a store reached with TLS, a rediss:// store.url",
+            "a CA bundle is for a store reached with TLS, a rediss:// or ignite:// store.url",
         ),
         (["store.passwordSecretKey=pw"], "are for a store of your own (store.url)"),
     ],
@@ -307,16 +307,24 @@ def test_a_store_the_chart_does_not_deploy_is_refused_as_it_renders(
 
 
 @pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+@pytest.mark.parametrize(
+    ("kind", "url"),
+    [
+        ("redis", "rediss://app@redis.example.com:6380/0"),
+        ("ignite", "ignite://ignite.example:10800"),
+    ],
+)
 def test_a_store_of_your_own_is_reached_with_its_password_and_ca_from_the_secret(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, url: str
 ) -> None:
     # Arrange: a managed Redis reached with TLS and an ACL user (the chart could only name its
-    # own; redis.enabled=false named a Redis service that was not there).
-    url = "rediss://app@redis.example.com:6380/0"
+    # own; redis.enabled=false named a Redis service that was not there), or an Ignite cluster
+    # over TLS (its CA bundle was refused).
 
     # Execute
     documents = _render(
         "redis.enabled=false",
+        f"store.kind={kind}",
         f"store.url={url}",
         "store.passwordSecretKey=redis-pw",
         "store.tlsCaSecretKey=ca.crt",

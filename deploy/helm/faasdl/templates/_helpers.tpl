@@ -35,8 +35,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if (index .Values .Values.store.kind).enabled -}}
 {{- fail (printf "store.url names a store of your own: set %s.enabled=false (the chart's would run unused)" .Values.store.kind) -}}
 {{- end -}}
-{{- if and .Values.store.tlsCaSecretKey (ne $scheme "rediss") -}}
-{{- fail "store.tlsCaSecretKey: a CA bundle is for a store reached with TLS, a rediss:// store.url" -}}
+{{- if and .Values.store.tlsCaSecretKey (not (has $scheme (list "rediss" "ignite"))) -}}
+{{- fail "store.tlsCaSecretKey: a CA bundle is for a store reached with TLS, a rediss:// or ignite:// store.url" -}}
 {{- end -}}
 {{- .Values.store.url -}}
 {{- else -}}
