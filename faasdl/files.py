@@ -51,7 +51,7 @@ class Download:
         self.tag: str | None = None
 
     def write(self, data: bytes) -> None:
-        assert self._out is not None, "written to while open"
+        assert self._out is not None, "a download is written to only while its file is open"
         self._out.write(data)
         self.written += len(data)
 
@@ -61,7 +61,7 @@ class Download:
 
     def start_over(self, tag: str | None) -> None:
         """Drop what is written, the bytes from now on being of ``tag``."""
-        assert self._out is not None, "started over while open"
+        assert self._out is not None, "a download starts over only while its file is open"
         self._out.seek(0)
         self._out.truncate()
         self.written = 0
