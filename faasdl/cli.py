@@ -992,7 +992,7 @@ def serve(
         settings.api.auth,
     )
     host = host or settings.controller.host
-    for warning in (_open_to_all(settings, host), durability):
+    for warning in (_open_to_all(settings, host), _unchecked_store(settings), durability):
         if warning:
             logging.getLogger("faasdl.serve").warning(warning)
     server = HurriedServer(
@@ -1032,6 +1032,21 @@ def _open_to_all(settings: Settings, host: str) -> str | None:
     return (
         f"API auth none on {host}: whoever reaches it is an administrator (every tenant's jobs, "
         "data sets and models); FAASDL_API__AUTH=keys requires an API key"
+    )
+
+
+def _unchecked_store(settings: Settings) -> str | None:
+    """A warning for an Ignite store logged into (a user and password, over TLS) whose nodes'
+    certificates are checked by no CA bundle (pyignite's default): the password goes to whoever
+    answers."""
+    store = settings.store
+    if not store.url.startswith("ignite:") or store.username is None:
+        return None
+    if store.tls_ca_file or store.tls_ca_data:
+        return None
+    return (
+        "the Ignite store is sent its password over TLS without its nodes' certificates being "
+        "checked: whoever answers at its address gets it; FAASDL_STORE__TLS_CA_FILE checks them"
     )
 
 

@@ -792,6 +792,34 @@ def test_serve_warns_of_a_controller_without_authentication_beyond_this_machine(
 
 
 @pytest.mark.parametrize(
+    ("url", "bundle", "warned"),
+    [
+        ("ignite://ignite:10800", None, True),
+        ("ignite://ignite:10800", __file__, False),
+        ("rediss://redis:6380/0", None, False),  # redis-py checks it by the system's CAs
+    ],
+    ids=["ignite", "ignite-with-a-ca-bundle", "rediss"],
+)
+def test_serve_warns_of_a_password_sent_to_an_ignite_whose_certificate_is_not_checked(
+    url: str, bundle: str | None, warned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faasdl.cli import _unchecked_store
+    from faasdl.config import Settings
+
+    monkeypatch.setenv("FAASDL_STORE__URL", url)
+    monkeypatch.setenv("FAASDL_STORE__USERNAME", "faasdl")
+    monkeypatch.setenv("FAASDL_STORE__PASSWORD", "s3cret")
+    if bundle:
+        monkeypatch.setenv("FAASDL_STORE__TLS_CA_FILE", bundle)
+
+    warning = _unchecked_store(Settings())
+
+    assert (warning is not None) == warned
+    if warning:
+        assert "without its nodes' certificates being checked" in warning
+
+
+@pytest.mark.parametrize(
     ("host", "auth", "warned"),
     [
         ("0.0.0.0", None, True),
