@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,4 +131,5 @@ class Resumable(Download):
             kept_file = stat.S_ISREG(os.stat(self.partial).st_mode)
         except (OSError, UnicodeDecodeError):
             return None
-        return tag if tag and kept_file else None
+        # A tag goes into a header (If-Range): visible ASCII only (an ETag's), else none.
+        return tag if kept_file and re.fullmatch(r"[\x21-\x7e]+", tag) else None

@@ -48,6 +48,28 @@ def test_a_download_stopped_after_tagged_bytes_keeps_them_for_the_next_to_go_on_
 
 
 @pytest.mark.parametrize(
+    "tag", ['"etag"\r\nX-Other: 1', "", "é"], ids=["two lines", "empty", "not ascii"]
+)
+def test_a_kept_tag_that_is_no_etag_is_not_gone_on_from(tmp_path: Path, tag: str) -> None:
+    # Arrange: a part kept with a tag file that is not one (an If-Range header of two lines
+    # made requests raise InvalidHeader).
+    out = tmp_path / "model.bin"
+    (tmp_path / "model.bin.partial").write_bytes(b"abc")
+    (tmp_path / "model.bin.partial.tag").write_text(tag)
+
+    # Execute
+    into = Resumable(out)
+    with into.writing():
+        went_on_from = (into.written, into.tag)
+        into.write(b"whole")
+
+    # Assert: written from its start, nothing kept beside it.
+    assert went_on_from == (0, None)
+    assert out.read_bytes() == b"whole"
+    assert sorted(tmp_path.iterdir()) == [out]
+
+
+@pytest.mark.parametrize(
     ("parts", "tag"),
     [([], '"etag-1"'), ([b"ab"], None)],
     ids=["no bytes", "no tag"],
