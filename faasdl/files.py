@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import re
 import stat
@@ -95,22 +97,37 @@ class Resumable(Download):
                 yield self
             return
         self._tags = True
-        self.tag = self._kept_tag()
-        self.written = self.partial.stat().st_size if self.tag else 0
+        # Opened without truncating it, for another download of it may be writing it (a second
+        # `faasdl model -o` of the same file): refused, before a byte of it is changed.
+        descriptor = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
         try:
-            # Appended to where it goes on (start_over still drops it all).
-            with self.partial.open("ab" if self.tag else "wb") as self._out:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.path.samestat(os.fstat(descriptor), os.stat(self.partial)):
+                raise BlockingIOError  # renamed to its name by the download that held it
+        except (BlockingIOError, FileNotFoundError):
+            os.close(descriptor)
+            busy = f"another download is writing it ({self.partial.name})"
+            raise OSError(errno.EBUSY, busy, str(self.path)) from None
+        # Appended to where it goes on (start_over still drops it all). Its names are changed
+        # while it is held (the tag's first: a download that takes the name next starts clean).
+        with os.fdopen(descriptor, "ab") as self._out:
+            try:
+                self.tag = self._kept_tag()
+                self.written = os.fstat(descriptor).st_size if self.tag else 0
+                if not self.tag:
+                    self._out.truncate(0)
                 yield self
-            self.partial.replace(self.path)
-        except BaseException:
-            self.kept = self.written > 0 and self.tag is not None
-            raise
-        finally:
-            self._out = None
-            if not self.kept:
-                for name in (self.partial, self._tag_file):
-                    with contextlib.suppress(OSError):  # gone, or never made
-                        name.unlink()
+                self._tag_file.unlink(missing_ok=True)
+                self.partial.replace(self.path)
+            except BaseException:
+                self.kept = self.written > 0 and self.tag is not None
+                if not self.kept:
+                    for name in (self._tag_file, self.partial):
+                        with contextlib.suppress(OSError):  # gone, or never made
+                            name.unlink()
+                raise
+            finally:
+                self._out = None
 
     def tagged(self, tag: str | None) -> None:
         super().tagged(tag)

@@ -107,3 +107,26 @@ def test_a_kept_part_of_another_tag_is_dropped_and_a_pipe_is_written_as_it_is(
     assert out.read_bytes() == b"new"
     assert (piped.written, received) == (3, b"xyz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "model.bin"]
+
+
+def test_a_second_download_to_a_file_being_written_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    # Arrange: a download under way (two `faasdl model -o` of one file: the second truncated
+    # the first's part, or appended to it, and the file renamed was neither model).
+    out = tmp_path / "model.bin"
+    first = Resumable(out)
+
+    # Execute
+    with first.writing():
+        first.tagged('"etag-1"')
+        first.write(b"ab")
+        second = Resumable(out)
+        busy = r"another download is writing it \(model.bin.partial\)"
+        with pytest.raises(OSError, match=busy), second.writing():
+            pass
+        first.write(b"cd")
+
+    # Assert: the first's whole, and nothing beside it.
+    assert out.read_bytes() == b"abcd"
+    assert sorted(tmp_path.iterdir()) == [out]
