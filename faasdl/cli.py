@@ -1616,16 +1616,42 @@ def model(
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write it.")],
     url: UrlOption = None,
 ) -> None:
-    """Download the model a job kept: a done job's, or its last finished round's where it failed
-    or was cancelled (safetensors: weights w/…, optimizer state opt/…, the architecture in its
-    metadata; in Python, faasdl.training.models.load_model builds it)."""
+    """Download the model a job kept (with progress): a done job's, or its last finished round's
+    where it failed or was cancelled (safetensors: weights w/…, optimizer state opt/…, the
+    architecture in its metadata; in Python, faasdl.training.models.load_model builds it). One
+    cut short is gone on from, in this run or the next (its part kept in FILE.partial)."""
     if str(output) == "-":  # not stdout: the command's own output there is its JSON record
         fail("--output: give a file name ('-' would be a file of that name)")
     if os.path.isdir(output):  # os.path's: Path.is_dir raises for a name too long
         fail(f"--output: {output} is a directory: name the file ({output / 'model.safetensors'})")
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     try:
-        with _controller(url) as client:
-            size = client.save_model(job_id, output)
+        with (
+            _controller(url) as client,
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+            ) as shown,
+        ):
+            task = shown.add_task(f"downloading {output.name}", total=None)
+
+            def progress(written: int, size: int | None) -> None:
+                shown.update(task, completed=written, total=size)
+
+            size = client.save_model(job_id, output, progress=progress)
     except OSError as exc:
         fail(f"--output: cannot write {output}: {exc.strerror}")
     typer.echo(json.dumps({"job_id": job_id, "path": str(output), "bytes": size}))

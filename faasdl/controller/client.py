@@ -15,6 +15,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: What a download tells as it goes: the bytes written, and the whole's (``None``: not known).
+Progress = Callable[[int, int | None], None]
 #: How much of a model a download writes at a time.
 DOWNLOAD_CHUNK_BYTES = 1 << 20
 #: How many times a model's download cut short goes on from where it stopped.
@@ -186,26 +189,32 @@ class ControllerClient:
         self.download_model(job_id, buffer)
         return buffer.getvalue()
 
-    def download_model(self, job_id: str, out: BinaryIO) -> int:
+    def download_model(
+        self, job_id: str, out: BinaryIO, *, progress: Progress | None = None
+    ) -> int:
         """Write the job's model to ``out`` as it arrives, not held whole; returns its size. A
         download cut short (the connection lost) after some progress goes on from where it
         stopped, up to :data:`DOWNLOAD_RESUMES` times, asking for the rest of the same model
         (``Range`` and ``If-Range`` its ETag): a large model is not downloaded again from its
         start. (One cut short where the controller found a damaged chunk is not resumed into
-        it: the rest is refused, saying so, or it stops where it stopped.)"""
-        return self._download(job_id, Download(out))
+        it: the rest is refused, saying so, or it stops where it stopped.) ``progress`` is
+        called as each piece is written, with the bytes written and the model's size."""
+        return self._download(job_id, Download(out), progress)
 
-    def save_model(self, job_id: str, path: str | os.PathLike[str]) -> int:
+    def save_model(
+        self, job_id: str, path: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> int:
         """Download the job's model to ``path``, written as it arrives beside it and renamed when
         whole (a device or a pipe is written to as it is); returns its size. A download that
         fails after some of it came keeps that part (:class:`~faasdl.files.Resumable`: the file
         ``NAME.partial`` and its ETag beside it), and the next save to ``path`` goes on from
         there if the model is the same (the rest of it asked for, as a download cut short within
-        a run goes on), or writes the other whole."""
+        a run goes on), or writes the other whole. ``progress`` as :meth:`download_model`'s
+        (the bytes kept counted as written)."""
         into = Resumable(Path(path))
         try:
             with into.writing():
-                return self._download(job_id, into)
+                return self._download(job_id, into, progress)
         finally:
             if into.kept:
                 log.warning(
@@ -216,7 +225,7 @@ class ControllerClient:
                     path,
                 )
 
-    def _download(self, job_id: str, into: Download) -> int:
+    def _download(self, job_id: str, into: Download, progress: Progress | None) -> int:
         """Write the job's model into ``into`` (which may hold the first bytes of the model whose
         ETag is its tag: the rest is asked for); see :meth:`download_model`."""
         path, resumes, kept = f"/v1/jobs/{job_id}/model", 0, into.written
@@ -251,13 +260,15 @@ class ControllerClient:
                     into.start_over(response.headers.get("ETag"))
                 elif not resumes and kept:
                     log.warning("going on from the %s bytes kept of a download before", f"{kept:,}")
+                size = _model_size(response)
                 try:
                     for chunk in response.iter_content(chunk_size=DOWNLOAD_CHUNK_BYTES):
                         into.write(chunk)
+                        if progress is not None:
+                            progress(into.written, size)
                     return into.written
                 except requests.RequestException as exc:
-                    progress = into.written > started
-                    if into.tag is None or not progress or resumes == DOWNLOAD_RESUMES:
+                    if into.tag is None or into.written == started or resumes == DOWNLOAD_RESUMES:
                         raise PlatformUnavailable(
                             f"the controller at {self.url} stopped sending the model after "
                             f"{into.written:,} bytes: {reason(exc)}"
@@ -330,6 +341,16 @@ class ControllerClient:
         if response.ok:
             return response
         raise _error(response, path, self.url)
+
+
+def _model_size(response: requests.Response) -> int | None:
+    """The whole model's size, from an answer of all of it or of a part (``Content-Range``'s
+    ``bytes FIRST-LAST/SIZE``); ``None`` where it does not say (a proxy's chunked answer)."""
+    if response.status_code == 206:
+        size = response.headers.get("Content-Range", "").rpartition("/")[2]
+    else:
+        size = response.headers.get("Content-Length", "")
+    return int(size) if size.isdigit() else None
 
 
 def _parsed(response: requests.Response, url: str) -> Any:

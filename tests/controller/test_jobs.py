@@ -1581,13 +1581,15 @@ def test_a_models_download_cut_short_in_one_run_goes_on_in_the_next(
     partial = tmp_path / "model.safetensors.partial"
     tag = tmp_path / "model.safetensors.partial.tag"
     asked: list[list[str]] = [[], [], [], []]
+    told: list[tuple[int, int | None]] = []
 
     def save(cuts: list[int], asked: list[str], job: str = job_id) -> int:
+        told.clear()
         with (
             cutting_proxy(api_url, cuts, asked=asked) as url,
             ControllerClient(url=url, api_key=admin_key) as api,
         ):
-            return api.save_model(job, out)
+            return api.save_model(job, out, progress=lambda *done: told.append(done))
 
     # Execute: cut once, a mistyped job, then again; a kept part of another model; a whole one.
     with caplog.at_level(logging.WARNING, "faasdl.controller.client"):
@@ -1598,7 +1600,7 @@ def test_a_models_download_cut_short_in_one_run_goes_on_in_the_next(
             save([], [], "0123456789abcdef")
         still_kept = partial.read_bytes()
         size = save([], asked[1])
-        resumed = out.read_bytes()
+        resumed, told_resumed = out.read_bytes(), list(told)
         partial.write_bytes(b"x" * 1000)
         tag.write_text('"0000"')
         other = save([], asked[2])
@@ -1615,6 +1617,10 @@ def test_a_models_download_cut_short_in_one_run_goes_on_in_the_next(
     assert asked[1] == ["GET bytes=49152-"]
     assert size == len(model)
     assert resumed == model
+    # Its progress from the part kept on, by the size the 206's Content-Range gave.
+    assert told_resumed == [
+        (written, len(model)) for written in [*range(49_152 + 4096, len(model), 4096), len(model)]
+    ]
     assert asked[2] == ["GET bytes=1000-"]  # answered whole: If-Range "0000" is another model
     assert other == len(model)
     assert asked[3] == [f"GET bytes={len(model)}-", "HEAD"]  # a 416, then its size
