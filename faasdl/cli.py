@@ -428,34 +428,71 @@ def _store(*, existing: bool = False) -> Iterator[StateStore]:
         store.close()
 
 
+#: A key's life as --expires-in takes it: a whole number of days, hours or minutes.
+_LIFE = re.compile(r"(\d{1,7})([dhm])")
+_LIFE_S = {"d": 86_400, "h": 3_600, "m": 60}
+
+
+def _key_life(value: str) -> float:
+    """``--expires-in``'s seconds."""
+    from faasdl.controller.auth import MAX_KEY_LIFE_S, MIN_KEY_LIFE_S
+
+    found = _LIFE.fullmatch(value.strip())
+    if found is None:
+        raise typer.BadParameter(f"{value!r} is not a duration: days, hours or minutes (90d, 12h)")
+    life_s = int(found[1]) * _LIFE_S[found[2]]
+    if not MIN_KEY_LIFE_S <= life_s <= MAX_KEY_LIFE_S:
+        raise typer.BadParameter(f"{value!r}: a key's life is 1 minute to 10 years")
+    return life_s
+
+
 @keys_app.command("create")
 def keys_create(
     tenant: Annotated[str, typer.Option(help="The tenant whose jobs the key submits and sees.")],
     admin: Annotated[bool, typer.Option(help="May see every tenant's jobs and /metrics.")] = False,
     name: Annotated[str, typer.Option(help="A note on what the key is for.")] = "",
+    life_s: Annotated[
+        float | None,
+        typer.Option(
+            "--expires-in",
+            help="Refused from this long on: days, hours or minutes (90d, 12h, 30m; 1 minute to "
+            "10 years). Default: valid until revoked.",
+            parser=_key_life,
+            metavar="DURATION",
+        ),
+    ] = None,
 ) -> None:
     """Make a key; it is printed once (JSON) and kept only as a hash."""
     from faasdl.controller.auth import create_key
 
     with _store() as store:
-        record, key = create_key(store, tenant=tenant, admin=admin, name=name)
+        record, key = create_key(store, tenant=tenant, admin=admin, name=name, expires_in_s=life_s)
     console.print("[bold]keep the key now[/]: it is not stored and cannot be shown again")
-    typer.echo(json.dumps({"key_id": record.key_id, "tenant": tenant, "admin": admin, "key": key}))
+    made = {"key_id": record.key_id, "tenant": tenant, "admin": admin, "key": key}
+    typer.echo(json.dumps({**made, "expires_ms": record.expires_ms}))
 
 
 @keys_app.command("list")
 def keys_list() -> None:
     """Every key (never a secret); JSON last."""
+    from datetime import datetime
+
     from faasdl.controller.auth import list_keys
 
     with _store(existing=True) as store:
         found = list_keys(store)
     lines = [k.model_dump(exclude={"secret_sha256"}) for k in found]
     table = Table(title="API keys")
-    for column in ("key_id", "tenant", "admin", "name", "revoked"):
+    for column in ("key_id", "tenant", "admin", "name", "revoked", "expires"):
         table.add_column(column)
+    now = datetime.now()
     for k in found:
-        table.add_row(k.key_id, k.tenant, str(k.admin), k.name, "yes" if k.revoked_ms else "")
+        ends = None if k.expires_ms is None else datetime.fromtimestamp(k.expires_ms / 1000)
+        expires = "" if ends is None else ends.strftime("%Y-%m-%d %H:%M")  # this machine's time
+        if ends is not None and ends <= now:
+            expires = f"expired {expires}"
+        revoked = "yes" if k.revoked_ms else ""
+        table.add_row(k.key_id, k.tenant, str(k.admin), Text(k.name), revoked, expires)
     _show(table, "no API keys: make one with faasdl keys create --tenant TENANT")
     typer.echo(json.dumps(lines))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 import secrets
 import threading
@@ -36,6 +37,9 @@ KEY_PREFIX = "fdl_"
 KEY_PATTERN = re.compile(r"^fdl_([0-9a-f]{16})\.([A-Za-z0-9_-]{43})$")
 #: Finds keys inside text, for redaction.
 KEY_IN_TEXT = re.compile(r"fdl_[0-9a-f]{16}\.[A-Za-z0-9_-]+")
+#: The shortest and longest life a key may be given (an expiry past ten years is none).
+MIN_KEY_LIFE_S = 60.0
+MAX_KEY_LIFE_S = 10 * 365 * 86_400
 #: How often an open event stream asks whether its key is still valid: a revoked key's stream
 #: ends within this long, not at ``FAASDL_API__STREAM_MAX_S`` (an hour).
 KEY_RECHECK_S = 2.0
@@ -50,6 +54,7 @@ class Principal:
     tenant: str
     admin: bool
     key_id: str | None  # None in the unauthenticated local mode
+    expires_ms: int | None = None  # the key's expiry (none: never)
 
     def owns(self, tenant: str) -> bool:
         return self.admin or tenant == self.tenant
@@ -73,21 +78,34 @@ def spec_for(spec: JobSpec, principal: Principal) -> JobSpec:
 
 
 def create_key(
-    store: StateStore, *, tenant: str, admin: bool = False, name: str = ""
+    store: StateStore,
+    *,
+    tenant: str,
+    admin: bool = False,
+    name: str = "",
+    expires_in_s: float | None = None,
 ) -> tuple[ApiKeyInfo, str]:
-    """A new key for ``tenant``: its record (stored) and the key itself (kept nowhere)."""
+    """A new key for ``tenant``: its record (stored) and the key itself (kept nowhere); valid
+    for ``expires_in_s`` from now (none: until it is revoked)."""
     if not re.match(TENANT_PATTERN, tenant):
         raise ValidationError(f"must match {TENANT_PATTERN}", field="tenant")
     if len(name) > 200 or not name.isprintable():
         raise ValidationError("must be at most 200 printable characters", field="name")
+    if expires_in_s is not None and not MIN_KEY_LIFE_S <= expires_in_s <= MAX_KEY_LIFE_S:
+        raise ValidationError(
+            f"must be {MIN_KEY_LIFE_S:g} s to {MAX_KEY_LIFE_S // 86_400:,} days",
+            field="expires_in",
+        )
     secret = secrets.token_urlsafe(32)
+    now = _now_ms()
     record = ApiKeyInfo(
         key_id=secrets.token_hex(8),
         tenant=tenant,
         admin=admin,
         name=name,
         secret_sha256=_digest(secret),
-        created_ms=_now_ms(),
+        created_ms=now,
+        expires_ms=None if expires_in_s is None else now + round(expires_in_s * 1000),
     )
     if not create(store, record):  # 64 random bits collided: never in practice, never silently
         raise ValidationError("key id already taken; try again", field="key_id")
@@ -120,12 +138,13 @@ def still_valid(store: StateStore, principal: Principal) -> bool:
     if principal.key_id is None:
         return True
     found = load(store, apikey_key(principal.key_id), ApiKeyInfo)
-    return found is not None and found[0].revoked_ms is None
+    return found is not None and found[0].revoked_ms is None and not found[0].expired(_now_ms())
 
 
 def authenticate(store: StateStore, token: str | None) -> Principal:
     """The caller a bearer token names. Raises ``Unauthenticated`` for a missing, malformed,
-    unknown or revoked key, with the same message for the last three (no oracle)."""
+    unknown or revoked key, with the same message for the last three (no oracle), and for an
+    expired one saying when it expired (to the caller who holds its secret)."""
     if not token:
         raise Unauthenticated("an API key is required: send 'Authorization: Bearer <key>'")
     match = KEY_PATTERN.match(token)
@@ -138,7 +157,12 @@ def authenticate(store: StateStore, token: str | None) -> Principal:
     ):
         raise Unauthenticated("the API key is not valid (unknown, malformed or revoked)")
     record = found[0]
-    return Principal(tenant=record.tenant, admin=record.admin, key_id=record.key_id)
+    if record.expires_ms is not None and record.expired(_now_ms()):
+        expired = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(record.expires_ms / 1000))
+        raise Unauthenticated(
+            f"the API key {record.key_id} expired at {expired}: make another (faasdl keys create)"
+        )
+    return Principal(record.tenant, record.admin, record.key_id, record.expires_ms)
 
 
 class VouchedKeys:
@@ -166,7 +190,7 @@ class VouchedKeys:
         """The key's caller and how many seconds ago the store accepted it, within the grace."""
         with self._lock:
             found = self._accepted.get(_digest(token))
-        if found is None:
+        if found is None or (found[0].expires_ms or math.inf) <= _now_ms():
             return None
         age = self._clock() - found[1]
         return (found[0], age) if age <= self.grace_s else None

@@ -296,9 +296,14 @@ class ApiKeyInfo(Record):
     secret_sha256: str
     created_ms: int
     revoked_ms: int | None = None
+    #: When it stops being valid (none: never; keys made before expiries had none).
+    expires_ms: int | None = None
 
     def key(self) -> str:
         return apikey_key(self.key_id)
+
+    def expired(self, now_ms: int) -> bool:
+        return self.expires_ms is not None and now_ms >= self.expires_ms
 
 
 class UnitState(StrEnum):

@@ -29,10 +29,19 @@ from typer.testing import CliRunner
 
 from faasdl.cli import app as cli
 from faasdl.config import Settings
+from faasdl.controller import auth
 from faasdl.controller.app import create_app
-from faasdl.controller.auth import LOCAL, Principal, VouchedKeys, create_key, revoke_key
+from faasdl.controller.auth import (
+    LOCAL,
+    Principal,
+    VouchedKeys,
+    create_key,
+    revoke_key,
+    still_valid,
+)
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
+from faasdl.errors import ValidationError
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import LINGER_BYTES, AppThread
 from faasdl.store import StateStore, make_store
@@ -160,6 +169,45 @@ def test_every_endpoint_refuses_a_missing_invalid_or_revoked_key(
     with client(api, None) as http:
         assert http.get("/healthz").status_code == 200  # probes need no key
         assert http.get("/readyz").status_code == 200
+
+
+def test_a_key_that_expired_is_refused_on_every_endpoint_saying_when(
+    api: tuple[str, Controller], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: a key for 90 days (keys were valid until revoked), a stream's validity and a
+    # vouched administrator's key; then the clock at its expiry.
+    store = api[1].store
+    record, key = create_key(store, tenant="ida", expires_in_s=90 * 86_400, admin=True)
+    assert record.expires_ms is not None
+    principal = Principal("ida", True, record.key_id, record.expires_ms)
+    vouched = VouchedKeys(grace_s=60.0)
+    vouched.accepted(key, principal)
+    operations_ = operations(api[0])
+    with client(api, key) as http:
+        before = http.get("/v1/jobs").status_code
+    valid_before = still_valid(store, principal)
+
+    # Execute
+    monkeypatch.setattr(auth, "_now_ms", lambda: record.expires_ms)
+    with client(api, key) as http:
+        answers = {(method, path): http.request(method, path) for method, path in operations_}
+
+    # Assert: taken until then; then refused everywhere, saying when (to the key's holder).
+    assert record.expires_ms - record.created_ms == 90 * 86_400_000
+    assert before == 200
+    assert valid_before
+    assert not still_valid(store, principal)
+    assert vouched.vouched(key) is None
+    for (method, path), response in answers.items():
+        assert response.status_code == 401, (method, path, response.text)
+        detail = response.json()["detail"]
+        assert detail.startswith(f"the API key {record.key_id} expired at "), (method, path)
+
+
+@pytest.mark.parametrize("life_s", [59.0, 11 * 365 * 86_400.0])
+def test_a_keys_life_is_a_minute_to_ten_years(api: tuple[str, Controller], life_s: float) -> None:
+    with pytest.raises(ValidationError, match="expires_in: must be 60 s to 3,650 days"):
+        create_key(api[1].store, tenant="ida", expires_in_s=life_s)
 
 
 def test_a_tenant_cannot_see_or_touch_another_tenants_job(
@@ -809,6 +857,13 @@ def test_keys_are_made_listed_and_revoked_from_the_command_line(tmp_path: Path) 
     made = runner.invoke(cli, ["keys", "create", "--tenant", "gina", "--admin"], env=env)
     bad = runner.invoke(cli, ["keys", "create", "--tenant", "no spaces"], env=env)
     key = json.loads(made.stdout.splitlines()[-1])
+    for_a_day = runner.invoke(
+        cli, ["keys", "create", "--tenant", "gina", "--expires-in", "24h"], env=env
+    )
+    lives = [
+        runner.invoke(cli, ["keys", "create", "--tenant", "gina", "--expires-in", life], env=env)
+        for life in ("2w", "0m", "3651d")
+    ]
     listed = runner.invoke(cli, ["keys", "list"], env=env)
     revoked = runner.invoke(cli, ["keys", "revoke", key["key_id"]], env=env)
     unknown = runner.invoke(cli, ["keys", "revoke", "0000000000000000"], env=env)
@@ -824,3 +879,14 @@ def test_keys_are_made_listed_and_revoked_from_the_command_line(tmp_path: Path) 
     assert unknown.exit_code == 2
     assert "no API key" in unknown.output
     assert json.loads(after.stdout.splitlines()[-1])[0]["revoked_ms"] is not None
+    assert key["expires_ms"] is None  # valid until revoked
+    day = json.loads(for_a_day.stdout.splitlines()[-1])
+    (listed_day,) = [
+        k for k in json.loads(after.stdout.splitlines()[-1]) if k["key_id"] == day["key_id"]
+    ]
+    assert day["expires_ms"] - listed_day["created_ms"] == 86_400_000
+    assert "expires" in after.stdout
+    saids = ["'2w' is not a duration", "'0m': a key's life is", "'3651d': a key's life is"]
+    for refused, said in zip(lives, saids, strict=True):
+        assert refused.exit_code == 2
+        assert said in " ".join(refused.output.split())
