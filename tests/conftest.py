@@ -43,11 +43,11 @@ def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0, what: 
         time.sleep(0.01)
 
 
-def tls_files(directory: Path) -> ServerTls:
-    """A fresh CA, and a certificate it signed for 127.0.0.1 and localhost, as PEM files in
-    ``directory``."""
+def tls_files(directory: Path, *hosts: str) -> ServerTls:
+    """A fresh CA, and a certificate it signed for ``hosts`` (default: 127.0.0.1 and
+    localhost), as PEM files in ``directory``."""
     ca = trustme.CA()
-    issued = ca.issue_cert("127.0.0.1", "localhost")
+    issued = ca.issue_cert(*(hosts or ("127.0.0.1", "localhost")))
     directory.mkdir(parents=True, exist_ok=True)
     files = ServerTls(directory / "cert.pem", directory / "key.pem", directory / "ca.pem")
     issued.cert_chain_pems[0].write_to_path(str(files.cert_file))

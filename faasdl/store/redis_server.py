@@ -95,9 +95,12 @@ class RedisServer:
                         ) from exc
                     if time.monotonic() > deadline:
                         raise StoreUnavailable(
-                            f"redis-server did not answer within {timeout_s} s"
+                            f"redis-server did not answer within {timeout_s} s: {exc}"
                         ) from exc
                     time.sleep(0.01)
+        except BaseException:
+            self.kill()  # one that never answered is not left running
+            raise
         finally:
             client.close()
 

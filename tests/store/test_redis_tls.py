@@ -54,3 +54,40 @@ def test_a_tls_redis_not_verified_by_the_bundle_is_refused_saying_why(
     # Assert
     assert str(refused.value).startswith(f"cannot reach Redis at {tls_redis.url}: ")
     assert "certificate verify failed" in str(refused.value)
+
+
+def test_a_tls_redis_whose_certificate_names_another_host_is_refused(tmp_path: Path) -> None:
+    # Arrange: a server whose certificate names 127.0.0.1 alone, reached as localhost. redis-py
+    # before 6.0 checked no host name: any certificate of the CA's (with the system's bundle, a
+    # public CA's) was taken.
+    private_redis(tmp_path)  # skips where redis-server is not installed
+    files = tls_files(tmp_path, "127.0.0.1")
+    with RedisServer(directory=tmp_path, tls=files) as server:
+        by_name = StoreSettings(
+            url=server.url.replace("127.0.0.1", "localhost"), tls_ca_file=str(files.ca_file)
+        )
+        by_address = StoreSettings(url=server.url, tls_ca_file=str(files.ca_file))
+
+        # Execute
+        with pytest.raises(StoreUnavailable) as refused:
+            make_store(by_name).open()
+        with make_store(by_address) as store:
+            answered = store.get("missing")
+
+    # Assert
+    assert "certificate verify failed: Hostname mismatch" in str(refused.value)
+    assert answered is None
+
+
+def test_a_redis_server_that_never_answers_is_not_left_running(tmp_path: Path) -> None:
+    # Arrange: a TLS server whose certificate names another host: its own client is refused.
+    private_redis(tmp_path)  # skips where redis-server is not installed
+    server = RedisServer(directory=tmp_path, tls=tls_files(tmp_path, "redis.example"))
+
+    # Execute
+    with pytest.raises(StoreUnavailable, match=r"did not answer within 1 s: .*mismatch"):
+        server.start(timeout_s=1)
+
+    # Assert: it was running, and is not now (it was left, and the test run warned of it).
+    assert server.process is not None
+    assert server.process.poll() is not None
