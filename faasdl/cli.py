@@ -187,12 +187,19 @@ def platform_serve(
             fail(f"--pool-memory-mb: {exc.errors()[0]['msg']}")
     platform = LocalPlatform(settings=local)
     console.print(
-        f"embedded OpenWhisk on http://{server.host}:{server.port}/api/v1 "
+        f"embedded OpenWhisk on {server.scheme}://{server.host}:{server.port}/api/v1 "
         f"(namespace '{local.namespace}', pool {local.pool_memory_mb} MB)"
     )
     if warning := _published_key(server):
         console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
-    uvicorn.run(create_app(platform, server), host=server.host, port=server.port, log_level="info")
+    uvicorn.run(
+        create_app(platform, server),
+        host=server.host,
+        port=server.port,
+        log_level="info",
+        ssl_certfile=server.tls_cert_file,
+        ssl_keyfile=server.tls_key_file,
+    )
 
 
 MemoryClasses = Annotated[

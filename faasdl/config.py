@@ -72,6 +72,13 @@ def _check_key(secret: SecretStr, field: str, path: Path | None) -> None:
         raise ValueError(f"{where} {problem}")
 
 
+def _check_readable(path: str | Path, field: str) -> None:
+    """Raise, naming ``field``, unless ``path`` is a file this process can read (it is read
+    later, at a first connection, where its failure said less)."""
+    if not os.access(path, os.R_OK) or os.path.isdir(path):
+        raise ValueError(f"{field}: cannot read {path}")
+
+
 #: An OpenWhisk entity's name: a namespace's, an action's, a package's (OpenWhisk's docs:
 #: ``\A([\w]|[\w][\w@ .-]*[\w@.-]+)\z``, Java's ``\w`` being ASCII's), of at most 256 characters.
 OPENWHISK_NAME = r"[A-Za-z0-9_](?:[A-Za-z0-9_@ .-]*[A-Za-z0-9_@.-])?"
@@ -280,6 +287,13 @@ class OpenWhiskSettings(Section):
         description="Namespace (an OpenWhisk name); '_' is the key's default namespace.",
     )
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
+    ca_file: Path | None = Field(
+        None,
+        description="CA bundle (PEM) the API's certificate is verified by, in place of the "
+        "system's: a private CA's, or a self-signed certificate itself (openwhisk-deploy-kube's "
+        "nginx serves one; its host name must match `api_host`'s). Refused with `verify_tls` "
+        "false, and where it cannot be read.",
+    )
     request_timeout_s: Seconds = Field(
         10.0,
         gt=0,
@@ -321,6 +335,10 @@ class OpenWhiskSettings(Section):
                 raise ValueError(f"{field}: {problem}")
         if self.action_image is not None and (problem := image_problem(self.action_image)):
             raise ValueError(f"action_image: {problem}")
+        if self.ca_file is not None:
+            if not self.verify_tls:
+                raise ValueError("ca_file: verify_tls is false, so no certificate is verified")
+            _check_readable(self.ca_file, "ca_file")
         if self.auth_file is not None:
             self.auth = read_secret_file(self.auth_file, "auth_file")
         uuid, sep, key = self.auth.get_secret_value().partition(":")
@@ -376,13 +394,28 @@ class ServerSettings(Section):
         ge=1,
         description="Longest wait of a blocking invoke before it answers 202.",
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="Serve HTTPS with this certificate (PEM, its chain after it), and "
+        "`tls_key_file` its key: the API key clients send is then not sent in the clear.",
+    )
+    tls_key_file: Path | None = Field(None, description="The key of `tls_cert_file` (PEM).")
 
     @model_validator(mode="after")
     def _auth_from_file(self) -> ServerSettings:
         if self.auth_file is not None:
             self.auth = read_secret_file(self.auth_file, "auth_file")
         _check_key(self.auth, "auth", self.auth_file)  # what no client could send
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file: give both, a certificate and its key")
+        for name in ("tls_cert_file", "tls_key_file"):
+            if (path := getattr(self, name)) is not None:
+                _check_readable(path, name)
         return self
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert_file else "http"
 
 
 #: SQLite's ``synchronous`` settings a store may use (OFF could corrupt the database on a crash).
@@ -464,10 +497,8 @@ class StoreSettings(Section):
                     f"{given[0]}: a CA bundle verifies a rediss:// or an ignite:// store's "
                     f"servers; the store's URL is {scheme}://"
                 )
-        if self.tls_ca_file is not None and (
-            not os.access(self.tls_ca_file, os.R_OK) or os.path.isdir(self.tls_ca_file)
-        ):
-            raise ValueError(f"tls_ca_file: cannot read {self.tls_ca_file}")
+        if self.tls_ca_file is not None:
+            _check_readable(self.tls_ca_file, "tls_ca_file")
         return self
 
 

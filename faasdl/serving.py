@@ -7,6 +7,7 @@ import logging
 import signal
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 import anyio
@@ -126,11 +127,28 @@ class AppThread:
     """Runs ``app`` on ``host:port`` (0: a free port) in a thread; :meth:`start` waits until it
     listens and returns its base URL."""
 
-    def __init__(self, app: ASGIApp, *, host: str, port: int, name: str) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        host: str,
+        port: int,
+        name: str,
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
+        """``tls``: HTTPS, with this certificate file and key file (PEM)."""
         self.host = host
         self.port = port
+        self.scheme = "https" if tls else "http"
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            ssl_certfile=tls[0] if tls else None,
+            ssl_keyfile=tls[1] if tls else None,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=name, daemon=True)
@@ -139,7 +157,7 @@ class AppThread:
     def url(self) -> str:
         servers = self._server.servers
         port = servers[0].sockets[0].getsockname()[1] if servers else self.port
-        return f"http://{self.host}:{port}"
+        return f"{self.scheme}://{self.host}:{port}"
 
     def start(self, timeout_s: float = 30.0) -> str:
         self._thread.start()

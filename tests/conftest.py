@@ -210,10 +210,15 @@ DEFAULTS: dict[str, Any] = {"pool_memory_mb": 2048, "memory_max_mb": 1024}
 class Served:
     """An embedded platform, its REST server, and a REST client of it."""
 
-    def __init__(self, settings: LocalPlatformSettings, **client: Any) -> None:
+    def __init__(
+        self,
+        settings: LocalPlatformSettings,
+        server: dict[str, Any] | None = None,
+        **client: Any,
+    ) -> None:
         self.local = LocalPlatform(settings=settings)
         self.local.open()
-        self.server_settings = ServerSettings(port=0)
+        self.server_settings = ServerSettings(**{"port": 0, **(server or {})})
         self.server = ServerThread(self.local, self.server_settings)
         self.url = self.server.start()
         self.client = OpenWhiskPlatform(
@@ -263,8 +268,13 @@ def make_local() -> Iterator[Callable[..., LocalPlatform]]:
 def make_served() -> Iterator[Callable[..., Served]]:
     created: list[Served] = []
 
-    def make(client: dict[str, Any] | None = None, **overrides: Any) -> Served:
-        served = Served(LocalPlatformSettings(**(DEFAULTS | overrides)), **(client or {}))
+    def make(
+        client: dict[str, Any] | None = None,
+        server: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Served:
+        """``client``: the REST client's settings; ``server``: its server's."""
+        served = Served(LocalPlatformSettings(**(DEFAULTS | overrides)), server, **(client or {}))
         created.append(served)
         return served
 

@@ -119,6 +119,10 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_SERVER__AUTH", "uuid:k\x01y", "auth: holds a control character at 6"),
         # redis-py raised TypeError (a traceback) for a CA bundle on redis://.
         ("FAASDL_STORE__TLS_CA_FILE", "/etc/hostname", "store's URL is sqlite://"),
+        # Read at the first connection, or by uvicorn as it started: a traceback.
+        ("FAASDL_OPENWHISK__CA_FILE", "/nonexistent/ca.pem", "ca_file: cannot read /nonexistent"),
+        ("FAASDL_SERVER__TLS_CERT_FILE", "/etc/hostname", "tls_key_file: give both, a certificate"),
+        ("FAASDL_SERVER__TLS_KEY_FILE", "/etc/hostname", "tls_key_file: give both, a certificate"),
         # Names that went into a URL or a label selector and failed at their first use.
         ("FAASDL_OPENWHISK__NAMESPACE", "team/a", "'team/a' is not an OpenWhisk name"),
         ("FAASDL_OPENWHISK__NAMESPACE", "team ", "'team ' is not an OpenWhisk name"),

@@ -93,6 +93,10 @@ class OpenWhiskPlatform(Platform):
         self.settings = settings or OpenWhiskSettings()
         self.action_image = self.settings.action_image
         self._session: requests.Session | None = None
+        # Given with each request: a session's own is overridden by REQUESTS_CA_BUNDLE where
+        # that is set (requests' merge of the environment), verify_tls false and ca_file too.
+        ca_file = self.settings.ca_file
+        self._verify: bool | str = str(ca_file) if ca_file is not None else self.settings.verify_tls
         self._limits: PlatformLimits | None = None
         self._timeouts: dict[str, int] = {}
         retrying = retry(
@@ -125,7 +129,6 @@ class OpenWhiskPlatform(Platform):
         session = requests.Session()
         uuid, _, key = self.settings.auth.get_secret_value().partition(":")
         session.auth = (uuid, key)
-        session.verify = self.settings.verify_tls
         session.headers["Content-Type"] = "application/json"
         self._session = session
         try:
@@ -165,7 +168,7 @@ class OpenWhiskPlatform(Platform):
         timeout_s = waits_s + (self.settings.request_timeout_s if timeout_s is None else timeout_s)
         try:
             response = self._session.request(
-                method, url, json=json_body, params=params, timeout=timeout_s
+                method, url, json=json_body, params=params, timeout=timeout_s, verify=self._verify
             )
         except requests.RequestException as exc:
             raise PlatformUnavailable(
@@ -211,7 +214,9 @@ class OpenWhiskPlatform(Platform):
     def _read_limits(self) -> PlatformLimits:
         try:
             response = self._session.get(  # type: ignore[union-attr]
-                self.settings.api_host.rstrip("/") + "/", timeout=self.settings.request_timeout_s
+                self.settings.api_host.rstrip("/") + "/",
+                timeout=self.settings.request_timeout_s,
+                verify=self._verify,
             )
             response.raise_for_status()
         except requests.RequestException as exc:

@@ -282,6 +282,7 @@ def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_o
             "a CA bundle is for a store reached with TLS, a rediss:// or ignite:// store.url",
         ),
         (["store.passwordSecretKey=pw"], "are for a store of your own (store.url)"),
+        (["openwhisk.caSecretKey=ow-ca.crt"], "set openwhisk.verifyTls=true, or no certificate"),
     ],
     ids=[
         "redis-off",
@@ -291,6 +292,7 @@ def test_redis_asks_for_the_secrets_password_and_the_controller_reads_the_same_o
         "url-beside-the-charts",
         "ca-without-tls",
         "key-without-url",
+        "openwhisk-ca-unverified",
     ],
 )
 def test_a_store_the_chart_does_not_deploy_is_refused_as_it_renders(
@@ -354,6 +356,34 @@ def test_a_store_of_your_own_is_reached_with_its_password_and_ca_from_the_secret
     assert store.password is not None
     assert store.password.get_secret_value() == "s3cret"
     assert store.tls_ca_file == str(files["ca.crt"])
+
+
+@pytest.mark.skipif(HELM is None, reason="no helm here: make test fetches one (fetch_helm.py)")
+def test_openwhisks_certificate_is_verified_by_a_ca_bundle_from_the_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: an OpenWhisk whose certificate a private CA signed (verifyTls false was the only
+    # way to reach it).
+
+    # Execute
+    documents = _render("openwhisk.verifyTls=true", "openwhisk.caSecretKey=ow-ca.crt")
+
+    # Assert: the controller reads the bundle from the Secret's key; its settings load.
+    (controller,) = _containers(documents, "Deployment")
+    mounted = {key: path for (_, key), path in _secret_files(documents).items()}
+    env = {e["name"]: e["value"] for e in controller["env"] if "value" in e}
+    assert env["FAASDL_OPENWHISK__CA_FILE"] == mounted["ow-ca.crt"]
+    assert env["FAASDL_OPENWHISK__VERIFY_TLS"] == "true"
+    files = {key: tmp_path / key for key in mounted}  # each Secret's key as mounted
+    files["ow-ca.crt"].write_bytes(tls_files(tmp_path / "tls").ca_file.read_bytes())
+    files["openwhisk-auth"].write_text(GUEST_API_KEY)
+    files["redis-password"].write_text("s3cret")
+    for name, value in env.items():
+        found = [key for key, path in mounted.items() if path == value]
+        monkeypatch.setenv(name, str(files[found[0]]) if found else value)
+    openwhisk = Settings().openwhisk
+    assert openwhisk.ca_file == files["ow-ca.crt"]
+    assert openwhisk.verify_tls
 
 
 def _secret_files(documents: list[dict[str, Any]]) -> dict[tuple[str, str], str]:

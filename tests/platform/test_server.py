@@ -23,7 +23,15 @@ from faasdl.platform import messages
 from faasdl.platform.base import MAX_JSON_DEPTH, ActionSpec, retries_told
 from faasdl.platform.openwhisk import OpenWhiskPlatform
 from faasdl.serving import LINGER_BYTES
-from tests.conftest import PAGE_BYTES, Endless, Served, eventually, hung_http_server, web_server
+from tests.conftest import (
+    PAGE_BYTES,
+    Endless,
+    Served,
+    eventually,
+    hung_http_server,
+    tls_files,
+    web_server,
+)
 from tests.platform import actions
 
 SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
@@ -739,3 +747,56 @@ def test_faasdls_actions_are_deployed_in_the_action_image_once_one_is_set(
     assert renewed.version not in (first.version, older.version)
     assert renewed.exec.code == action_code(TRAIN)
     assert plain.get_action(source).exec.kind.startswith("python")
+
+
+@pytest.mark.filterwarnings(
+    "ignore:Unverified HTTPS request:urllib3.exceptions.InsecureRequestWarning"
+)
+def test_an_https_server_is_reached_with_its_ca_bundle_and_refused_without_it(
+    make_served: Callable[..., Served], tmp_path: Path
+) -> None:
+    # Arrange: the server over HTTPS with a certificate of a fresh CA's (its API key went in the
+    # clear, and a client could verify a private CA's certificate only by turning checks off;
+    # where REQUESTS_CA_BUNDLE is set, as here, verify_tls false was overridden by it).
+    tls = tls_files(tmp_path)
+    served = make_served(
+        client={"ca_file": tls.ca_file},
+        server={"tls_cert_file": tls.cert_file, "tls_key_file": tls.key_file},
+    )
+
+    def reached(**settings: Any) -> str:
+        given = {"api_host": served.url, "auth": served.server_settings.auth, "retry_attempts": 1}
+        client = OpenWhiskPlatform(settings=OpenWhiskSettings(**(given | settings)))
+        try:
+            client.open()
+        except PlatformUnavailable as exc:
+            return str(exc)
+        client.close()
+        return "reached"
+
+    # Execute
+    with_bundle = reached(ca_file=tls.ca_file)
+    systems = reached()
+    unverified = reached(verify_tls=False)
+    in_the_clear = reached(api_host=served.url.replace("https://", "http://"), verify_tls=False)
+
+    # Assert
+    assert served.url.startswith("https://127.0.0.1:")
+    assert with_bundle == "reached"
+    assert "certificate verify failed" in systems
+    assert unverified == "reached"
+    assert in_the_clear != "reached"
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"verify_tls": False, "ca_file": __file__}, "ca_file: verify_tls is false"),
+        ({"ca_file": "/nonexistent/ca.pem"}, "ca_file: cannot read /nonexistent/ca.pem"),
+    ],
+)
+def test_a_ca_bundle_that_cannot_verify_is_refused_as_it_is_read(
+    settings: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(ValueError, match=said):
+        OpenWhiskSettings(**settings)

@@ -538,11 +538,13 @@ class ServerThread(AppThread):
 
     def __init__(self, platform: LocalPlatform, settings: ServerSettings | None = None) -> None:
         self.settings = settings or ServerSettings(port=0)
+        cert, key = self.settings.tls_cert_file, self.settings.tls_key_file
         super().__init__(
             create_app(platform, self.settings, owns_platform=False),
             host=self.settings.host,
             port=self.settings.port,
             name="faasdl-ow-server",
+            tls=(cert, key) if cert is not None and key is not None else None,
         )
 
 
