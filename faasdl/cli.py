@@ -1045,6 +1045,8 @@ def serve(
             host=host,
             port=settings.controller.port if port is None else port,
             log_level=settings.controller.log_level,
+            ssl_certfile=settings.controller.tls_cert_file,
+            ssl_keyfile=settings.controller.tls_key_file,
         ),
         hurry=controller.stop_draining,
     )

@@ -72,6 +72,15 @@ def _check_key(secret: SecretStr, field: str, path: Path | None) -> None:
         raise ValueError(f"{where} {problem}")
 
 
+def _check_tls_pair(cert_file: Path | None, key_file: Path | None) -> None:
+    """Raise unless a server's certificate and key files are given both, readable, or neither."""
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("tls_cert_file and tls_key_file: give both, a certificate and its key")
+    for name, path in (("tls_cert_file", cert_file), ("tls_key_file", key_file)):
+        if path is not None:
+            _check_readable(path, name)
+
+
 def _check_readable(path: str | Path, field: str) -> None:
     """Raise, naming ``field``, unless ``path`` is a file this process can read (it is read
     later, at a first connection, where its failure said less)."""
@@ -406,11 +415,7 @@ class ServerSettings(Section):
         if self.auth_file is not None:
             self.auth = read_secret_file(self.auth_file, "auth_file")
         _check_key(self.auth, "auth", self.auth_file)  # what no client could send
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file: give both, a certificate and its key")
-        for name in ("tls_cert_file", "tls_key_file"):
-            if (path := getattr(self, name)) is not None:
-                _check_readable(path, name)
+        _check_tls_pair(self.tls_cert_file, self.tls_key_file)
         return self
 
     @property
@@ -586,6 +591,23 @@ class ControllerSettings(Section):
         description="Age under which housekeeping leaves an unpublished chunk or spill file, or "
         "an upload's temporary file, alone: it may belong to a write still in flight.",
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="Serve the REST API over HTTPS with this certificate (PEM, its chain after "
+        "it), and `tls_key_file` its key: API keys then do not go in the clear beyond loopback "
+        "(behind an ingress or a proxy that ends TLS, leave it unset).",
+    )
+    tls_key_file: Path | None = Field(None, description="The key of `tls_cert_file` (PEM).")
+
+    @model_validator(mode="after")
+    def _checked_tls(self) -> ControllerSettings:
+        _check_tls_pair(self.tls_cert_file, self.tls_key_file)
+        return self
+
+    @property
+    def url(self) -> str:
+        """Where the REST API is served, as a client on this machine reaches it."""
+        return f"{'https' if self.tls_cert_file else 'http'}://{self.host}:{self.port}"
 
 
 class ApiSettings(Section):
@@ -680,7 +702,8 @@ class ClientSettings(Section):
         None,
         description="The controller's URL that the CLI's commands call (their `--url` overrides "
         "it; `faasdl estimate` asks it for plans unless `--local`); unset: "
-        "http://FAASDL_CONTROLLER__HOST:FAASDL_CONTROLLER__PORT (and estimate plans here). A "
+        "http://FAASDL_CONTROLLER__HOST:FAASDL_CONTROLLER__PORT (https:// with its "
+        "`tls_cert_file`; and estimate plans here). A "
         "path after the host is kept (a proxy's); a query, a fragment, a user or password (the "
         "key has its setting) and a port out of range are refused as it is read, as they are in "
         "`--url` and the OpenWhisk URLs.",
@@ -690,6 +713,11 @@ class ClientSettings(Section):
     )
     api_key_file: Path | None = Field(
         None, description="A file holding the API key; replaces `api_key`."
+    )
+    ca_file: Path | None = Field(
+        None,
+        description="CA bundle (PEM) an https:// controller's certificate is verified by, in "
+        "place of the system's (a private CA's, or its self-signed certificate itself).",
     )
     reconnect_s: Seconds = Field(
         120.0,
@@ -713,6 +741,8 @@ class ClientSettings(Section):
             self.api_key = read_secret_file(self.api_key_file, "api_key_file")
         if self.api_key is not None:
             _check_key(self.api_key, "api_key", self.api_key_file)
+        if self.ca_file is not None:
+            _check_readable(self.ca_file, "ca_file")
         return self
 
 

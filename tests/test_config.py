@@ -123,6 +123,8 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_OPENWHISK__CA_FILE", "/nonexistent/ca.pem", "ca_file: cannot read /nonexistent"),
         ("FAASDL_SERVER__TLS_CERT_FILE", "/etc/hostname", "tls_key_file: give both, a certificate"),
         ("FAASDL_SERVER__TLS_KEY_FILE", "/etc/hostname", "tls_key_file: give both, a certificate"),
+        ("FAASDL_CONTROLLER__TLS_CERT_FILE", "/etc/hostname", "tls_key_file: give both"),
+        ("FAASDL_CLIENT__CA_FILE", "/nonexistent/ca.pem", "ca_file: cannot read /nonexistent"),
         # Names that went into a URL or a label selector and failed at their first use.
         ("FAASDL_OPENWHISK__NAMESPACE", "team/a", "'team/a' is not an OpenWhisk name"),
         ("FAASDL_OPENWHISK__NAMESPACE", "team ", "'team ' is not an OpenWhisk name"),

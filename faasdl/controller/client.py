@@ -65,10 +65,15 @@ class ControllerClient:
         api_key: str | None = None,
         timeout_s: float = 600.0,
         reconnect_s: float = 120.0,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``ca_file``: the CA bundle an https:// controller's certificate is verified by (none:
+        the system's, or ``REQUESTS_CA_BUNDLE``'s)."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.reconnect_s = reconnect_s
+        # Given with each request: a session's own is overridden by REQUESTS_CA_BUNDLE.
+        self._verify: bool | str = os.fspath(ca_file) if ca_file is not None else True
         self._session = requests.Session()
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
@@ -85,9 +90,9 @@ class ControllerClient:
 
             settings = Settings()
         client = settings.client
-        url = url or client.url or f"http://{settings.controller.host}:{settings.controller.port}"
+        url = url or client.url or settings.controller.url
         key = client.api_key.get_secret_value() if client.api_key else None
-        return cls(url=url, api_key=key, reconnect_s=client.reconnect_s)
+        return cls(url=url, api_key=key, reconnect_s=client.reconnect_s, ca_file=client.ca_file)
 
     def __enter__(self) -> ControllerClient:
         return self
@@ -329,7 +334,7 @@ class ControllerClient:
         # for the URL: requests would raise UnicodeEncodeError as it built the request.
         check_unicode(kwargs.get("params") or {})
         try:
-            response = self._session.request(method, self.url + path, **kwargs)
+            response = self._session.request(method, self.url + path, verify=self._verify, **kwargs)
         except requests.Timeout as exc:
             raise PlatformUnavailable(
                 f"the controller at {self.url} did not answer in {kwargs['timeout']:g} s"

@@ -41,12 +41,12 @@ from faasdl.controller.auth import (
 )
 from faasdl.controller.client import ControllerClient
 from faasdl.controller.jobs import Controller
-from faasdl.errors import ValidationError
+from faasdl.errors import PlatformUnavailable, ValidationError
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import LINGER_BYTES, AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.redis_server import RedisServer
-from tests.conftest import Endless, eventually
+from tests.conftest import Endless, eventually, tls_files
 
 pytestmark = pytest.mark.tensorflow
 
@@ -66,16 +66,21 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @contextmanager
 def serve(
-    platform: LocalPlatform, store: tuple[StateStore, str], **api: Any
+    platform: LocalPlatform,
+    store: tuple[StateStore, str],
+    tls: tuple[Path, Path] | None = None,
+    **api: Any,
 ) -> Iterator[tuple[str, Controller]]:
-    """An API on loopback over a controller that is not started, with ``api`` settings."""
+    """An API on loopback over a controller that is not started, with ``api`` settings (over
+    HTTPS with ``tls``' certificate and key files)."""
     settings = Settings(
         openwhisk={"auth": OPENWHISK_KEY}, store={"password": STORE_PASSWORD}, api=api
     )
     controller = Controller(
         settings=settings, platform=platform, store=store[0], store_url=store[1]
     )
-    server = AppThread(create_app(controller, owns=False), host="127.0.0.1", port=0, name="api")
+    app = create_app(controller, owns=False)
+    server = AppThread(app, host="127.0.0.1", port=0, name="api", tls=tls)
     try:
         yield server.start(), controller
     finally:
@@ -208,6 +213,41 @@ def test_a_key_that_expired_is_refused_on_every_endpoint_saying_when(
 def test_a_keys_life_is_a_minute_to_ten_years(api: tuple[str, Controller], life_s: float) -> None:
     with pytest.raises(ValidationError, match="expires_in: must be 60 s to 3,650 days"):
         create_key(api[1].store, tenant="ida", expires_in_s=life_s)
+
+
+def test_an_https_controller_is_reached_with_its_ca_bundle_and_refused_without_it(
+    tf_platform: LocalPlatform,
+    tf_store: tuple[StateStore, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Arrange: the API over HTTPS with a certificate of a fresh CA's (keys went in the clear
+    # beyond loopback, or through a proxy of the operator's making).
+    tls = tls_files(tmp_path)
+    monkeypatch.setenv("FAASDL_CONTROLLER__TLS_CERT_FILE", str(tls.cert_file))
+    monkeypatch.setenv("FAASDL_CONTROLLER__TLS_KEY_FILE", str(tls.key_file))
+    monkeypatch.setenv("FAASDL_CLIENT__CA_FILE", str(tls.ca_file))
+    with serve(tf_platform, tf_store, (tls.cert_file, tls.key_file)) as (url, controller):
+        key = create_key(controller.store, tenant="jo")[1]
+        monkeypatch.setenv("FAASDL_CLIENT__API_KEY", key)
+        monkeypatch.setenv("FAASDL_CONTROLLER__PORT", url.rpartition(":")[2])
+
+        # Execute: as the CLI makes its client (the URL from the controller's settings), and
+        # one with the system's CAs.
+        with ControllerClient.from_settings() as by_settings:
+            listed = by_settings.jobs()
+            reached = by_settings.url
+        with (
+            ControllerClient(url=url, api_key=key) as system,
+            pytest.raises(PlatformUnavailable) as refused,
+        ):
+            system.jobs()
+
+    # Assert
+    assert url.startswith("https://127.0.0.1:")
+    assert reached == url
+    assert listed == ([], None)
+    assert "certificate verify failed" in str(refused.value)
 
 
 def test_a_tenant_cannot_see_or_touch_another_tenants_job(
