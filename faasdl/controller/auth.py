@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import re
 import secrets
 import threading
@@ -190,10 +189,13 @@ class VouchedKeys:
         """The key's caller and how many seconds ago the store accepted it, within the grace."""
         with self._lock:
             found = self._accepted.get(_digest(token))
-        if found is None or (found[0].expires_ms or math.inf) <= _now_ms():
+        if found is None:
             return None
-        age = self._clock() - found[1]
-        return (found[0], age) if age <= self.grace_s else None
+        principal, accepted_at = found
+        if principal.expires_ms is not None and principal.expires_ms <= _now_ms():
+            return None  # expired since the store accepted it
+        age = self._clock() - accepted_at
+        return (principal, age) if age <= self.grace_s else None
 
 
 def authenticate_vouched(store: StateStore, token: str | None, vouched: VouchedKeys) -> Principal:
