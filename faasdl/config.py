@@ -299,9 +299,9 @@ class OpenWhiskSettings(Section):
     ca_file: Path | None = Field(
         None,
         description="CA bundle (PEM) the API's certificate is verified by, in place of the "
-        "system's: a private CA's, or a self-signed certificate itself (openwhisk-deploy-kube's "
-        "nginx serves one; its host name must match `api_host`'s). Refused with `verify_tls` "
-        "false, and where it cannot be read.",
+        "system's: a private CA's, or a self-signed certificate itself (the certificate must "
+        "name `api_host`'s host in its subjectAltName). Refused with `verify_tls` false, and "
+        "where it cannot be read.",
     )
     request_timeout_s: Seconds = Field(
         10.0,
