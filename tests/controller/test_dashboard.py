@@ -17,6 +17,7 @@ import requests
 
 from faasdl.canary.inject import Chaos
 from faasdl.config import Settings
+from faasdl.controller import auth
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import create_key
 from faasdl.controller.jobs import Controller
@@ -162,6 +163,34 @@ def test_the_page_and_its_assets_are_served_with_caching_and_no_secret(
     assert asset.headers["Content-Type"].startswith("text/javascript")
     assert again.status_code == 304
     assert missing.status_code == 404
+
+
+def test_a_refused_key_is_said_why_on_the_page(
+    served: tuple[Controller, str, str], browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: a key for a day, the clock at its expiry (the page said "the key was refused"
+    # alone, for an expired key as for a mistyped one).
+    controller, base, _ = served
+    record, expiring = create_key(controller.store, tenant="default", expires_in_s=86_400)
+    monkeypatch.setattr(auth, "_now_ms", lambda: record.expires_ms)
+    page = browser.new_page()
+
+    # Execute
+    said = {}
+    for name, key in [("expired", expiring), ("unknown", "fdl_0123456789abcdef." + "A" * 43)]:
+        sign_in(page, base, key)
+        status = page.locator("#key-status")
+        status.filter(has_text="the key was refused").wait_for()
+        said[name] = status.text_content()
+    page.close()
+
+    # Assert
+    assert said["expired"].startswith(f"the key was refused (the API key {record.key_id} expired")
+    assert said["expired"].endswith("make another (faasdl keys create)): enter another")
+    assert said["unknown"] == (
+        "the key was refused (the API key is not valid (unknown, malformed or revoked)): enter "
+        "another"
+    )
 
 
 def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(

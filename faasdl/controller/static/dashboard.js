@@ -59,7 +59,10 @@ async function api(path, signal) {
   if (response.status === 401) {
     const had = Boolean(key());
     sessionStorage.removeItem(KEY);
-    say(had ? "the key was refused: enter another" : "enter an API key to see your jobs");
+    // Why it was refused, as the API says it (an expired key says when it expired).
+    const why = await response.json().then((body) => body.detail, () => null);
+    say(had ? `the key was refused${why ? ` (${why})` : ""}: enter another`
+      : "enter an API key to see your jobs");
     throw new Error("unauthenticated");
   }
   if (!response.ok) throw new Error(`${path} answered ${response.status}`);
