@@ -475,6 +475,11 @@ def keys_create(
     with _store() as store:
         record, key = create_key(store, tenant=tenant, admin=admin, name=name, expires_in_s=life_s)
     console.print("[bold]keep the key now[/]: it is not stored and cannot be shown again")
+    if record.expires_ms is not None:
+        from datetime import datetime
+
+        ends = datetime.fromtimestamp(record.expires_ms / 1000).strftime("%Y-%m-%d %H:%M")
+        console.print(f"it expires at {ends} (this machine's time)", highlight=False)
     made = {"key_id": record.key_id, "tenant": tenant, "admin": admin, "key": key}
     typer.echo(json.dumps({**made, "expires_ms": record.expires_ms}))
 

@@ -925,6 +925,8 @@ def test_keys_are_made_listed_and_revoked_from_the_command_line(tmp_path: Path) 
         k for k in json.loads(after.stdout.splitlines()[-1]) if k["key_id"] == day["key_id"]
     ]
     assert day["expires_ms"] - listed_day["created_ms"] == 86_400_000
+    assert "it expires at " in for_a_day.output
+    assert "expires at" not in made.output
     assert "expires" in after.stdout
     saids = ["'2w' is not a duration", "'0m': a key's life is", "'3651d': a key's life is"]
     for refused, said in zip(lives, saids, strict=True):
