@@ -348,9 +348,7 @@ def test_a_store_of_your_own_is_reached_with_its_password_and_ca_from_the_secret
     }
     files["redis-pw"].write_text("s3cret\n")
     files["openwhisk-auth"].write_text(GUEST_API_KEY)
-    for name, value in env.items():
-        found = [key for key, path in mounted.items() if path == value]
-        monkeypatch.setenv(name, str(files[found[0]]) if found else value)
+    _set_as_mounted(env, mounted, files, monkeypatch)
     store = Settings().store
     assert store.url == url
     assert store.password is not None
@@ -378,12 +376,23 @@ def test_openwhisks_certificate_is_verified_by_a_ca_bundle_from_the_secret(
     files["ow-ca.crt"].write_bytes(tls_files(tmp_path / "tls").ca_file.read_bytes())
     files["openwhisk-auth"].write_text(GUEST_API_KEY)
     files["redis-password"].write_text("s3cret")
-    for name, value in env.items():
-        found = [key for key, path in mounted.items() if path == value]
-        monkeypatch.setenv(name, str(files[found[0]]) if found else value)
+    _set_as_mounted(env, mounted, files, monkeypatch)
     openwhisk = Settings().openwhisk
     assert openwhisk.ca_file == files["ow-ca.crt"]
     assert openwhisk.verify_tls
+
+
+def _set_as_mounted(
+    env: dict[str, str],
+    mounted: dict[str, str],
+    files: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Set the controller's rendered ``env`` here, each path of a Secret's key (``mounted``)
+    replaced by the local file that stands for that key (``files``)."""
+    for name, value in env.items():
+        found = [key for key, path in mounted.items() if path == value]
+        monkeypatch.setenv(name, str(files[found[0]]) if found else value)
 
 
 def _secret_files(documents: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
