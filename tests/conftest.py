@@ -33,6 +33,11 @@ from faasdl.store.redis_server import ServerTls
 
 PlatformFactory = Callable[..., Platform]
 
+# The tests read faasdl's messages as a log file gets them (faasdl.cli.LOG_WIDTH wide, not
+# wrapped): a COLUMNS of the shell's, or pytest-xdist's workers' (80), would wrap them.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 
 def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0, what: str = "") -> None:
     """Poll ``condition`` until it holds; fail the test if it does not within ``timeout_s``."""
