@@ -29,16 +29,16 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Two pytest-xdist workers, on CI's two cores as on more: most tests wait on processes of their
-# own (actions, servers, TensorFlow imports), so two at once take a third less time than one
-# after another. A worker takes a whole test module and runs it in order, as one process would:
-# a module's tests share its controller and platform, and some read what its earlier jobs left
-# (a signature's history, an aggregator's cold start). Tests marked `alone` learn time limits
-# from this machine's speed and then check runs against them: they run afterwards, with nothing
-# beside them. PYTEST_WORKERS=0 runs the first part in one process too.
+# own (actions, servers, TensorFlow imports), so two at once take a third less time than one after
+# another. A worker takes a whole test module and runs it in order, as one process would
+# (pyproject's `--dist loadfile`): a module's tests share its controller and platform, and some
+# read what its earlier jobs left (a signature's history, an aggregator's cold start). Tests
+# marked `alone` learn time limits from this machine's speed and then check runs against them:
+# they run afterwards, with nothing beside them. PYTEST_WORKERS=0 runs the first part in one
+# process too.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-	  -m "not slow and not alone" --durations=30
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not slow and not alone" --durations=30
 	$(BIN)/pytest -m "alone and not slow" --durations=5
 
 # The store tests start private redis-server processes themselves; this only makes sure the
