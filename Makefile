@@ -31,10 +31,10 @@ typecheck: $(STAMP)
 # Two pytest-xdist workers, on CI's two cores as on more: most tests wait on processes of their
 # own (actions, servers, TensorFlow imports), so two at once take a third less time than one after
 # another. A worker takes a whole test module and runs it in order, as one process would
-# (pyproject's `--dist loadfile`): a module's tests share its controller and platform, and some
-# read what its earlier jobs left (a signature's history, an aggregator's cold start). Tests
-# marked `alone` learn time limits from this machine's speed and then check runs against them:
-# they run afterwards, with nothing beside them. PYTEST_WORKERS=0 runs the first part in one
+# (pyproject's `--dist loadfile`): a module's tests share its controller and platform, set up once
+# (dealt a test at a time, each worker set the modules' fixtures up again: 996 s against 881 s).
+# Tests marked `alone` learn time limits from this machine's speed and then check runs against
+# them: they run afterwards, with nothing beside them. PYTEST_WORKERS=0 runs the first part in one
 # process too.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
