@@ -19,6 +19,7 @@ import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
@@ -476,8 +477,6 @@ def keys_create(
         record, key = create_key(store, tenant=tenant, admin=admin, name=name, expires_in_s=life_s)
     console.print("[bold]keep the key now[/]: it is not stored and cannot be shown again")
     if record.expires_ms is not None:
-        from datetime import datetime
-
         ends = datetime.fromtimestamp(record.expires_ms / 1000).strftime("%Y-%m-%d %H:%M")
         console.print(f"it expires at {ends} (this machine's time)", highlight=False)
     made = {"key_id": record.key_id, "tenant": tenant, "admin": admin, "key": key}
@@ -487,8 +486,6 @@ def keys_create(
 @keys_app.command("list")
 def keys_list() -> None:
     """Every key (never a secret); JSON last."""
-    from datetime import datetime
-
     from faasdl.controller.auth import list_keys
 
     with _store(existing=True) as store:
@@ -1267,7 +1264,6 @@ def jobs(
     """List jobs, newest first, a page at a time; JSON last."""
     with _controller(url) as client:
         found, more = client.jobs(tenant=tenant, state=state, name=name, limit=limit, before=before)
-    from datetime import datetime
 
     asked = {"tenant": tenant, "state": state, "name": name}
     filters = {field: str(value) for field, value in asked.items() if value is not None}
@@ -1565,7 +1561,6 @@ def log(
     """A job's log (the lines its record keeps, the newest) and its failure reports: what failed,
     how it was classified and noticed, what the failed attempt cost, the activation to look up on
     the platform and the recovery taken; JSON last."""
-    from datetime import datetime
 
     def when(t_ms: int) -> str:  # this machine's time
         return datetime.fromtimestamp(t_ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
