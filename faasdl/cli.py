@@ -1751,22 +1751,25 @@ def datasets_upload(
     url: UrlOption = None,
 ) -> None:
     """Upload a data set: sent as it is read (with progress), checked by the controller, kept
-    whole or not at all; what it holds, then its record as JSON last."""
+    whole or not at all; what it holds, then its record as JSON last. One cut short goes on from
+    what the controller holds of it, in this run or the next (the file hashed first names it)."""
     from rich.progress import Progress
 
+    from faasdl.controller.client import sha256_of
     from faasdl.training.datasets import dims
 
     if name is None and (problem := _not_a_dataset_name(file.stem)):
         fail(f"{file.name}: {problem}: give it one with --name")
-    with (
-        _controller(url) as client,
-        Progress(console=console, transient=True) as progress,
-        progress.open(file, "rb", description=f"uploading {file.name}") as data,
-    ):
-        try:
-            uploaded = client.upload_dataset(name or file.stem, data)
-        except ValidationError as exc:  # the API names its field, the body: here, the file
-            fail(f"{file.name}: {str(exc).removeprefix('body: ')}")
+    with _controller(url) as client, Progress(console=console, transient=True) as progress:
+        hashing = progress.add_task(f"hashing {file.name}", total=file.stat().st_size)
+        with file.open("rb") as whole:
+            sha256 = sha256_of(whole, lambda read: progress.advance(hashing, read))
+        progress.remove_task(hashing)
+        with progress.open(file, "rb", description=f"uploading {file.name}") as data:
+            try:
+                uploaded = client.upload_dataset(name or file.stem, data, sha256=sha256)
+            except ValidationError as exc:  # the API names its field, the body: here, the file
+                fail(f"{file.name}: {str(exc).removeprefix('body: ')}")
     if contents := uploaded.get("contents"):
         console.print(
             f"{contents['examples']:,} training and {contents['test_examples']:,} test examples "

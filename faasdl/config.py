@@ -582,8 +582,9 @@ class ControllerSettings(Section):
         description="Pause between the controller's housekeeping passes (the first as it "
         "starts): each deletes the jobs past job_retention_days, what ended jobs left in the "
         "store (see keep_job_data), the chunks and spill files of blob writes that never "
-        "published (a writer killed mid-write) and the temporary files of uploads cut short; "
-        "and it hashes the uploads whose SHA-256 is not kept (made before it was).",
+        "published (a writer killed mid-write) and the temporary files of uploads cut short "
+        "(those kept to go on from, after api.upload_keep_s); and it hashes the uploads whose "
+        "SHA-256 is not kept (made before it was).",
     )
     garbage_grace_s: Seconds = Field(
         3600.0,
@@ -663,8 +664,15 @@ class ApiSettings(Section):
     tenant_max_upload_bytes: int = Field(
         10 << 30,
         ge=0,
-        description="What one tenant's uploads may hold together (an upload beyond it is refused, "
-        "403, nothing kept); 0: any.",
+        description="What one tenant's uploads may hold together, the parts kept of uploads cut "
+        "short included (an upload beyond it is refused, 403, nothing kept); 0: any.",
+    )
+    upload_keep_s: Seconds = Field(
+        86_400.0,
+        ge=0,
+        description="How long the part of an upload cut short is kept after its last byte came, "
+        "for the upload to go on from there (one sent with its SHA-256, `Repr-Digest`, as "
+        "`faasdl datasets upload` sends it): housekeeping deletes it after.",
     )
     stream_max_s: Seconds = Field(
         3600.0,

@@ -416,6 +416,19 @@ class LimitExceeded(AccessError):
         self.retry_after_s = retry_after_s
 
 
+class UploadConflict(FaasdlError):
+    """An upload that cannot go on as sent: another of the same file is arriving, or a part
+    starts past what the controller holds of it."""
+
+    status_code = 409
+
+
+class TooLarge(FaasdlError):
+    """A request's content over a limit of the controller's (413)."""
+
+    status_code = 413
+
+
 class JobError(FaasdlError):
     """A job that cannot do what was asked in its state (e.g. the model of an unfinished job, or
     an ``Idempotency-Key`` reused for a different request)."""

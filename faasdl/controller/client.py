@@ -9,6 +9,8 @@ errors as faasdl errors.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import logging
 import math
@@ -33,6 +35,7 @@ from faasdl.errors import (
     LimitExceeded,
     PlatformUnavailable,
     Unauthenticated,
+    UploadConflict,
     ValidationError,
     body_said,
     check_unicode,
@@ -53,6 +56,8 @@ Progress = Callable[[int, int | None], None]
 DOWNLOAD_CHUNK_BYTES = 1 << 20
 #: How many times a model's download cut short goes on from where it stopped.
 DOWNLOAD_RESUMES = 3
+#: How many times a data set's upload cut short goes on from what the controller holds of it.
+UPLOAD_RESUMES = 3
 #: A job's states once it has ended.
 ENDED = ("done", "failed", "cancelled")
 
@@ -285,19 +290,73 @@ class ControllerClient:
                         reason(exc),
                     )
 
-    def upload_dataset(self, name: str, data: BinaryIO | str | os.PathLike[str]) -> dict[str, Any]:
+    def upload_dataset(
+        self, name: str, data: BinaryIO | str | os.PathLike[str], *, sha256: str | None = None
+    ) -> dict[str, Any]:
         """Send an ``.npz`` file (open, or its path) as the data set ``name`` (replacing one of
-        that name), read as it is sent; the controller's record of it, with what it holds."""
+        that name), read as it is sent; the controller's record of it, with what it holds.
+
+        A file that can be read again from a place (a path, an open file) goes with its SHA-256
+        (``sha256``, or hashed here first; ``Repr-Digest``): where its link is lost, the upload
+        goes on from what the controller holds of it (``UPLOAD_RESUMES`` times), and the next
+        upload of the same file as ``name`` does too (the controller keeps the part a day,
+        ``FAASDL_API__UPLOAD_KEEP_S``). A pipe is sent once, as it comes."""
         if isinstance(data, (str, os.PathLike)):
             with Path(data).open("rb") as opened:
-                return self.upload_dataset(name, opened)
-        found: dict[str, Any] = self._answer(
-            "PUT",
-            f"/v1/datasets/{name}",
-            data=data,
-            headers={"Content-Type": "application/octet-stream"},
-        )
-        return found
+                return self.upload_dataset(name, opened, sha256=sha256)
+        headers = {"Content-Type": "application/octet-stream"}
+        path = f"/v1/datasets/{name}"
+        if not data.seekable():
+            found: dict[str, Any] = self._answer("PUT", path, data=data, headers=headers)
+            return found
+        start = data.tell()
+        total = data.seek(0, os.SEEK_END) - start
+        if sha256 is None:
+            data.seek(start)
+            sha256 = sha256_of(data)
+        headers["Repr-Digest"] = f"sha-256=:{base64.b64encode(bytes.fromhex(sha256)).decode()}:"
+        held = self._held(name, sha256, total)
+        resumes = 0
+        while True:
+            data.seek(start + held)  # requests sends from here: what is left, its length
+            if held:
+                headers["Content-Range"] = f"bytes {held}-{total - 1}/{total}"
+            else:
+                headers.pop("Content-Range", None)
+            try:
+                sent: dict[str, Any] = self._answer("PUT", path, data=data, headers=headers)
+                return sent
+            except (PlatformUnavailable, UploadConflict) as exc:
+                stopped = exc
+            # Cut short, or its answer lost after the whole file came: ask what the controller
+            # holds once the request is over there, and go on where some of it got there.
+            before, held = held, self._held(name, sha256, total)
+            if done := self._uploaded(name, sha256):
+                return done
+            if resumes == UPLOAD_RESUMES or (
+                held <= before and not isinstance(stopped, UploadConflict)
+            ):
+                raise stopped
+            resumes += 1
+            log.warning(
+                "the upload of %s stopped after %s bytes (%s): going on from there",
+                name,
+                f"{held:,}",
+                stopped,
+            )
+
+    def _held(self, name: str, sha256: str, total: int) -> int:
+        """Where to go on with the upload of the file ``sha256`` (``total`` bytes) as ``name``:
+        what the controller holds of it, but its last byte at least, so that the request ends
+        the upload (where the whole file is held, unchecked: its check cut short)."""
+        parts = self._answer("GET", f"/v1/datasets/{name}/upload")
+        held: int = next((p["received"] for p in parts if p["sha256"] == sha256), 0)
+        return max(0, min(held, total - 1))
+
+    def _uploaded(self, name: str, sha256: str) -> dict[str, Any] | None:
+        """The data set ``name``'s record, where it is the file ``sha256``."""
+        kept = (d for d in self.datasets() if d["name"] == name and d["sha256"] == sha256)
+        return next(kept, None)
 
     def upload_arrays(
         self,
@@ -346,6 +405,17 @@ class ControllerClient:
         if response.ok:
             return response
         raise _error(response, path, self.url)
+
+
+def sha256_of(data: BinaryIO, advance: Callable[[int], object] | None = None) -> str:
+    """The SHA-256 of what is left to read of ``data``, in hex; ``advance`` told each block's
+    length as it is read (a progress bar's)."""
+    digest = hashlib.sha256()
+    while block := data.read(1 << 20):
+        digest.update(block)
+        if advance is not None:
+            advance(len(block))
+    return digest.hexdigest()
 
 
 def _model_size(response: requests.Response) -> int | None:
@@ -419,6 +489,8 @@ def _error(response: requests.Response, path: str, url: str) -> FaasdlError:
     if response.status_code == 429:
         retry = response.headers.get("Retry-After", "")
         return LimitExceeded(message, retry_after_s=float(retry) if retry.isdigit() else 1.0)
+    if response.status_code == 409 and response.request.method == "PUT":  # only uploads
+        return UploadConflict(message)
     if response.status_code == 409:
         return JobError(message)
     if response.status_code == 413:  # Starlette's answer names no limit

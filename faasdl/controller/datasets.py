@@ -10,21 +10,34 @@ path, so that what the actions open is what was checked.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import BinaryIO, NamedTuple
 
 import pydantic
 from pydantic import BaseModel, Field
+from starlette.requests import ClientDisconnect
 
 from faasdl.config import ApiSettings
 from faasdl.controller.validator import JobSpec
-from faasdl.errors import AccessError, StoreFull, StoreUnavailable, ValidationError
+from faasdl.errors import (
+    AccessError,
+    StoreFull,
+    StoreUnavailable,
+    TooLarge,
+    UploadConflict,
+    ValidationError,
+)
 from faasdl.estimator.sizer import remember_facts
 from faasdl.store.base import FULL_ERRNOS
 from faasdl.training.datasets import NpzSpec, data_notes, load_dataset
@@ -33,6 +46,14 @@ from faasdl.training.datasets import NpzSpec, data_notes, load_dataset
 DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 SUFFIX = ".npz"
 PARTIAL = ".partial"
+#: An upload sent with its SHA-256 is written as it arrives to ``.<name>.npz.sha256-<hex>.partial``
+#: (one name per file sent), kept where it is cut short for the upload to go on from there.
+RESUMABLE = ".sha256-"
+#: How long a part waits for an earlier request of the same upload to let it go (a client that
+#: goes on at once after its link was lost may come before the controller has seen it lost).
+LOCK_WAIT_S = 10.0
+#: How long what is held of an upload may be waited for to settle before it is told.
+SETTLE_S = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +91,78 @@ class UploadedDataset(BaseModel):
         None,
         description="What it holds, as its upload's check found it; none in the list where the "
         "file was changed since other than by an upload, or uploaded before faasdl kept this.",
+    )
+
+
+class UnfinishedUpload(BaseModel):
+    """What the controller holds of an upload sent with its SHA-256 and not yet whole: one cut
+    short, or sent in parts (``Content-Range``). The next part starts at ``received``."""
+
+    name: str
+    sha256: str = Field(description="The whole file's, as its upload's Repr-Digest gave it.")
+    received: int = Field(description="Bytes held, from the file's first.")
+    updated_ms: int = Field(description="When the last of them came (ms since the epoch).")
+    kept_until_ms: int = Field(
+        description="When housekeeping may delete them: FAASDL_API__UPLOAD_KEEP_S after the last."
+    )
+
+
+class UploadRange(NamedTuple):
+    """A part of an upload, as its ``Content-Range`` gives it: ``bytes FIRST-LAST/TOTAL``."""
+
+    first: int
+    last: int
+    total: int
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15})")
+
+
+def upload_range(header: str) -> UploadRange:
+    """A ``Content-Range`` header read, or ``ValidationError`` naming it."""
+    found = _CONTENT_RANGE.fullmatch(header.strip())
+    if found is None:
+        raise ValidationError(
+            f"{header!r} is not `bytes FIRST-LAST/TOTAL` (the part's first and last bytes, "
+            "counted from 0, and the whole file's size)",
+            field="Content-Range",
+        )
+    first, last, total = (int(n) for n in found.groups())
+    if not first <= last < total:
+        raise ValidationError(
+            f"bytes {first}-{last}/{total}: a part's first byte comes before its last, and its "
+            "last before the file's size",
+            field="Content-Range",
+        )
+    return UploadRange(first, last, total)
+
+
+def upload_sha256(header: str) -> str:
+    """The SHA-256 of an RFC 9530 ``Repr-Digest`` header (``sha-256=:BASE64:``), in hex; or
+    ``ValidationError`` naming the header."""
+    for member in header.split(","):
+        key, _, value = member.strip().partition("=")
+        if key.strip().lower() != "sha-256":
+            continue
+        value = value.strip()
+        try:
+            raw = (
+                base64.b64decode(value[1:-1], validate=True)
+                if value[:1] == value[-1:] == ":"
+                else b""
+            )
+        except binascii.Error:
+            raw = b""
+        if len(raw) != hashlib.sha256().digest_size:
+            raise ValidationError(
+                f"sha-256={value}: not the base64 of a SHA-256 between colons (sha-256=:BASE64:)",
+                field="Repr-Digest",
+            )
+        return raw.hex()
+    raise ValidationError(
+        "has no sha-256: an upload is named by the SHA-256 of the whole file "
+        "(sha-256=:BASE64:), the one digest the controller checks",
+        field="Repr-Digest",
     )
 
 
@@ -205,44 +298,249 @@ async def store_upload(
         kept.parent.mkdir(parents=True, exist_ok=True)
         fd, partial = partial_file(kept)
     except OSError as exc:
-        # The operator's to mend (their log names the folder); the caller is told no path of
-        # the server's. It was a 500 with no word of why.
-        log.error("uploads cannot be kept in %s: %s", kept.parent, exc)
-        if exc.errno in FULL_ERRNOS:
-            raise StoreFull(_UPLOADS_FULL) from exc
-        raise StoreUnavailable(
-            f"the controller cannot keep uploads ({exc.strerror}): ask its operator to make "
-            "FAASDL_API__UPLOAD_DIR a folder it can write"
-        ) from exc
-    size = 0
+        raise _unkept(kept, exc) from exc
     try:
-        try:
-            with os.fdopen(fd, "wb") as out:
-                async for chunk in chunks:
-                    out.write(chunk)
-                    size += len(chunk)
-        except OSError as exc:
-            if exc.errno in FULL_ERRNOS:
-                raise StoreFull(_UPLOADS_FULL) from exc
-            raise
-        if size == 0:
-            raise ValidationError("is empty: send the .npz file as the body", field="body")
-        _check_quota(api, tenant, name, size)
-        try:
-            sha256, contents = await asyncio.to_thread(_check_upload, partial)
-        except ValidationError as exc:
-            # The temporary name means nothing to the caller.
-            message = str(exc).removeprefix("dataset.path: ").replace(partial, "the upload")
-            raise ValidationError(message, field="body") from exc
-        # Of this file, before it is moved: another upload of the name may replace it at once.
-        digest = _Digest.of(Path(partial), sha256, contents)
-        os.replace(partial, kept)
+        with os.fdopen(fd, "wb") as out:
+            size = await _write(out, chunks)
+        return await _finish(api, tenant, name, Path(partial), size)
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
+
+
+async def store_resumable(
+    api: ApiSettings,
+    tenant: str,
+    name: str,
+    chunks: AsyncIterator[bytes],
+    *,
+    sha256: str,
+    part: UploadRange | None,
+    length: int | None,
+) -> UploadedDataset | UnfinishedUpload:
+    """Write an upload of the file whose SHA-256 is ``sha256`` as it arrives, kept where its
+    client goes away for it to go on from there: the whole file (``part`` none: what was held of
+    it is dropped) or a part that starts at or before what is held (what is held already is
+    skipped). Once whole it is checked, its SHA-256 too, and moved under its name as
+    :func:`store_upload` moves one; until then, what is held of it. A request refused or failed
+    otherwise leaves what was held before it (a checked file found wrong: nothing)."""
+    kept = upload_path(api, tenant, name)
+    path = _resumable_path(kept, sha256)
+    total = part.total if part is not None else length
+    if total is not None and total > api.max_upload_bytes:
+        raise TooLarge(
+            f"the file's {total:,} bytes are over the controller's FAASDL_API__MAX_UPLOAD_BYTES, "
+            f"{api.max_upload_bytes:,}"
+        )
+    if total is not None:  # refused before a byte is taken, then again as it ends
+        _check_quota(api, tenant, name, total, own=path)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unkept(kept, exc) from exc
+    with await _locked(kept, path, name) as out:
+        held = os.fstat(out.fileno()).st_size
+        if part is None:
+            out.truncate(0)
+            held = 0
+        elif part.first > held:
+            if held == 0:
+                path.unlink()  # made as it was opened
+            raise UploadConflict(
+                f"the controller holds {held:,} bytes of this file, not {part.first:,}: send it "
+                f"from byte {held} (GET /v1/datasets/{name}/upload says so)"
+            )
+        try:
+            came = await _write(out, chunks, skip=held - (part.first if part else 0))
+            out.flush()
+            if part is not None and came != part.last - part.first + 1:
+                raise ValidationError(
+                    f"gave {part.last - part.first + 1:,} bytes, and {came:,} came",
+                    field="Content-Range",
+                )
+        except (ClientDisconnect, asyncio.CancelledError):
+            out.flush()
+            kept_bytes = os.fstat(out.fileno()).st_size
+            log.info(
+                "upload %r of tenant %s: %s bytes kept to go on from", name, tenant, kept_bytes
+            )
+            raise
+        except BaseException:
+            out.truncate(held)
+            if held == 0:
+                path.unlink(missing_ok=True)
+            raise
+        size = os.fstat(out.fileno()).st_size  # not tell(): a truncated file's is its old end
+        if part is not None and size < part.total:
+            return _unfinished(api, name, path)
+        try:
+            return await _finish(api, tenant, name, path, size, sha256=sha256)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+
+
+async def _locked(kept: Path, path: Path, name: str) -> BinaryIO:
+    """The upload's file ``path``, open to append to and locked: a request of the same upload
+    that came first may still be writing it (its client, its link lost, has gone on already),
+    and is waited for (``LOCK_WAIT_S``); it may have finished the upload (and moved the file)."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            out = _created(kept, path) or os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND), "ab")
+        except FileNotFoundError:  # moved or deleted as it was opened
+            continue
+        except OSError as exc:
+            raise _unkept(kept, exc) from exc
+        try:
+            fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            out.close()
+            if time.monotonic() > deadline:
+                raise UploadConflict(
+                    f"another request is sending this file as {name!r}: send the rest once it "
+                    "has ended"
+                ) from None
+            await asyncio.sleep(0.05)
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(out.fileno()).st_ino:
+                return out
+        out.close()  # moved or deleted as it was waited for: a file of its own
+
+
+def _created(kept: Path, path: Path) -> BinaryIO | None:
+    """``path`` made, empty, open to append to and locked before it is there to be seen (what
+    is held of an upload is told once no request holds it: one just made holds nothing yet
+    only in its request's eyes); ``None`` where it is there already."""
+    fd, fresh = partial_file(kept)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        os.link(fresh, path)
+    except FileExistsError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        os.unlink(fresh)
+    return os.fdopen(fd, "ab")
+
+
+async def _write(out: BinaryIO, chunks: AsyncIterator[bytes], *, skip: int = 0) -> int:
+    """Write the body's ``chunks`` to ``out``, but its first ``skip`` bytes, each as it comes
+    (what is held of an upload is the file's size); the body's length."""
+    length = 0
+    try:
+        async for chunk in chunks:
+            length += len(chunk)
+            dropped = min(skip, len(chunk))
+            skip -= dropped
+            out.write(chunk[dropped:])
+            out.flush()
+    except OSError as exc:
+        if exc.errno in FULL_ERRNOS:
+            raise StoreFull(_UPLOADS_FULL) from exc
+        raise
+    return length
+
+
+async def _finish(
+    api: ApiSettings, tenant: str, name: str, partial: Path, size: int, sha256: str | None = None
+) -> UploadedDataset:
+    """Check the upload written to ``partial`` (of ``sha256``, where given) and move it under
+    its name; the caller deletes ``partial`` where this raises."""
+    if size == 0:
+        raise ValidationError("is empty: send the .npz file as the body", field="body")
+    _check_quota(api, tenant, name, size, own=partial)
+    changed = ValidationError(
+        f"is not the file its Repr-Digest names (SHA-256 {sha256}): it changed as it was sent, "
+        "or the digest is another file's; send it again",
+        field="body",
+    )
+    try:
+        found, contents = await asyncio.to_thread(_check_upload, str(partial))
+    except ValidationError as exc:
+        if sha256 is not None and await asyncio.to_thread(_sha256_of, partial) != sha256:
+            raise changed from exc
+        # The temporary name means nothing to the caller.
+        message = str(exc).removeprefix("dataset.path: ").replace(str(partial), "the upload")
+        raise ValidationError(message, field="body") from exc
+    if sha256 is not None and found != sha256:
+        raise changed
+    # Of this file, before it is moved: another upload of the name may replace it at once.
+    digest = _Digest.of(partial, found, contents)
+    kept = upload_path(api, tenant, name)
+    os.replace(partial, kept)
     _keep_digest(kept, digest)
     return UploadedDataset(
-        name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=sha256, contents=contents
+        name=name, path=f"{name}{SUFFIX}", bytes=size, sha256=found, contents=contents
+    )
+
+
+def _sha256_of(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _unkept(kept: Path, exc: OSError) -> StoreFull | StoreUnavailable:
+    """Why uploads cannot be kept in ``kept``'s folder: the operator's to mend (their log names
+    the folder); the caller is told no path of the server's. It was a 500 with no word of why."""
+    log.error("uploads cannot be kept in %s: %s", kept.parent, exc)
+    if exc.errno in FULL_ERRNOS:
+        return StoreFull(_UPLOADS_FULL)
+    return StoreUnavailable(
+        f"the controller cannot keep uploads ({exc.strerror}): ask its operator to make "
+        "FAASDL_API__UPLOAD_DIR a folder it can write"
+    )
+
+
+def _resumable_path(kept: Path, sha256: str) -> Path:
+    return kept.with_name(f".{kept.name}{RESUMABLE}{sha256}{PARTIAL}")
+
+
+def unfinished(api: ApiSettings, tenant: str, name: str) -> list[UnfinishedUpload]:
+    """What the controller holds of the tenant's unfinished uploads as ``name``, by SHA-256;
+    each once the request writing it has ended (``SETTLE_S`` at most): one whose client lost
+    its link may still be writing what came before, and its client asks at once."""
+    found = []
+    for path in _parts(api, tenant, name):
+        with contextlib.suppress(FileNotFoundError):  # finished or deleted meanwhile
+            _settle(path)
+            found.append(_unfinished(api, name, path))
+    return found
+
+
+def _settle(path: Path) -> None:
+    """Wait until no request writes ``path`` (it holds its lock), for ``SETTLE_S`` at most."""
+    deadline = time.monotonic() + SETTLE_S
+    with path.open("rb") as held:
+        while True:
+            try:
+                fcntl.flock(held.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return  # another upload of it is arriving: what it holds so far
+                time.sleep(0.01)
+
+
+def _parts(api: ApiSettings, tenant: str, name: str) -> list[Path]:
+    """The files of the tenant's unfinished uploads as ``name``."""
+    return sorted(tenant_dir(api, tenant).glob(f".{name}{SUFFIX}{RESUMABLE}*{PARTIAL}"))
+
+
+def _unfinished(api: ApiSettings, name: str, path: Path) -> UnfinishedUpload:
+    facts = path.stat()
+    updated_ms = facts.st_mtime_ns // 1_000_000
+    return UnfinishedUpload(
+        name=name,
+        sha256=path.name.rpartition(RESUMABLE)[2].removesuffix(PARTIAL),
+        received=facts.st_size,
+        updated_ms=updated_ms,
+        kept_until_ms=updated_ms + round(api.upload_keep_s * 1000),
     )
 
 
@@ -268,15 +566,21 @@ def _check_upload(path: str) -> tuple[str, UploadContents]:
     return facts.sha256, contents
 
 
-def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:
-    """``AccessError`` if the tenant's uploads would hold more than its quota with this one (which
-    replaces one of the same name)."""
+def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Path) -> None:
+    """``AccessError`` if the tenant's uploads would hold more than its quota with this one of
+    ``size`` bytes, being written to ``own`` (it replaces one of the same name): the parts held
+    of other uploads are counted, unfinished or arriving."""
     quota = api.tenant_max_upload_bytes
     if not quota:
         return
+    directory = tenant_dir(api, tenant)
     replaced = f"{name}{SUFFIX}"
-    others = [p for p in _upload_files(tenant_dir(api, tenant)) if p.name != replaced]
-    held = sum(p.stat().st_size for p in others) + size  # sizes only: no digest is read
+    others = [p for p in _upload_files(directory) if p.name != replaced]
+    others += [p for p in _upload_files(directory, f".*{PARTIAL}") if p.name != own.name]
+    held = size
+    for path in others:  # sizes only: no digest is read
+        with contextlib.suppress(FileNotFoundError):  # one that ended as they were counted
+            held += path.stat().st_size
     if held > quota:
         raise AccessError(
             f"tenant {tenant!r}'s uploads would hold {held:,} bytes with this one, more than the "
@@ -285,14 +589,16 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int) -> None:
 
 
 def delete_upload(api: ApiSettings, tenant: str, name: str) -> bool:
-    """Remove an upload and its digest; whether there was one."""
+    """Remove an upload, its digest and what is held of unfinished uploads of its name; whether
+    there was any."""
     path = upload_path(api, tenant, name)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
+    found = False
+    for each in [path, *_parts(api, tenant, name)]:
+        with contextlib.suppress(FileNotFoundError):
+            each.unlink()
+            found = True
     _digest_path(path).unlink(missing_ok=True)
-    return True
+    return found
 
 
 def fill_digests(api: ApiSettings) -> int:
@@ -322,14 +628,16 @@ def partial_file(path: Path) -> tuple[int, str]:
 
 def sweep_partials(api: ApiSettings, grace_s: float) -> int:
     """Delete the temporary files of uploads cut short (a controller killed while one arrived)
-    that nothing has written for ``grace_s``: the quota does not count them. Returns how many."""
+    that nothing has written for ``grace_s``, and the parts kept of unfinished uploads nothing
+    has written for ``api.upload_keep_s``. Returns how many."""
     if not api.upload_dir.is_dir():
         return 0
-    oldest_kept = time.time() - grace_s
+    now = time.time()
     swept = 0
     for partial in api.upload_dir.glob(f"*/.*{PARTIAL}"):
+        kept_s = api.upload_keep_s if RESUMABLE in partial.name else grace_s
         with contextlib.suppress(FileNotFoundError):  # an upload that just ended
-            if partial.stat().st_mtime < oldest_kept:
+            if partial.stat().st_mtime < now - kept_s:
                 partial.unlink()
                 swept += 1
     return swept

@@ -6,18 +6,24 @@ import logging
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, HTTPException, Path, Request, status
+from fastapi import APIRouter, Header, HTTPException, Path, Request, Response, status
 from starlette.requests import ClientDisconnect
 
 from faasdl.controller.auth import caller_id
 from faasdl.controller.datasets import (
     DATASET_NAME_PATTERN,
+    UnfinishedUpload,
     UploadedDataset,
+    store_resumable,
     store_upload,
+    unfinished,
+    upload_range,
+    upload_sha256,
     uploads,
 )
 from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep
 from faasdl.controller.routes import AUTHENTICATED, problems
+from faasdl.errors import ValidationError
 from faasdl.serving import CLIENT_CLOSED_REQUEST
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,13 @@ def router(*, max_upload_bytes: int) -> APIRouter:
         status_code=status.HTTP_201_CREATED,
         summary="Upload a data set (the .npz file as the body; replaces one of the same name)",
         max_body_size=max_upload_bytes,
+        responses={
+            202: {
+                "model": UnfinishedUpload,
+                "description": "A part taken (Content-Range), the file not whole yet",
+            },
+            **problems(409, 413),
+        },
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -48,21 +61,73 @@ def router(*, max_upload_bytes: int) -> APIRouter:
     async def upload(
         name: DatasetName,
         request: Request,
+        response: Response,
         controller: ControllerDep,
         principal: PrincipalDep,
         limits: LimitsDep,
-    ) -> UploadedDataset:
+        repr_digest: Annotated[
+            str | None,
+            Header(
+                alias="Repr-Digest",
+                description="The whole file's SHA-256 (RFC 9530: `sha-256=:BASE64:`): what "
+                "arrives is kept where the upload is cut short, for it to go on from there "
+                "(Content-Range), and the file is checked against it.",
+            ),
+        ] = None,
+        content_range: Annotated[
+            str | None,
+            Header(
+                alias="Content-Range",
+                description="`bytes FIRST-LAST/TOTAL`: the body is that part of the file named "
+                "by Repr-Digest, going on from what the controller holds of it (GET "
+                "/v1/datasets/NAME/upload); 202 until the file is whole.",
+            ),
+        ] = None,
+    ) -> UploadedDataset | UnfinishedUpload:
         """Streamed to disk as it arrives, checked (``x_train``, ``y_train``, ``x_test``,
         ``y_test``, no pickled objects), then kept as ``<name>.npz``: jobs name it as
         ``{"name": "npz", "path": "<name>.npz"}``. A refused upload leaves nothing behind."""
-        limits.uploads.take(caller_id(principal), "data set uploads")
+        sha256 = upload_sha256(repr_digest) if repr_digest is not None else None
+        part = upload_range(content_range) if content_range is not None else None
+        if part is not None and sha256 is None:
+            raise ValidationError(
+                "needs Repr-Digest: the whole file's SHA-256 names the upload a part goes on",
+                field="Content-Range",
+            )
+        if part is None or part.first == 0:  # an upload's start, not the rest of one
+            limits.uploads.take(caller_id(principal), "data set uploads")
+        api = controller.settings.api
         try:
-            return await store_upload(
-                controller.settings.api, principal.tenant, name, request.stream()
+            if sha256 is None:
+                return await store_upload(api, principal.tenant, name, request.stream())
+            length = request.headers.get("content-length", "")
+            stored = await store_resumable(
+                api,
+                principal.tenant,
+                name,
+                request.stream(),
+                sha256=sha256,
+                part=part,
+                length=int(length) if length.isdigit() else None,
             )
         except ClientDisconnect:  # a user's Ctrl-C: one line, not uvicorn's ASGI traceback
             log.info("upload %r of tenant %s stopped: its client went away", name, principal.tenant)
             raise HTTPException(CLIENT_CLOSED_REQUEST, "the client went away") from None
+        if isinstance(stored, UnfinishedUpload):
+            response.status_code = status.HTTP_202_ACCEPTED
+        return stored
+
+    @routes.get(
+        "/{name}/upload",
+        summary="What the controller holds of unfinished uploads as NAME (sent with Repr-Digest)",
+    )
+    async def unfinished_uploads(
+        name: DatasetName, controller: ControllerDep, principal: PrincipalDep
+    ) -> list[UnfinishedUpload]:
+        """One per file (by its SHA-256) whose upload was cut short or is arriving: the next part
+        starts at its ``received``; housekeeping deletes it after ``kept_until_ms``."""
+        api = controller.settings.api
+        return await anyio.to_thread.run_sync(unfinished, api, principal.tenant, name)
 
     @routes.get("", summary="The caller's uploaded data sets")
     async def list_datasets(
@@ -73,7 +138,7 @@ def router(*, max_upload_bytes: int) -> APIRouter:
     @routes.delete(
         "/{name}",
         status_code=status.HTTP_204_NO_CONTENT,
-        summary="Delete an upload",
+        summary="Delete an upload (and what is held of unfinished uploads of its name)",
         description="409 while a job that trains on it has not staged it yet (queued, or "
         "starting): it would fail as it starts.",
         responses=problems(409),
