@@ -387,11 +387,16 @@ async def _locked(kept: Path, path: Path, name: str) -> BinaryIO:
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         try:
-            out = _created(kept, path) or os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND), "ab")
-        except FileNotFoundError:  # moved or deleted as it was opened
-            continue
+            out = _created(kept, path)
         except OSError as exc:
             raise _unkept(kept, exc) from exc
+        if out is None:
+            try:
+                out = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND), "ab")
+            except FileNotFoundError:  # there, then moved or deleted as it was opened
+                continue
+            except OSError as exc:
+                raise _unkept(kept, exc) from exc
         try:
             fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

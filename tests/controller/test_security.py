@@ -35,6 +35,7 @@ from faasdl.cli import app as cli
 from faasdl.config import ApiSettings, Settings
 from faasdl.controller import auth
 from faasdl.controller import client as client_module
+from faasdl.controller import datasets as datasets_module
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import (
     LOCAL,
@@ -880,6 +881,40 @@ def test_an_upload_sent_with_its_digest_and_cut_short_goes_on_from_what_the_cont
     assert sorted(p.name for p in kept.iterdir()) == [".resumed.npz.sha256", "resumed.npz"]
 
 
+def test_a_part_sent_while_a_request_writes_the_same_file_waits_for_it_to_end(
+    api: tuple[str, Controller], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: an upload arriving (its half written, its link open), and a wait of 0.5 s.
+    key = create_key(api[1].store, tenant="pia")[1]
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    half = len(data) // 2
+    monkeypatch.setattr(datasets_module, "LOCK_WAIT_S", 0.5)
+    parts = urlsplit(api[0])
+    with socket.create_connection((parts.hostname, parts.port)) as live:
+        live.sendall(
+            f"PUT /v1/datasets/busy HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+            f"Repr-Digest: {digest_of(data)}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data[:half]
+        )
+        eventually(lambda: held_of(api, key, "busy") == [half], what="the half written")
+
+        # Execute: the rest sent as the first request goes on, then once it has ended (the
+        # wait the default's again: its link's loss may take the controller a moment to see).
+        with client(api, key) as pia:
+            busy = pia.put("/v1/datasets/busy", **part_of(data, half))
+    monkeypatch.undo()
+    with client(api, key) as pia:
+        rest = pia.put("/v1/datasets/busy", **part_of(data, half))
+
+    # Assert
+    assert busy.status_code == 409
+    assert busy.json()["detail"] == (
+        "another request is sending this file as 'busy': send the rest once it has ended"
+    )
+    assert rest.status_code == 201, rest.text
+    assert rest.json()["sha256"] == hashlib.sha256(data).hexdigest()
+
+
 def test_a_part_refused_leaves_what_was_held_and_a_wrong_file_nothing(
     api: tuple[str, Controller], roots: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -972,11 +1007,11 @@ def test_a_part_refused_leaves_what_was_held_and_a_wrong_file_nothing(
 
 
 @contextmanager
-def cutting_uploads(upstream: str, cuts: list[int], asked: list[str]) -> Iterator[str]:
+def cutting_uploads(upstream: str, cuts: list[int | None], asked: list[str]) -> Iterator[str]:
     """A proxy to ``upstream`` (its URL) that passes on ``cuts``' numbers of bytes of the bodies
-    of its first PUTs, one each, then closes both connections unanswered (a link lost), and
-    passes every other request on whole; it adds each request's method, path and
-    ``Content-Range`` to ``asked``."""
+    of its first PUTs, one each, then closes both connections unanswered (a link lost; ``None``:
+    the whole body passed on, its answer lost), and passes every other request on whole; it
+    adds each request's method, path and ``Content-Range`` to ``asked``."""
     parts = urlsplit(upstream)
 
     def held(path: str, key: str) -> list[int]:
@@ -994,12 +1029,16 @@ def cutting_uploads(upstream: str, cuts: list[int], asked: list[str]) -> Iterato
                 k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")
             }
             self.close_connection = True
+            if self.command == "PUT" and cuts and cuts[0] is None:
+                cuts.pop(0)
+                httpx.put(upstream + self.path, headers=headers, content=body, timeout=60)
+                return
             if self.command == "PUT" and cuts:
                 cut = http.client.HTTPConnection(parts.hostname or "", parts.port)
                 cut.putrequest("PUT", self.path, skip_accept_encoding=True)
                 for name, value in headers.items():
                     cut.putheader(name, value)
-                sent = cuts.pop(0)
+                sent = cuts.pop(0) or 0
                 first = (self.headers["Content-Range"] or "bytes 0-").split()[1].split("-")[0]
                 cut.endheaders(body[:sent])
                 # What came is written before the link goes (uvicorn drops what it has read
@@ -1036,13 +1075,13 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Arrange: links lost twice in a run's upload; in another, once in a run that does not go
-    # on by itself (a laptop closed), then a next run.
+    # on by itself (a laptop closed), then a next run; in a third, the answer to the whole file.
     key = create_key(api[1].store, tenant="nia")[1]
     path = save_npz(tmp_path / "d.npz")
     size = len(path.read_bytes())
-    asked: list[list[str]] = [[], [], []]
+    asked: list[list[str]] = [[], [], [], []]
 
-    def upload(name: str, cuts: list[int], asked: list[str]) -> dict[str, Any]:
+    def upload(name: str, cuts: list[int | None], asked: list[str]) -> dict[str, Any]:
         with (
             cutting_uploads(api[0], cuts, asked) as url,
             ControllerClient(url=url, api_key=key) as nia,
@@ -1056,12 +1095,14 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
         with pytest.raises(PlatformUnavailable, match="is unreachable"):
             upload("later", [5000], asked[1])
         later = upload("later", [], asked[2])
+        answered = upload("answered", [None], asked[3])
 
     # Assert: each run went on from what the controller held (after asking whether the whole
     # file had come); the file was sent once in all.
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     assert (uploaded["sha256"], uploaded["bytes"]) == (sha256, size)
     assert (later["sha256"], later["bytes"]) == (sha256, size)
+    assert answered == {**later, "name": "answered", "path": "answered.npz"}
     asking = ["GET /v1/datasets/resumed/upload", "GET /v1/datasets"]
     assert asked[0] == [
         "GET /v1/datasets/resumed/upload",
@@ -1080,6 +1121,13 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
     assert asked[2] == [
         "GET /v1/datasets/later/upload",
         f"PUT /v1/datasets/later bytes 5000-{size - 1}/{size}",
+    ]
+    # The answer lost, the file whole: its record found, nothing sent again.
+    assert asked[3] == [
+        "GET /v1/datasets/answered/upload",
+        "PUT /v1/datasets/answered",
+        "GET /v1/datasets/answered/upload",
+        "GET /v1/datasets",
     ]
     assert [r.getMessage().partition(" (")[0] for r in caplog.records] == [
         "the upload of resumed stopped after 4,000 bytes",
