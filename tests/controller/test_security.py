@@ -1135,6 +1135,40 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
     ]
 
 
+def test_the_cli_sends_an_uploads_digest_and_goes_on_from_where_its_link_was_lost(
+    api: tuple[str, Controller], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Arrange
+    key = create_key(api[1].store, tenant="quinn")[1]
+    path = save_npz(tmp_path / "set.npz")
+    size = len(path.read_bytes())
+    asked: list[str] = []
+
+    # Execute
+    with (
+        cutting_uploads(api[0], [6000], asked) as url,
+        caplog.at_level(logging.WARNING, "faasdl.controller.client"),
+    ):
+        result = CliRunner().invoke(
+            cli,
+            ["datasets", "upload", str(path), "--url", url],
+            env={"FAASDL_CLIENT__API_KEY": key},
+        )
+
+    # Assert: the rest sent after the lost link, the whole file's record last.
+    assert result.exit_code == 0, result.output
+    assert asked == [
+        "GET /v1/datasets/set/upload",
+        "PUT /v1/datasets/set",
+        "GET /v1/datasets/set/upload",
+        "GET /v1/datasets",
+        f"PUT /v1/datasets/set bytes 6000-{size - 1}/{size}",
+    ]
+    assert "the upload of set stopped after 6,000 bytes" in caplog.text
+    uploaded = json.loads(result.output.splitlines()[-1])
+    assert uploaded["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_a_job_larger_than_its_tenants_memory_quota_is_refused(
     tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]
 ) -> None:
