@@ -86,7 +86,8 @@ def router(*, max_upload_bytes: int) -> APIRouter:
     ) -> UploadedDataset | UnfinishedUpload:
         """Streamed to disk as it arrives, checked (``x_train``, ``y_train``, ``x_test``,
         ``y_test``, no pickled objects), then kept as ``<name>.npz``: jobs name it as
-        ``{"name": "npz", "path": "<name>.npz"}``. A refused upload leaves nothing behind."""
+        ``{"name": "npz", "path": "<name>.npz"}``. A refused upload leaves nothing behind; one
+        sent with its Repr-Digest and cut short leaves what came, for its rest to follow."""
         sha256 = upload_sha256(repr_digest) if repr_digest is not None else None
         part = upload_range(content_range) if content_range is not None else None
         if part is not None and sha256 is None:
