@@ -33,6 +33,8 @@ Each class carries the HTTP status the controller's single exception handler ans
     ├── AccessError (403)                  the controller's API refused the caller
     │   ├── Unauthenticated (401)          no API key, or one unknown or revoked
     │   └── LimitExceeded (429)            a rate limit or a tenant's quota; retry after a while
+    ├── UploadConflict (409)               an upload's part past what is held, or sent twice at once
+    ├── TooLarge (413)                     content over a limit of the controller's
     └── JobError (409)                     a job that cannot do what was asked in its state
         ├── JobNotFound (404)
         └── JobFailed (500)                a job stopped by a failure it could not recover from
