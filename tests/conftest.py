@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trustme
 from rich.console import Console
@@ -207,6 +208,19 @@ def serving_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[
     finally:
         server.shutdown()
         server.server_close()
+
+
+def relay(
+    handler: http.server.BaseHTTPRequestHandler, answer: httpx.Response, cut: int | None = None
+) -> None:
+    """Send a proxy's upstream's ``answer`` as ``handler``'s, its body cut after ``cut`` bytes
+    where given (a link lost), its hop-by-hop headers not passed on."""
+    handler.send_response(answer.status_code)
+    for name, value in answer.headers.items():
+        if name.lower() not in ("connection", "date", "server", "transfer-encoding"):
+            handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(answer.content[:cut])
 
 
 DEFAULTS: dict[str, Any] = {"pool_memory_mb": 2048, "memory_max_mb": 1024}

@@ -66,7 +66,7 @@ from faasdl.store.records import (
 from faasdl.store.redis_server import RedisServer
 from faasdl.training.datasets import ONE_DATA_SET, Shard
 from faasdl.training.tensors import unpack
-from tests.conftest import eventually, reading_pipe, serving_http, tls_files, write_and_die
+from tests.conftest import eventually, reading_pipe, relay, serving_http, tls_files, write_and_die
 from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
@@ -1506,13 +1506,7 @@ def cutting_proxy(
             dropped = {"host", "connection"} | ({"range", "if-range"} if drop_range else set())
             headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
             answer = httpx.request(self.command, upstream + self.path, headers=headers, timeout=60)
-            self.send_response(answer.status_code)
-            for key, value in answer.headers.items():
-                if key.lower() not in ("connection", "date", "server", "transfer-encoding"):
-                    self.send_header(key, value)
-            self.end_headers()
-            cut = cuts.pop(0) if cuts and self.command == "GET" else None
-            self.wfile.write(answer.content[:cut])
+            relay(self, answer, cuts.pop(0) if cuts and self.command == "GET" else None)
             self.close_connection = True
 
         do_HEAD = do_GET

@@ -53,7 +53,7 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.serving import LINGER_BYTES, AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.redis_server import RedisServer
-from tests.conftest import Endless, eventually, serving_http, tls_files
+from tests.conftest import Endless, eventually, relay, serving_http, tls_files
 
 pytestmark = pytest.mark.tensorflow
 
@@ -836,6 +836,24 @@ def held_of(api: tuple[str, Controller], key: str, name: str) -> list[int]:
         return [p["received"] for p in caller.get(f"/v1/datasets/{name}/upload").json()]
 
 
+@contextmanager
+def sending_half(api: tuple[str, Controller], key: str, name: str, data: bytes) -> Iterator[None]:
+    """An upload of ``data`` as ``name`` with its digest, its first half sent and written, its
+    link open until the block ends (then lost)."""
+    parts = urlsplit(api[0])
+    with socket.create_connection((parts.hostname, parts.port)) as link:
+        link.sendall(
+            f"PUT /v1/datasets/{name} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+            f"Repr-Digest: {digest_of(data)}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data[: len(data) // 2]
+        )
+        # uvicorn drops what it has read and not yet handed on when a link is lost: the half
+        # is written before the link goes.
+        written = [len(data) // 2]
+        eventually(lambda: held_of(api, key, name) == written, what="the half written")
+        yield
+
+
 def test_an_upload_sent_with_its_digest_and_cut_short_goes_on_from_what_the_controller_holds(
     api: tuple[str, Controller], roots: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -843,16 +861,8 @@ def test_an_upload_sent_with_its_digest_and_cut_short_goes_on_from_what_the_cont
     key = create_key(api[1].store, tenant="lena")[1]
     data = save_npz(tmp_path / "d.npz").read_bytes()
     half = len(data) // 2
-    parts = urlsplit(api[0])
-    with socket.create_connection((parts.hostname, parts.port)) as cut:
-        cut.sendall(
-            f"PUT /v1/datasets/resumed HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
-            f"Repr-Digest: {digest_of(data)}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-            + data[:half]
-        )
-        # uvicorn drops what it has read and not yet handed on when a link is lost: the half
-        # is written before the link goes.
-        eventually(lambda: held_of(api, key, "resumed") == [half], what="the half written")
+    with sending_half(api, key, "resumed", data):
+        pass  # the link lost once the half is written
 
     # Execute: what the controller holds, a part past it, then the rest from before it.
     with client(api, key) as lena:
@@ -889,19 +899,10 @@ def test_a_part_sent_while_a_request_writes_the_same_file_waits_for_it_to_end(
     data = save_npz(tmp_path / "d.npz").read_bytes()
     half = len(data) // 2
     monkeypatch.setattr(datasets_module, "LOCK_WAIT_S", 0.5)
-    parts = urlsplit(api[0])
-    with socket.create_connection((parts.hostname, parts.port)) as live:
-        live.sendall(
-            f"PUT /v1/datasets/busy HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
-            f"Repr-Digest: {digest_of(data)}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-            + data[:half]
-        )
-        eventually(lambda: held_of(api, key, "busy") == [half], what="the half written")
-
-        # Execute: the rest sent as the first request goes on, then once it has ended (the
-        # wait the default's again: its link's loss may take the controller a moment to see).
-        with client(api, key) as pia:
-            busy = pia.put("/v1/datasets/busy", **part_of(data, half))
+    # Execute: the rest sent as the first request goes on, then once it has ended (the wait
+    # the default's again: its link's loss may take the controller a moment to see).
+    with sending_half(api, key, "busy", data), client(api, key) as pia:
+        busy = pia.put("/v1/datasets/busy", **part_of(data, half))
     monkeypatch.undo()
     with client(api, key) as pia:
         rest = pia.put("/v1/datasets/busy", **part_of(data, half))
@@ -1052,12 +1053,7 @@ def cutting_uploads(upstream: str, cuts: list[int | None], asked: list[str]) -> 
             answer = httpx.request(
                 self.command, upstream + self.path, headers=headers, content=body, timeout=60
             )
-            self.send_response(answer.status_code)
-            for name, value in answer.headers.items():
-                if name.lower() not in ("connection", "date", "server", "transfer-encoding"):
-                    self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(answer.content)
+            relay(self, answer)
 
         do_PUT = do_GET
 
