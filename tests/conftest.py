@@ -40,6 +40,14 @@ os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A test server's request handler that logs nothing (the base writes each request to
+    stderr)."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        pass
+
+
 def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0, what: str = "") -> None:
     """Poll ``condition`` until it holds; fail the test if it does not within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -107,7 +115,7 @@ def hung_http_server(
     released = threading.Event()
     known = answers or {}
 
-    class Hung(http.server.BaseHTTPRequestHandler):
+    class Hung(QuietHandler):
         def do_GET(self) -> None:
             if self.path not in known:
                 if held is not None:
@@ -120,9 +128,6 @@ def hung_http_server(
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-            pass
 
     with serving_http(Hung) as url:
         try:
@@ -177,7 +182,7 @@ def web_server() -> Iterator[str]:
     page = b"<!DOCTYPE html><html><body><h1>Welcome</h1>" + b"<p>...</p>" * 50 + b"</body></html>"
     assert len(page) == PAGE_BYTES
 
-    class Web(http.server.BaseHTTPRequestHandler):
+    class Web(QuietHandler):
         def answer(self, status: int) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -190,9 +195,6 @@ def web_server() -> Iterator[str]:
 
         def do_POST(self) -> None:
             self.answer(502)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-            pass
 
     with serving_http(Web) as url:
         yield url

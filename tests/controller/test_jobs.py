@@ -4,7 +4,6 @@ platform with a SQLite store."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import logging
@@ -66,7 +65,15 @@ from faasdl.store.records import (
 from faasdl.store.redis_server import RedisServer
 from faasdl.training.datasets import ONE_DATA_SET, Shard
 from faasdl.training.tensors import unpack
-from tests.conftest import eventually, reading_pipe, relay, serving_http, tls_files, write_and_die
+from tests.conftest import (
+    QuietHandler,
+    eventually,
+    reading_pipe,
+    relay,
+    serving_http,
+    tls_files,
+    write_and_die,
+)
 from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
@@ -1499,7 +1506,7 @@ def cutting_proxy(
     are whole; it passes each request's headers on (but ``Range`` with ``drop_range``), and
     adds each request's method and ``Range`` to ``asked``."""
 
-    class Proxy(http.server.BaseHTTPRequestHandler):
+    class Proxy(QuietHandler):
         def do_GET(self) -> None:
             if asked is not None:
                 asked.append(f"{self.command} {self.headers.get('Range', '')}".strip())
@@ -1510,9 +1517,6 @@ def cutting_proxy(
             self.close_connection = True
 
         do_HEAD = do_GET
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-            pass
 
     with serving_http(Proxy) as url:
         yield url

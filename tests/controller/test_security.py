@@ -53,7 +53,7 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.serving import LINGER_BYTES, AppThread
 from faasdl.store import StateStore, make_store
 from faasdl.store.redis_server import RedisServer
-from tests.conftest import Endless, eventually, relay, serving_http, tls_files
+from tests.conftest import Endless, QuietHandler, eventually, relay, serving_http, tls_files
 
 pytestmark = pytest.mark.tensorflow
 
@@ -1020,7 +1020,7 @@ def cutting_uploads(upstream: str, cuts: list[int | None], asked: list[str]) -> 
         found = httpx.get(f"{upstream}{path}/upload", headers=asking, timeout=60).json()
         return [p["received"] for p in found]
 
-    class Proxy(http.server.BaseHTTPRequestHandler):
+    class Proxy(QuietHandler):
         def do_GET(self) -> None:
             asked.append(
                 f"{self.command} {self.path} {self.headers['Content-Range'] or ''}".strip()
@@ -1056,9 +1056,6 @@ def cutting_uploads(upstream: str, cuts: list[int | None], asked: list[str]) -> 
             relay(self, answer)
 
         do_PUT = do_GET
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-            pass
 
     with serving_http(Proxy) as url:
         yield url
