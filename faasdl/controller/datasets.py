@@ -616,9 +616,7 @@ def fill_digests(api: ApiSettings) -> int:
             if _listed(path).sha256 is not None:
                 continue
             before = path.stat()
-            with path.open("rb") as fh:
-                sha256 = hashlib.file_digest(fh, "sha256").hexdigest()
-            digest = _Digest.of(path, sha256)
+            digest = _Digest.of(path, _sha256_of(path))
             if digest.matches(before):
                 _keep_digest(path, digest)
                 kept += 1
