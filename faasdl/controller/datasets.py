@@ -583,13 +583,20 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Pa
     others = [p for p in _upload_files(directory) if p.name != replaced]
     others += [p for p in _upload_files(directory, f".*{PARTIAL}") if p.name != own.name]
     held = size
+    unfinished: dict[str, int] = {}  # the parts kept of uploads cut short, by name: unlisted
     for path in others:  # sizes only: no digest is read
         with contextlib.suppress(FileNotFoundError):  # one that ended as they were counted
-            held += path.stat().st_size
+            bytes_ = path.stat().st_size
+            held += bytes_
+            if RESUMABLE in path.name:
+                part_of = path.name[1:].partition(f"{SUFFIX}{RESUMABLE}")[0]
+                unfinished[part_of] = unfinished.get(part_of, 0) + bytes_
     if held > quota:
+        parts = ", ".join(f"{n} ({b:,} bytes)" for n, b in sorted(unfinished.items()))
         raise AccessError(
             f"tenant {tenant!r}'s uploads would hold {held:,} bytes with this one, more than the "
             f"{quota:,} they may: delete one first (DELETE /v1/datasets/NAME)"
+            + (f"; they count the parts kept of unfinished uploads as {parts}" if parts else "")
         )
 
 

@@ -722,7 +722,12 @@ def test_a_tenants_uploads_are_held_to_its_quota(
     assert begun.status_code == 202
     assert crowded.status_code == 403
     held = len(data) + len(data) * 3 // 4 + 1
-    assert f"would hold {held:,} bytes with this one" in crowded.json()["detail"]
+    assert crowded.json()["detail"].endswith(
+        f"would hold {held:,} bytes with this one, more than the {quota:,} they may: delete one "
+        f"first (DELETE /v1/datasets/NAME); they count the parts kept of unfinished uploads as "
+        f"two ({len(data) * 3 // 4 + 1:,} bytes)"
+    )
+    assert "unfinished" not in second.json()["detail"]  # none then
     sha256 = hashlib.sha256(data).hexdigest()
     assert [p.name for p in (uploads / "ivan").iterdir()] == [f".two.npz.sha256-{sha256}.partial"]
 
