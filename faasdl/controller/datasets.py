@@ -586,11 +586,11 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Pa
     unfinished: dict[str, int] = {}  # the parts kept of uploads cut short, by name: unlisted
     for path in others:  # sizes only: no digest is read
         with contextlib.suppress(FileNotFoundError):  # one that ended as they were counted
-            bytes_ = path.stat().st_size
-            held += bytes_
+            found = path.stat().st_size
+            held += found
             if RESUMABLE in path.name:
-                part_of = path.name[1:].partition(f"{SUFFIX}{RESUMABLE}")[0]
-                unfinished[part_of] = unfinished.get(part_of, 0) + bytes_
+                named = path.name[1:].partition(f"{SUFFIX}{RESUMABLE}")[0]
+                unfinished[named] = unfinished.get(named, 0) + found
     if held > quota:
         parts = ", ".join(f"{n} ({b:,} bytes)" for n, b in sorted(unfinished.items()))
         raise AccessError(
