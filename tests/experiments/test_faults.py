@@ -374,12 +374,15 @@ def test_copies_that_end_together_are_settled_once_and_both_booked(lab: Lab) -> 
     assert not runner._abandoned
 
 
-def test_a_copy_still_waiting_for_a_container_when_another_commits_never_runs() -> None:
+def test_the_copies_left_when_another_commits_are_stopped_and_a_waiting_one_never_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Request replication's copies beyond the first wait for the one container the platform
-    has room for; once the first commits, the second has its container and is killed, the third
-    is stopped before it starts (a kill refuses an activation that is not running: the third
-    ran after the second, to no purpose, and was booked)."""
-    # Arrange: three copies, each as large as the platform's memory.
+    has room for; once the first commits, the runner stops the others: a copy still waiting
+    never runs (a kill refuses an activation that is not running: the third ran after the
+    second, to no purpose, and was booked), and stopping one waiting is the platform's
+    (``test_local``'s stop of a queued activation)."""
+    # Arrange: three copies, each as large as the platform's memory; the runner's stops noted.
     largest = LocalPlatformSettings().memory_max_mb
     spec = RunSpec(
         run_id="queued-copy",
@@ -391,19 +394,33 @@ def test_a_copy_still_waiting_for_a_container_when_another_commits_never_runs() 
         memory_mb=largest,
     )
     with open_lab(pool_memory_mb=largest) as small:
+        stops: list[str] = []
+        stop = small.platform.stop
+
+        def noted(activation_id: str) -> None:
+            stops.append(activation_id)
+            stop(activation_id)
+
+        monkeypatch.setattr(small.platform, "stop", noted)
+
         # Execute
         report = small.run(spec)
         records = small.platform.list_activations()
         found = ledger(small.store, spec.run_id, expected(1))
 
-    # Assert: committed once, by one copy; one of the others never started.
+    # Assert: committed once, by one copy; the runner stopped the two others as it saw the
+    # commit. The copy that took the freed container is killed, the one still waiting stopped
+    # before it started (and never ran); a runner on a busy machine may see the commit only
+    # after both have taken the container, found the unit committed and ended, a few ms each.
     assert found.exactly_once
     assert found.committed == 1
     assert report.activations == len(records) == 3
-    assert sum(r.success for r in records) == 1
-    stopped = [r for r in records if r.error == messages.STOPPED_BEFORE_START]
-    assert len(stopped) == 1
-    assert stopped[0].logs == []
+    [committed] = [r for r in records if r.success]
+    others = [r.activationId for r in records if r is not committed]
+    assert sorted(stops) == sorted(others)
+    for record in records:
+        if record.error == messages.STOPPED_BEFORE_START:
+            assert record.logs == []
 
 
 def test_a_block_of_a_longer_run_makes_its_own_invocations_with_their_faults(lab: Lab) -> None:
