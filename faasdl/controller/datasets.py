@@ -372,7 +372,7 @@ async def store_resumable(
             raise
         size = os.fstat(out.fileno()).st_size  # not tell(): a truncated file's is its old end
         if part is not None and size < part.total:
-            return _unfinished(api, name, path)
+            return _unfinished(api, path)
         try:
             return await _finish(api, tenant, name, path, size, sha256=sha256)
         except BaseException:
@@ -506,6 +506,13 @@ def _resumable_path(kept: Path, sha256: str) -> Path:
     return kept.with_name(f".{kept.name}{RESUMABLE}{sha256}{PARTIAL}")
 
 
+def _part_of(path: Path) -> tuple[str, str] | None:
+    """The upload's name and SHA-256 a part's file is named after (see ``_resumable_path``);
+    ``None`` for an upload's temporary file."""
+    named, found, sha256 = path.name[1:].removesuffix(PARTIAL).partition(f"{SUFFIX}{RESUMABLE}")
+    return (named, sha256) if found else None
+
+
 def unfinished(api: ApiSettings, tenant: str, name: str) -> list[UnfinishedUpload]:
     """What the controller holds of the tenant's unfinished uploads as ``name``, by SHA-256;
     each once the request writing it has ended (``SETTLE_S`` at most): one whose client lost
@@ -514,7 +521,7 @@ def unfinished(api: ApiSettings, tenant: str, name: str) -> list[UnfinishedUploa
     for path in _parts(api, tenant, name):
         with contextlib.suppress(FileNotFoundError):  # finished or deleted meanwhile
             _settle(path)
-            found.append(_unfinished(api, name, path))
+            found.append(_unfinished(api, path))
     return found
 
 
@@ -537,12 +544,14 @@ def _parts(api: ApiSettings, tenant: str, name: str) -> list[Path]:
     return sorted(tenant_dir(api, tenant).glob(f".{name}{SUFFIX}{RESUMABLE}*{PARTIAL}"))
 
 
-def _unfinished(api: ApiSettings, name: str, path: Path) -> UnfinishedUpload:
+def _unfinished(api: ApiSettings, path: Path) -> UnfinishedUpload:
+    named = _part_of(path)
+    assert named is not None  # one of _parts
     facts = path.stat()
     updated_ms = facts.st_mtime_ns // 1_000_000
     return UnfinishedUpload(
-        name=name,
-        sha256=path.name.rpartition(RESUMABLE)[2].removesuffix(PARTIAL),
+        name=named[0],
+        sha256=named[1],
         received=facts.st_size,
         updated_ms=updated_ms,
         kept_until_ms=updated_ms + round(api.upload_keep_s * 1000),
@@ -588,9 +597,8 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Pa
         with contextlib.suppress(FileNotFoundError):  # one that ended as they were counted
             found = path.stat().st_size
             held += found
-            if RESUMABLE in path.name:
-                named = path.name[1:].partition(f"{SUFFIX}{RESUMABLE}")[0]
-                unfinished[named] = unfinished.get(named, 0) + found
+            if (named := _part_of(path)) is not None:
+                unfinished[named[0]] = unfinished.get(named[0], 0) + found
     if held > quota:
         parts = ", ".join(f"{n} ({b:,} bytes)" for n, b in sorted(unfinished.items()))
         raise AccessError(
@@ -645,7 +653,7 @@ def sweep_partials(api: ApiSettings, grace_s: float) -> int:
     now = time.time()
     swept = 0
     for partial in api.upload_dir.glob(f"*/.*{PARTIAL}"):
-        kept_s = api.upload_keep_s if RESUMABLE in partial.name else grace_s
+        kept_s = api.upload_keep_s if _part_of(partial) is not None else grace_s
         with contextlib.suppress(FileNotFoundError):  # an upload that just ended
             if partial.stat().st_mtime < now - kept_s:
                 partial.unlink()
