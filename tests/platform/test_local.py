@@ -122,14 +122,18 @@ sys.stdin.read()
 
 @pytest.mark.parametrize("enforcement", ["auto", "watchdog"])
 def test_what_a_killed_platform_left_is_removed_by_the_next_to_open(
-    make_local: MakeLocal, enforcement: str
+    make_local: MakeLocal, enforcement: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prepare: a platform in another process, with a container's working directory (and, with a
-    # cgroup where one can be made, a memory cgroup) of its own
+    # cgroup where one can be made, a memory cgroup) of its own. Both processes' platforms keep
+    # their directories in a temporary directory of the test's: a platform that a test of the
+    # other xdist worker opened meanwhile would remove what the killed one left before this one.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with subprocess.Popen(
         [sys.executable, "-c", PLATFORM_TO_KILL, enforcement],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        env=os.environ | {"TMPDIR": str(tmp_path)},
     ) as killed:
         assert killed.stdout is not None
         try:
