@@ -1783,12 +1783,14 @@ def datasets_upload(
 
 @datasets_app.command("list")
 def datasets_list(url: UrlOption = None) -> None:
-    """Your uploaded data sets, with their SHA-256 (the table shows its first 12 digits); JSON
-    last."""
+    """Your uploaded data sets, with their SHA-256 (the table shows its first 12 digits), then
+    what the controller holds of uploads cut short (they count toward your quota); the data
+    sets as JSON last."""
     from faasdl.training.datasets import dims
 
     with _controller(url) as client:
         found = client.datasets()
+        cut_short = client.unfinished_uploads()
     table = Table(title="data sets")
     for column in ("name", "path", "bytes", "examples", "shape", "classes", "sha256"):
         table.add_column(column)
@@ -1806,15 +1808,48 @@ def datasets_list(url: UrlOption = None) -> None:
         )
         table.add_row(d["name"], d["path"], f"{d['bytes']:,}", *held, digest)
     _show(table, "no data sets: upload one with faasdl datasets upload FILE.npz")
+    if cut_short:
+        _show_unfinished(cut_short)
     typer.echo(json.dumps(found))
 
 
+def _show_unfinished(parts: list[dict[str, Any]]) -> None:
+    """The parts held of uploads cut short, and what to do with them."""
+    table = Table(title="uploads cut short (the same file's upload goes on from them)")
+    for column in ("name", "held bytes", "sha256", "last byte", "deleted after"):
+        table.add_column(column)
+    for part in parts:
+        when = (
+            datetime.fromtimestamp(part[key] / 1000).strftime("%Y-%m-%d %H:%M")  # this machine's
+            for key in ("updated_ms", "kept_until_ms")
+        )
+        table.add_row(part["name"], f"{part['received']:,}", part["sha256"][:12] + "…", *when)
+    console.print(table)
+    console.print(
+        "they count toward your quota: faasdl datasets upload FILE goes on with one, faasdl "
+        "datasets delete NAME --unfinished deletes those of NAME",
+        markup=False,
+    )
+
+
 @datasets_app.command("delete")
-def datasets_delete(name: DatasetNameArgument, url: UrlOption = None) -> None:
-    """Delete an uploaded data set (refused while a job that trains on it has not staged it)."""
+def datasets_delete(
+    name: DatasetNameArgument,
+    unfinished: Annotated[
+        bool,
+        typer.Option(
+            "--unfinished",
+            help="Delete only what the controller holds of uploads as NAME cut short (faasdl "
+            "datasets list shows them); the data set stays.",
+        ),
+    ] = False,
+    url: UrlOption = None,
+) -> None:
+    """Delete an uploaded data set and what is held of its uploads cut short (refused while a job
+    that trains on it has not staged it, or while a file is being sent as NAME)."""
     with _controller(url) as client:
-        client.delete_dataset(name)
-    typer.echo(json.dumps({"name": name, "deleted": True}))
+        client.delete_dataset(name, unfinished=unfinished)
+    typer.echo(json.dumps({"name": name, "deleted": True, "unfinished": unfinished}))
 
 
 EXPERIMENT_NAMES = ("recovery", "replication", "baselines", "scale", "cost", "disdel")

@@ -9,7 +9,7 @@ Each class carries the HTTP status the controller's single exception handler ans
     FaasdlError (500)
     ├── ConfigError (500)                  settings that cannot work
     ├── ValidationError (422)              a request or spec that cannot run; names the field
-    │   └── DatasetNotFound (404)          an uploaded data set that is not there
+    │   └── DatasetNotFound (404)          an uploaded data set (or upload of one) not there
     ├── PlatformError (502)                anything the FaaS platform refused or failed at
     │   ├── AuthenticationFailed (401)
     │   ├── ActionNotFound (404)
@@ -273,8 +273,9 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 class DatasetNotFound(ValidationError):
     status_code = 404
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no uploaded data set {name!r}", field="name")
+    def __init__(self, name: str, *, unfinished: bool = False) -> None:
+        what = "unfinished upload as" if unfinished else "uploaded data set"
+        super().__init__(f"no {what} {name!r}", field="name")
 
 
 class PlatformError(FaasdlError):

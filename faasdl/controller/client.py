@@ -349,7 +349,7 @@ class ControllerClient:
         """Where to go on with the upload of the file ``sha256`` (``total`` bytes) as ``name``:
         what the controller holds of it, but its last byte at least, so that the request ends
         the upload (where the whole file is held, unchecked: its check cut short)."""
-        parts = self._answer("GET", f"/v1/datasets/{name}/upload")
+        parts = self.unfinished_uploads(name)
         held: int = next((p["received"] for p in parts if p["sha256"] == sha256), 0)
         return max(0, min(held, total - 1))
 
@@ -380,8 +380,19 @@ class ControllerClient:
         found: list[dict[str, Any]] = self._answer("GET", "/v1/datasets")
         return found
 
-    def delete_dataset(self, name: str) -> None:
-        self._call("DELETE", f"/v1/datasets/{name}")
+    def unfinished_uploads(self, name: str | None = None) -> list[dict[str, Any]]:
+        """What the controller holds of the caller's unfinished uploads as ``name`` (of every
+        name where none): an upload cut short, by name and SHA-256, with the bytes it holds."""
+        path = "/v1/datasets/upload" if name is None else f"/v1/datasets/{name}/upload"
+        found: list[dict[str, Any]] = self._answer("GET", path)
+        return found
+
+    def delete_dataset(self, name: str, *, unfinished: bool = False) -> None:
+        """Delete the data set ``name`` and what is held of its unfinished uploads; with
+        ``unfinished``, only those (the data set stays)."""
+        self._call(
+            "DELETE", f"/v1/datasets/{name}/upload" if unfinished else f"/v1/datasets/{name}"
+        )
 
     def _answer(self, method: str, path: str, **kwargs: Any) -> Any:
         """The JSON of the controller's answer to the request (see :func:`_parsed`)."""
@@ -479,7 +490,8 @@ def _error(response: requests.Response, path: str, url: str) -> FaasdlError:
     if response.status_code == 404 and path.startswith("/v1/jobs/"):
         return JobNotFound(path.split("/")[3])
     if response.status_code == 404 and path.startswith("/v1/datasets/"):
-        return DatasetNotFound(path.split("/")[3])
+        name, _, below = path.removeprefix("/v1/datasets/").partition("/")
+        return DatasetNotFound(name, unfinished=below == "upload")
     if response.status_code == 422:
         return ValidationError(message)
     if response.status_code == 401:

@@ -513,21 +513,22 @@ def _part_of(path: Path) -> tuple[str, str] | None:
     return (named, sha256) if found else None
 
 
-def unfinished(api: ApiSettings, tenant: str, name: str) -> list[UnfinishedUpload]:
-    """What the controller holds of the tenant's unfinished uploads as ``name``, by SHA-256;
-    each once the request writing it has ended (``SETTLE_S`` at most): one whose client lost
-    its link may still be writing what came before, and its client asks at once."""
+def unfinished(api: ApiSettings, tenant: str, name: str | None = None) -> list[UnfinishedUpload]:
+    """What the controller holds of the tenant's unfinished uploads as ``name`` (of every name
+    where none), by name and SHA-256; each once the request writing it has ended (``SETTLE_S`` at
+    most, for them all): one whose client lost its link may still be writing what came before,
+    and its client asks at once."""
+    deadline = time.monotonic() + SETTLE_S
     found = []
     for path in _parts(api, tenant, name):
         with contextlib.suppress(FileNotFoundError):  # finished or deleted meanwhile
-            _settle(path)
+            _settle(path, deadline)
             found.append(_unfinished(api, path))
     return found
 
 
-def _settle(path: Path) -> None:
-    """Wait until no request writes ``path`` (it holds its lock), for ``SETTLE_S`` at most."""
-    deadline = time.monotonic() + SETTLE_S
+def _settle(path: Path, deadline: float) -> None:
+    """Wait until no request writes ``path`` (it holds its lock), until ``deadline`` at most."""
     with path.open("rb") as held:
         while True:
             try:
@@ -539,9 +540,10 @@ def _settle(path: Path) -> None:
                 time.sleep(0.01)
 
 
-def _parts(api: ApiSettings, tenant: str, name: str) -> list[Path]:
-    """The files of the tenant's unfinished uploads as ``name``."""
-    return sorted(tenant_dir(api, tenant).glob(f".{name}{SUFFIX}{RESUMABLE}*{PARTIAL}"))
+def _parts(api: ApiSettings, tenant: str, name: str | None) -> list[Path]:
+    """The files of the tenant's unfinished uploads as ``name`` (of every name where none)."""
+    found = tenant_dir(api, tenant).glob(f".{name or '*'}{SUFFIX}{RESUMABLE}*{PARTIAL}")
+    return sorted(p for p in found if _part_of(p) is not None)
 
 
 def _unfinished(api: ApiSettings, path: Path) -> UnfinishedUpload:
@@ -610,15 +612,40 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Pa
 
 def delete_upload(api: ApiSettings, tenant: str, name: str) -> bool:
     """Remove an upload, its digest and what is held of unfinished uploads of its name; whether
-    there was any."""
+    there was any. Raises ``UploadConflict``, removing nothing, while a request writes one."""
+    found = delete_unfinished(api, tenant, name)
     path = upload_path(api, tenant, name)
-    found = False
-    for each in [path, *_parts(api, tenant, name)]:
-        with contextlib.suppress(FileNotFoundError):
-            each.unlink()
-            found = True
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+        found = True
     _digest_path(path).unlink(missing_ok=True)
     return found
+
+
+def delete_unfinished(api: ApiSettings, tenant: str, name: str) -> bool:
+    """Remove what is held of the tenant's unfinished uploads as ``name``, all or none; whether
+    there was any. Raises ``UploadConflict`` while a request writes one (it holds its lock):
+    its file would be gone from under it as it finished."""
+    with contextlib.ExitStack() as held:
+        found = []
+        for path in _parts(api, tenant, name):
+            try:
+                part = held.enter_context(path.open("rb"))
+            except FileNotFoundError:  # finished or deleted meanwhile
+                continue
+            try:
+                fcntl.flock(part.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UploadConflict(
+                    f"a request is sending a file as {name!r}: delete it once that request "
+                    "has ended"
+                ) from None
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(part.fileno()).st_ino:  # not moved meanwhile
+                    found.append(path)
+        for path in found:
+            path.unlink()
+    return bool(found)
 
 
 def fill_digests(api: ApiSettings) -> int:

@@ -1012,6 +1012,76 @@ def test_a_part_refused_leaves_what_was_held_and_a_wrong_file_nothing(
     assert list((roots["uploads"] / "mo").iterdir()) == []
 
 
+def test_every_unfinished_upload_is_listed_and_deleted_without_its_data_set(
+    api: tuple[str, Controller], roots: dict[str, Path], tmp_path: Path
+) -> None:
+    # Arrange: ivo's data set, the first 1,000 bytes of another file as its name and 500 of one
+    # as another name; una's part as the data set's name.
+    ivo = create_key(api[1].store, tenant="ivo")[1]
+    una = create_key(api[1].store, tenant="una")[1]
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    other = save_npz(tmp_path / "other.npz", rows=50).read_bytes()
+    with client(api, ivo) as caller:
+        assert caller.put("/v1/datasets/kept", content=other).status_code == 201
+        assert caller.put("/v1/datasets/kept", **part_of(data, 0, 999)).status_code == 202
+        assert caller.put("/v1/datasets/more", **part_of(data, 0, 499)).status_code == 202
+    with client(api, una) as caller:
+        assert caller.put("/v1/datasets/kept", **part_of(data, 0, 99)).status_code == 202
+
+    # Execute
+    with client(api, ivo) as caller:
+        listed = caller.get("/v1/datasets/upload").json()
+        deleted = caller.delete("/v1/datasets/kept/upload")
+        after = caller.get("/v1/datasets/upload").json()
+        datasets = caller.get("/v1/datasets").json()
+        again = caller.delete("/v1/datasets/kept/upload")
+
+    # Assert: ivo's parts, by name, una's not; those of the name deleted, its data set kept.
+    assert [(p["name"], p["received"]) for p in listed] == [("kept", 1000), ("more", 500)]
+    assert {p["sha256"] for p in listed} == {hashlib.sha256(data).hexdigest()}
+    assert deleted.status_code == 204
+    assert [(p["name"], p["received"]) for p in after] == [("more", 500)]
+    assert [(d["name"], d["bytes"]) for d in datasets] == [("kept", len(other))]
+    assert (roots["uploads"] / "ivo" / "kept.npz").read_bytes() == other
+    assert again.status_code == 404
+    assert again.json()["detail"] == "name: no unfinished upload as 'kept'"
+    assert held_of(api, una, "kept") == [100]
+
+
+def test_a_name_being_sent_is_not_deleted_until_its_request_has_ended(
+    api: tuple[str, Controller], roots: dict[str, Path], tmp_path: Path
+) -> None:
+    # Arrange: a data set, and a file arriving as its name (half written, its link open).
+    key = create_key(api[1].store, tenant="vic")[1]
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    other = save_npz(tmp_path / "other.npz", rows=50).read_bytes()
+    with client(api, key) as vic:
+        assert vic.put("/v1/datasets/busy", content=other).status_code == 201
+    kept = roots["uploads"] / "vic"
+    before = sorted(p.name for p in kept.iterdir())
+
+    # Execute: both deletions as it arrives, then the parts' once its request has ended (the
+    # link's loss may take the controller a moment to see).
+    with sending_half(api, key, "busy", data), client(api, key) as vic:
+        unfinished = vic.delete("/v1/datasets/busy/upload")
+        whole = vic.delete("/v1/datasets/busy")
+        left = sorted(p.name for p in kept.iterdir())
+    with client(api, key) as vic:
+        eventually(
+            lambda: vic.delete("/v1/datasets/busy/upload").status_code == 204,
+            what="the parts deleted once the request has ended",
+        )
+
+    # Assert: each refused, naming why, and nothing removed; then the parts alone.
+    for refused in (unfinished, whole):
+        assert refused.status_code == 409
+        assert refused.json()["detail"] == (
+            "a request is sending a file as 'busy': delete it once that request has ended"
+        )
+    assert len(left) == len(before) + 1  # the arriving file's part
+    assert sorted(p.name for p in kept.iterdir()) == before == [".busy.npz.sha256", "busy.npz"]
+
+
 @contextmanager
 def cutting_uploads(upstream: str, cuts: list[int | None], asked: list[str]) -> Iterator[str]:
     """A proxy to ``upstream`` (its URL) that passes on ``cuts``' numbers of bytes of the bodies
@@ -1131,6 +1201,45 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
         "the upload of resumed stopped after 4,000 bytes",
         "the upload of resumed stopped after 7,000 bytes",
     ]
+
+
+def test_the_cli_lists_uploads_cut_short_and_deletes_them_alone(
+    api: tuple[str, Controller], tmp_path: Path
+) -> None:
+    # Arrange: a data set, and the first 1,000 bytes of another file sent as its name.
+    key = create_key(api[1].store, tenant="wren")[1]
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    other = save_npz(tmp_path / "other.npz", rows=50).read_bytes()
+    with client(api, key) as wren:
+        assert wren.put("/v1/datasets/cut", content=other).status_code == 201
+        assert wren.put("/v1/datasets/cut", **part_of(data, 0, 999)).status_code == 202
+
+    def datasets(*args: str) -> Any:
+        env = {"FAASDL_CLIENT__API_KEY": key}
+        return CliRunner().invoke(cli, ["datasets", *args, "--url", api[0]], env=env)
+
+    # Execute
+    listed = datasets("list")
+    deleted = datasets("delete", "cut", "--unfinished")
+    after = datasets("list")
+    again = datasets("delete", "cut", "--unfinished")
+
+    # Assert: the part shown beneath the data sets, which alone are the JSON; deleted alone.
+    assert listed.exit_code == 0, listed.output
+    assert [d["name"] for d in json.loads(listed.stdout.splitlines()[-1])] == ["cut"]
+    assert "uploads cut short" in listed.stderr
+    assert hashlib.sha256(data).hexdigest()[:12] in listed.stderr
+    assert "1,000" in listed.stderr
+    assert "faasdl datasets delete NAME --unfinished deletes those of NAME" in " ".join(
+        listed.stderr.split()
+    )
+    assert deleted.exit_code == 0, deleted.output
+    assert json.loads(deleted.stdout) == {"name": "cut", "deleted": True, "unfinished": True}
+    assert after.exit_code == 0, after.output
+    assert "uploads cut short" not in after.stderr
+    assert [d["bytes"] for d in json.loads(after.stdout.splitlines()[-1])] == [len(other)]
+    assert again.exit_code == 2
+    assert "no unfinished upload as 'cut'" in again.output
 
 
 def test_the_cli_sends_an_uploads_digest_and_goes_on_from_where_its_link_was_lost(

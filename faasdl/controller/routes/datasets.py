@@ -14,6 +14,7 @@ from faasdl.controller.datasets import (
     DATASET_NAME_PATTERN,
     UnfinishedUpload,
     UploadedDataset,
+    delete_unfinished,
     store_resumable,
     store_upload,
     unfinished,
@@ -23,7 +24,7 @@ from faasdl.controller.datasets import (
 )
 from faasdl.controller.deps import ControllerDep, LimitsDep, PrincipalDep
 from faasdl.controller.routes import AUTHENTICATED, problems
-from faasdl.errors import ValidationError
+from faasdl.errors import DatasetNotFound, ValidationError
 from faasdl.serving import CLIENT_CLOSED_REQUEST
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,29 @@ def router(*, max_upload_bytes: int) -> APIRouter:
         api = controller.settings.api
         return await anyio.to_thread.run_sync(unfinished, api, principal.tenant, name)
 
+    @routes.delete(
+        "/{name}/upload",
+        status_code=status.HTTP_204_NO_CONTENT,
+        summary="Delete what is held of unfinished uploads as NAME (its data set stays)",
+        description="409 while a request is sending one of them.",
+        responses=problems(409),
+    )
+    def delete_unfinished_uploads(
+        name: DatasetName, controller: ControllerDep, principal: PrincipalDep
+    ) -> None:
+        if not delete_unfinished(controller.settings.api, principal.tenant, name):
+            raise DatasetNotFound(name, unfinished=True)
+
+    @routes.get("/upload", summary="What the controller holds of the caller's unfinished uploads")
+    async def every_unfinished_upload(
+        controller: ControllerDep, principal: PrincipalDep
+    ) -> list[UnfinishedUpload]:
+        """Those of every name (``GET /v1/datasets/NAME/upload``'s, by name): what counts toward
+        the tenant's quota besides its data sets until each is finished, deleted (``DELETE
+        /v1/datasets/NAME``) or deleted by housekeeping after ``kept_until_ms``."""
+        api = controller.settings.api
+        return await anyio.to_thread.run_sync(unfinished, api, principal.tenant)
+
     @routes.get("", summary="The caller's uploaded data sets")
     async def list_datasets(
         controller: ControllerDep, principal: PrincipalDep
@@ -141,7 +165,7 @@ def router(*, max_upload_bytes: int) -> APIRouter:
         status_code=status.HTTP_204_NO_CONTENT,
         summary="Delete an upload (and what is held of unfinished uploads of its name)",
         description="409 while a job that trains on it has not staged it yet (queued, or "
-        "starting): it would fail as it starts.",
+        "starting): it would fail as it starts; or while a request is sending a file as NAME.",
         responses=problems(409),
     )
     def delete(name: DatasetName, controller: ControllerDep, principal: PrincipalDep) -> None:
