@@ -56,9 +56,15 @@ MLP: dict[str, Any] = {"model": "mlp", "dataset": {"name": "digits"}, "epochs": 
 
 
 @pytest.fixture(scope="module")
-def controller(tf_platform: LocalPlatform, tf_store: tuple[StateStore, str]) -> Controller:
+def controller(
+    tf_platform: LocalPlatform,
+    tf_store: tuple[StateStore, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Controller:
     store, url = tf_store
-    return Controller(settings=Settings(), platform=tf_platform, store=store, store_url=url)
+    # Uploads (the fuzzer's) in a folder of the module's, not the checkout's .faasdl/datasets.
+    settings = Settings(api={"upload_dir": str(tmp_path_factory.mktemp("uploads"))})
+    return Controller(settings=settings, platform=tf_platform, store=store, store_url=url)
 
 
 def stored(controller: Controller) -> list[str]:
