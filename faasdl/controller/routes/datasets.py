@@ -150,7 +150,7 @@ def router(*, max_upload_bytes: int) -> APIRouter:
     ) -> list[UnfinishedUpload]:
         """Those of every name (``GET /v1/datasets/NAME/upload``'s, by name): what counts toward
         the tenant's quota besides its data sets until each is finished, deleted (``DELETE
-        /v1/datasets/NAME``) or deleted by housekeeping after ``kept_until_ms``."""
+        /v1/datasets/NAME/upload``) or deleted by housekeeping after ``kept_until_ms``."""
         api = controller.settings.api
         return await anyio.to_thread.run_sync(unfinished, api, principal.tenant)
 
