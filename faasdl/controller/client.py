@@ -383,7 +383,7 @@ class ControllerClient:
     def unfinished_uploads(self, name: str | None = None) -> list[dict[str, Any]]:
         """What the controller holds of the caller's unfinished uploads as ``name`` (of every
         name where none): an upload cut short, by name and SHA-256, with the bytes it holds."""
-        path = "/v1/datasets/upload" if name is None else f"/v1/datasets/{name}/upload"
+        path = "/v1/uploads" if name is None else f"/v1/datasets/{name}/upload"
         found: list[dict[str, Any]] = self._answer("GET", path)
         return found
 

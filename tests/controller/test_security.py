@@ -1030,9 +1030,9 @@ def test_every_unfinished_upload_is_listed_and_deleted_without_its_data_set(
 
     # Execute
     with client(api, ivo) as caller:
-        listed = caller.get("/v1/datasets/upload").json()
+        listed = caller.get("/v1/uploads").json()
         deleted = caller.delete("/v1/datasets/kept/upload")
-        after = caller.get("/v1/datasets/upload").json()
+        after = caller.get("/v1/uploads").json()
         datasets = caller.get("/v1/datasets").json()
         again = caller.delete("/v1/datasets/kept/upload")
 

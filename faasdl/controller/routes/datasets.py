@@ -144,16 +144,6 @@ def router(*, max_upload_bytes: int) -> APIRouter:
         if not delete_unfinished(controller.settings.api, principal.tenant, name):
             raise DatasetNotFound(name, unfinished=True)
 
-    @routes.get("/upload", summary="What the controller holds of the caller's unfinished uploads")
-    async def every_unfinished_upload(
-        controller: ControllerDep, principal: PrincipalDep
-    ) -> list[UnfinishedUpload]:
-        """Those of every name (``GET /v1/datasets/NAME/upload``'s, by name): what counts toward
-        the tenant's quota besides its data sets until each is finished, deleted (``DELETE
-        /v1/datasets/NAME/upload``) or deleted by housekeeping after ``kept_until_ms``."""
-        api = controller.settings.api
-        return await anyio.to_thread.run_sync(unfinished, api, principal.tenant)
-
     @routes.get("", summary="The caller's uploaded data sets")
     async def list_datasets(
         controller: ControllerDep, principal: PrincipalDep
@@ -171,4 +161,21 @@ def router(*, max_upload_bytes: int) -> APIRouter:
     def delete(name: DatasetName, controller: ControllerDep, principal: PrincipalDep) -> None:
         controller.delete_dataset(principal.tenant, name)
 
-    return routes
+    # Every name's, beside the data sets rather than under them: no data set's name can be
+    # taken from their path.
+    every = APIRouter(tags=["datasets"], responses=AUTHENTICATED)
+
+    @every.get(
+        "/v1/uploads", summary="What the controller holds of the caller's unfinished uploads"
+    )
+    async def every_unfinished_upload(
+        controller: ControllerDep, principal: PrincipalDep
+    ) -> list[UnfinishedUpload]:
+        """Those of every name (``GET /v1/datasets/NAME/upload``'s, by name): what counts toward
+        the tenant's quota besides its data sets until each is finished, deleted (``DELETE
+        /v1/datasets/NAME/upload``) or deleted by housekeeping after ``kept_until_ms``."""
+        api = controller.settings.api
+        return await anyio.to_thread.run_sync(unfinished, api, principal.tenant)
+
+    every.include_router(routes)
+    return every
