@@ -834,6 +834,14 @@ def part_of(data: bytes, first: int, last: int | None = None) -> dict[str, Any]:
     return {"content": data[first : end + 1], "headers": headers}
 
 
+def two_files(tmp_path: Path) -> tuple[bytes, bytes]:
+    """Two data sets' files: one of 400 training examples, and another of 50."""
+    return (
+        save_npz(tmp_path / "d.npz").read_bytes(),
+        save_npz(tmp_path / "other.npz", rows=50).read_bytes(),
+    )
+
+
 def held_of(api: tuple[str, Controller], key: str, name: str) -> list[int]:
     """The bytes the controller holds of each unfinished upload as ``name`` (its GET waits 2 s
     for a request still writing one)."""
@@ -926,8 +934,7 @@ def test_a_part_refused_leaves_what_was_held_and_a_wrong_file_nothing(
 ) -> None:
     # Arrange
     key = create_key(api[1].store, tenant="mo")[1]
-    data = save_npz(tmp_path / "d.npz").read_bytes()
-    other = save_npz(tmp_path / "other.npz", rows=50).read_bytes()
+    data, other = two_files(tmp_path)
     whole = f"bytes 1000-{len(data) - 1}/{len(data)}"
 
     # Execute: a first part, then parts refused; another file sent with the first's digest.
@@ -1019,8 +1026,7 @@ def test_every_unfinished_upload_is_listed_and_deleted_without_its_data_set(
     # as another name; una's part as the data set's name.
     ivo = create_key(api[1].store, tenant="ivo")[1]
     una = create_key(api[1].store, tenant="una")[1]
-    data = save_npz(tmp_path / "d.npz").read_bytes()
-    other = save_npz(tmp_path / "other.npz", rows=50).read_bytes()
+    data, other = two_files(tmp_path)
     with client(api, ivo) as caller:
         assert caller.put("/v1/datasets/kept", content=other).status_code == 201
         assert caller.put("/v1/datasets/kept", **part_of(data, 0, 999)).status_code == 202
@@ -1053,8 +1059,7 @@ def test_a_name_being_sent_is_not_deleted_until_its_request_has_ended(
 ) -> None:
     # Arrange: a data set, and a file arriving as its name (half written, its link open).
     key = create_key(api[1].store, tenant="vic")[1]
-    data = save_npz(tmp_path / "d.npz").read_bytes()
-    other = save_npz(tmp_path / "other.npz", rows=50).read_bytes()
+    data, other = two_files(tmp_path)
     with client(api, key) as vic:
         assert vic.put("/v1/datasets/busy", content=other).status_code == 201
     kept = roots["uploads"] / "vic"
@@ -1208,8 +1213,7 @@ def test_the_cli_lists_uploads_cut_short_and_deletes_them_alone(
 ) -> None:
     # Arrange: a data set, and the first 1,000 bytes of another file sent as its name.
     key = create_key(api[1].store, tenant="wren")[1]
-    data = save_npz(tmp_path / "d.npz").read_bytes()
-    other = save_npz(tmp_path / "other.npz", rows=50).read_bytes()
+    data, other = two_files(tmp_path)
     with client(api, key) as wren:
         assert wren.put("/v1/datasets/cut", content=other).status_code == 201
         assert wren.put("/v1/datasets/cut", **part_of(data, 0, 999)).status_code == 202
