@@ -1752,7 +1752,8 @@ def datasets_upload(
 ) -> None:
     """Upload a data set: sent as it is read (with progress), checked by the controller, kept
     whole or not at all; what it holds, then its record as JSON last. One cut short goes on from
-    what the controller holds of it, in this run or the next (the file hashed first names it)."""
+    what the controller holds of it, in this run or the next (the file hashed first names it);
+    a file the controller keeps as the name already is not sent again."""
     from rich.progress import Progress
 
     from faasdl.controller.client import sha256_of
@@ -1765,11 +1766,18 @@ def datasets_upload(
         with file.open("rb") as whole:
             sha256 = sha256_of(whole, lambda read: progress.advance(hashing, read))
         progress.remove_task(hashing)
-        with progress.open(file, "rb", description=f"uploading {file.name}") as data:
+        sending = progress.add_task(f"uploading {file.name}", total=file.stat().st_size)
+        with progress.open(file, "rb", task_id=sending) as data:
             try:
                 uploaded = client.upload_dataset(name or file.stem, data, sha256=sha256)
             except ValidationError as exc:  # the API names its field, the body: here, the file
                 fail(f"{file.name}: {str(exc).removeprefix('body: ')}")
+        # Neither read nor moved in: the controller keeps this file as the name already.
+        kept = not next(t.completed for t in progress.tasks if t.id == sending)
+    if kept:
+        console.print(
+            f"{uploaded['name']} is this file already (its SHA-256): nothing sent", markup=False
+        )
     if contents := uploaded.get("contents"):
         console.print(
             f"{contents['examples']:,} training and {contents['test_examples']:,} test examples "

@@ -297,10 +297,12 @@ class ControllerClient:
         that name), read as it is sent; the controller's record of it, with what it holds.
 
         A file that can be read again from a place (a path, an open file) goes with its SHA-256
-        (``sha256``, or hashed here first; ``Repr-Digest``): where its link is lost, the upload
-        goes on from what the controller holds of it (``UPLOAD_RESUMES`` times), and the next
-        upload of the same file as ``name`` does too (the controller keeps the part a day,
-        ``FAASDL_API__UPLOAD_KEEP_S``). A pipe is sent once, as it comes."""
+        (``sha256``, or hashed here first; ``Repr-Digest``): where the controller keeps that file
+        as ``name`` already, nothing is sent (nor read, given ``sha256``), and its record is
+        returned; where its link is lost, the upload goes on from what the controller holds of it
+        (``UPLOAD_RESUMES`` times), and the next upload of the same file as ``name`` does too
+        (the controller keeps the part a day, ``FAASDL_API__UPLOAD_KEEP_S``). A pipe is sent
+        once, as it comes."""
         if isinstance(data, (str, os.PathLike)):
             with Path(data).open("rb") as opened:
                 return self.upload_dataset(name, opened, sha256=sha256)
@@ -310,10 +312,11 @@ class ControllerClient:
             found: dict[str, Any] = self._answer("PUT", path, data=data, headers=headers)
             return found
         start = data.tell()
-        total = data.seek(0, os.SEEK_END) - start
         if sha256 is None:
-            data.seek(start)
             sha256 = sha256_of(data)
+        if kept := self._uploaded(name, sha256):  # an upload of it again would change nothing
+            return kept
+        total = data.seek(0, os.SEEK_END) - start
         headers["Repr-Digest"] = f"sha-256=:{base64.b64encode(bytes.fromhex(sha256)).decode()}:"
         held = self._held(name, sha256, total)
         resumes = 0

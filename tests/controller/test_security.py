@@ -1148,11 +1148,12 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Arrange: links lost twice in a run's upload; in another, once in a run that does not go
-    # on by itself (a laptop closed), then a next run; in a third, the answer to the whole file.
+    # on by itself (a laptop closed), then a next run; in a third, the answer to the whole file;
+    # then the first file's upload again.
     key = create_key(api[1].store, tenant="nia")[1]
     path = save_npz(tmp_path / "d.npz")
     size = len(path.read_bytes())
-    asked: list[list[str]] = [[], [], [], []]
+    asked: list[list[str]] = [[], [], [], [], []]
 
     def upload(name: str, cuts: list[int | None], asked: list[str]) -> dict[str, Any]:
         with (
@@ -1169,15 +1170,18 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
             upload("later", [5000], asked[1])
         later = upload("later", [], asked[2])
         answered = upload("answered", [None], asked[3])
+        again = upload("resumed", [], asked[4])
 
-    # Assert: each run went on from what the controller held (after asking whether the whole
-    # file had come); the file was sent once in all.
+    # Assert: each run asked first whether the controller kept the file as the name, then went
+    # on from what it held (after asking whether the whole file had come); the file was sent
+    # once in all, and not at all again.
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     assert (uploaded["sha256"], uploaded["bytes"]) == (sha256, size)
     assert (later["sha256"], later["bytes"]) == (sha256, size)
     assert answered == {**later, "name": "answered", "path": "answered.npz"}
     asking = ["GET /v1/datasets/resumed/upload", "GET /v1/datasets"]
     assert asked[0] == [
+        "GET /v1/datasets",
         "GET /v1/datasets/resumed/upload",
         "PUT /v1/datasets/resumed",
         *asking,
@@ -1186,22 +1190,26 @@ def test_the_python_client_goes_on_with_an_upload_cut_short_in_its_run_and_in_th
         f"PUT /v1/datasets/resumed bytes 7000-{size - 1}/{size}",
     ]
     assert asked[1] == [
+        "GET /v1/datasets",
         "GET /v1/datasets/later/upload",
         "PUT /v1/datasets/later",
         "GET /v1/datasets/later/upload",
         "GET /v1/datasets",
     ]
     assert asked[2] == [
+        "GET /v1/datasets",
         "GET /v1/datasets/later/upload",
         f"PUT /v1/datasets/later bytes 5000-{size - 1}/{size}",
     ]
     # The answer lost, the file whole: its record found, nothing sent again.
     assert asked[3] == [
+        "GET /v1/datasets",
         "GET /v1/datasets/answered/upload",
         "PUT /v1/datasets/answered",
         "GET /v1/datasets/answered/upload",
         "GET /v1/datasets",
     ]
+    assert (again, asked[4]) == (uploaded, ["GET /v1/datasets"])
     assert [r.getMessage().partition(" (")[0] for r in caplog.records] == [
         "the upload of resumed stopped after 4,000 bytes",
         "the upload of resumed stopped after 7,000 bytes",
@@ -1255,20 +1263,26 @@ def test_the_cli_sends_an_uploads_digest_and_goes_on_from_where_its_link_was_los
     size = len(path.read_bytes())
     asked: list[str] = []
 
-    # Execute
-    with (
-        cutting_uploads(api[0], [6000], asked) as url,
-        caplog.at_level(logging.WARNING, "faasdl.controller.client"),
-    ):
-        result = CliRunner().invoke(
+    def upload(url: str) -> Any:
+        return CliRunner().invoke(
             cli,
             ["datasets", "upload", str(path), "--url", url],
             env={"FAASDL_CLIENT__API_KEY": key},
         )
 
-    # Assert: the rest sent after the lost link, the whole file's record last.
+    # Execute: the upload, then the same file's again.
+    with (
+        cutting_uploads(api[0], [6000], asked) as url,
+        caplog.at_level(logging.WARNING, "faasdl.controller.client"),
+    ):
+        result = upload(url)
+    again = upload(api[0])
+
+    # Assert: the rest sent after the lost link, the whole file's record last; the second run
+    # sent nothing, saying so, and printed the same record.
     assert result.exit_code == 0, result.output
     assert asked == [
+        "GET /v1/datasets",
         "GET /v1/datasets/set/upload",
         "PUT /v1/datasets/set",
         "GET /v1/datasets/set/upload",
@@ -1278,6 +1292,11 @@ def test_the_cli_sends_an_uploads_digest_and_goes_on_from_where_its_link_was_los
     assert "the upload of set stopped after 6,000 bytes" in caplog.text
     uploaded = json.loads(result.output.splitlines()[-1])
     assert uploaded["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert "nothing sent" not in result.output
+    assert again.exit_code == 0, again.output
+    assert "set is this file already (its SHA-256): nothing sent" in again.stderr
+    assert "400 training and 10 test examples" in again.stderr
+    assert json.loads(again.stdout.splitlines()[-1]) == uploaded
 
 
 def test_a_job_larger_than_its_tenants_memory_quota_is_refused(
