@@ -594,15 +594,15 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Pa
     others = [p for p in _upload_files(directory) if p.name != replaced]
     others += [p for p in _upload_files(directory, f".*{PARTIAL}") if p.name != own.name]
     held = size
-    unfinished: dict[str, int] = {}  # the parts kept of uploads cut short, by name: unlisted
+    cut_short: dict[str, int] = {}  # the parts kept of unfinished uploads, by name
     for path in others:  # sizes only: no digest is read
         with contextlib.suppress(FileNotFoundError):  # one that ended as they were counted
             found = path.stat().st_size
             held += found
             if (named := _part_of(path)) is not None:
-                unfinished[named[0]] = unfinished.get(named[0], 0) + found
+                cut_short[named[0]] = cut_short.get(named[0], 0) + found
     if held > quota:
-        parts = ", ".join(f"{n} ({b:,} bytes)" for n, b in sorted(unfinished.items()))
+        parts = ", ".join(f"{n} ({b:,} bytes)" for n, b in sorted(cut_short.items()))
         raise AccessError(
             f"tenant {tenant!r}'s uploads would hold {held:,} bytes with this one, more than the "
             f"{quota:,} they may: delete one first (DELETE /v1/datasets/NAME)"
