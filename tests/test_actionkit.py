@@ -36,10 +36,12 @@ def test_the_stack_dump_comes_while_every_thread_is_busy_in_python_and_leaves_it
     make_local: Callable[..., LocalPlatform],
 ) -> None:
     # Arrange: four threads calling and returning all the time (their frames never still), in
-    # an action with 3 s: its dump comes ~0.3 s before the limit (with 1 s, ~0.1 s before, a
-    # loaded CI machine once killed it first).
+    # an action with 10 s: its dump comes 1 s before the limit (STACK_DUMP_BEFORE_DEADLINE_S),
+    # as in any action of 10 s or more. (Its timer's thread waits for the GIL behind three busy
+    # ones, each hand-over a draw: with 3 s, 0.3 s before, a loaded CI machine killed it first
+    # in a5def54's run; with 1 s, 0.1 s before, in an earlier one.)
     platform = make_local()
-    platform.deploy(ActionSpec(name="busy", code=actions.FAASDL_BUSY, timeout_ms=3000))
+    platform.deploy(ActionSpec(name="busy", code=actions.FAASDL_BUSY, timeout_ms=10_000))
 
     # Execute
     busy = platform.call("busy", {"seconds": 30})
