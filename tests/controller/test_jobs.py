@@ -377,6 +377,14 @@ def test_a_job_with_a_target_loss_stops_early(
     assert said[-1] == f"job {job_id} done: stopped early: the mean loss reached target_loss"
 
 
+#: The error of a job whose first round passed its ``max_cost_usd``: what it cost, of what budget.
+FIRST_ROUND_PASSED = (
+    r"its cost reached max_cost_usd before its first round ended \((\d\.\d{6}) of (\d\.\d{6}) USD, "
+    r"its running activations and replicas counted\): the round was stopped, and no model is "
+    r"kept; a larger max_cost_usd lets a round end"
+)
+
+
 def test_a_job_whose_first_round_passes_its_budget_is_stopped_there_and_fails(
     client: httpx.Client, controller: Controller
 ) -> None:
@@ -393,19 +401,25 @@ def test_a_job_whose_first_round_passes_its_budget_is_stopped_there_and_fails(
     # Assert: failed in its first round, with no model, saying why; nothing after its trainers
     # started (no aggregation); what they ran booked and counted.
     assert record["state"] == "failed"
-    said = re.fullmatch(
-        r"its cost reached max_cost_usd before its first round ended \((\d\.\d{6}) of 0\.000001 "
-        r"USD, its running activations and replicas counted\): the round was stopped, and no model "
-        r"is kept; a larger max_cost_usd lets a round end",
-        record["error"],
-    )
+    said = re.fullmatch(FIRST_ROUND_PASSED, record["error"])
     assert said is not None, record["error"]
     assert float(said[1]) >= 1e-6
+    assert said[2] == "0.000001"
     assert (record["rounds"], record["model"]) == ([], None)
     assert ledger
     assert {(a["kind"], a["round"]) for a in ledger} == {("train", 0)}
     replicas = record["replica_gb_s"] * Settings().price_per_gb_s
     assert record["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in ledger) + replicas)
+
+
+def stopped_on_budget(
+    client: httpx.Client, controller: Controller, spec: dict[str, Any], budget: float
+) -> tuple[str, JobInfo]:
+    """The id and record of a job of ``spec`` on ``max_cost_usd=budget``, run to its end."""
+    job_id = submit(client, {**spec, "max_cost_usd": budget})["job_id"]
+    follow(client, job_id)
+    assert controller.wait_stopped(job_id, timeout_s=60)
+    return job_id, controller.job(job_id)
 
 
 def test_a_job_stops_in_the_round_that_passes_its_budget_and_trains_no_more_when_resumed(
@@ -419,10 +433,16 @@ def test_a_job_stops_in_the_round_that_passes_its_budget_and_trains_no_more_when
     train = client.post("/v1/estimate", json=spec).json()["train"]
     starts_gb_s = 2 * train["memory_mb"] / 1024 * train["median_cold_start_ms"] / 1000
     budget = round(3 * starts_gb_s * controller.settings.price_per_gb_s, 6)
-    job_id = submit(client, {**spec, "max_cost_usd": budget})["job_id"]
-    follow(client, job_id)
-    assert controller.wait_stopped(job_id, timeout_s=60)
-    record = controller.job(job_id)
+    job_id, record = stopped_on_budget(client, controller, spec, budget)
+    # Where its first round passed that budget after all (in CI's run of a5def54, beside the
+    # other worker's tests: 0.000327 of 0.000227 USD), the premise is made again from the runs:
+    # a job on three times what that round had cost when it was stopped, up to three times.
+    for _ in range(3):
+        first = re.fullmatch(FIRST_ROUND_PASSED, record.error or "")
+        if record.state is not JobState.FAILED or first is None:
+            break
+        budget = round(3 * float(first[1]), 6)
+        job_id, record = stopped_on_budget(client, controller, spec, budget)
     used = client.get(f"/v1/jobs/{job_id}/ledger").json()
 
     # Execute: as if its controller had stopped after the job's reason was written, before its
