@@ -4,6 +4,7 @@ job trains on the embedded platform and one of its training containers is killed
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ import pytest
 import requests
 
 from faasdl.canary.inject import Chaos
-from faasdl.config import Settings
+from faasdl.config import Settings, StoreSettings
 from faasdl.controller import auth
 from faasdl.controller.app import create_app
 from faasdl.controller.auth import create_key
@@ -25,7 +26,7 @@ from faasdl.controller.plan import JobPlan
 from faasdl.controller.validator import JobSpec
 from faasdl.platform.local import LocalPlatform
 from faasdl.serving import AppThread
-from faasdl.store import StateStore
+from faasdl.store import StateStore, make_store
 from faasdl.store.records import (
     ActivationUse,
     BestRound,
@@ -203,6 +204,9 @@ def test_a_job_with_a_killed_container_followed_live_from_the_job_list_to_done(
     platform = controller.platform
     assert isinstance(platform, LocalPlatform)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    # A browser without the File System Access API (Firefox's, Safari's): the model is handed
+    # over whole (Chromium's writes it as it arrives, as a test below shows).
+    page.add_init_script("delete window.showSaveFilePicker")
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -713,6 +717,101 @@ def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
     assert drawn == [
         f"round {n}: validation loss {v}" for n, v in [(1, "0.300"), (2, "0.200"), (3, "0.250")]
     ]
+
+
+#: Stands in for the save-file picker, which a headless browser cannot show: the file the user
+#: would pick is one of the page's origin-private file system, named as the page suggests (a real
+#: file, written through the same writable stream), with what the page says beside the button
+#: and any Blob it makes counted.
+PICK_A_PRIVATE_FILE = """
+window.showSaveFilePicker = async (options) => {
+  const folder = await navigator.storage.getDirectory();
+  return folder.getFileHandle(options.suggestedName, { create: true });
+};
+window.blobs = 0;
+const makeUrl = URL.createObjectURL;
+URL.createObjectURL = (blob) => { window.blobs += 1; return makeUrl(blob); };
+window.said = [];
+document.addEventListener("DOMContentLoaded", () => {
+  const progress = document.querySelector("#model-progress");
+  new MutationObserver(() => window.said.push(progress.textContent))
+    .observe(progress, { childList: true, characterData: true, subtree: true });
+});
+"""
+
+#: The size and SHA-256 of a file of the page's origin-private file system.
+READ_A_PRIVATE_FILE = """async (name) => {
+  const folder = await navigator.storage.getDirectory();
+  const file = await (await folder.getFileHandle(name)).getFile();
+  const digest = await crypto.subtle.digest("SHA-256", await file.arrayBuffer());
+  return [file.size, [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0"))
+    .join("")];
+}"""
+
+
+def test_a_model_is_written_to_the_picked_file_as_it_arrives_and_one_cut_short_is_not(
+    served: tuple[Controller, str, str],
+    browser: Any,
+    unstarted: tuple[StateStore, str, str],
+    own_store: tuple[StateStore, str],
+    tmp_path: Path,
+) -> None:
+    # Arrange: two done jobs whose models (1 MiB each, as the store holds a model) are stored in
+    # 64 KiB chunks, the second's chunk 8 damaged: its answer ends after the eight before it.
+    store, base, key = unstarted
+    whole, cut = "e" * 16, "f" * 16
+    model = os.urandom(1024 * 1024)
+    settings = StoreSettings(chunk_bytes=64 * 1024, spill_dir=str(tmp_path / "spill"))
+    with make_store(settings, own_store[1]) as chunked:
+        for job_id in (whole, cut):
+            name = f"jobs/{job_id}/global/00001"
+            manifest = chunked.put_blob(name, model)
+            done, _ = stored_job(
+                served[0],
+                job_id=job_id,
+                state=JobState.DONE,
+                created_ms=int(time.time() * 1000),
+                round=1,
+                model=name,
+            )
+            assert create(store, done)
+        chunked._write_chunks([(chunked._chunk_key(name, manifest.write_id, 8), b"x" * 65536)])
+
+    # Execute: each downloaded from its page, to the file picked.
+    said: dict[str, list[str]] = {}
+    written: dict[str, list[Any]] = {}
+    downloads: list[Any] = []
+    blobs: list[int] = []
+    for job_id in (whole, cut):
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.add_init_script(PICK_A_PRIVATE_FILE)
+        page.on("download", lambda download: downloads.append(download))
+        sign_in(page, base, key)
+        page.goto(f"{base}/ui#job={job_id}")
+        page.get_by_role("button", name="Download the model").click()
+        page.wait_for_function(
+            "() => /^(saved|the download stopped)/.test("
+            "document.querySelector('#model-progress').textContent)"
+        )
+        said[job_id] = page.evaluate("window.said")
+        written[job_id] = page.evaluate(READ_A_PRIVATE_FILE, f"{job_id}.safetensors")
+        blobs.append(page.evaluate("window.blobs"))
+        page.close()
+
+    # Assert: the whole model in the file, its bytes counted as they came; the one cut short
+    # not written, saying so; no Blob made, no download of the browser's own.
+    assert written[whole] == [len(model), hashlib.sha256(model).hexdigest()]
+    assert said[whole][0] == f"downloading {whole}.safetensors"
+    assert said[whole][-2:] == [
+        f"downloading {whole}.safetensors: 1.0 MB of 1.0 MB",
+        f"saved {whole}.safetensors (1.0 MB)",
+    ]
+    assert written[cut] == [0, hashlib.sha256(b"").hexdigest()]
+    assert re.fullmatch(
+        rf"the download stopped \(.+\): {cut}\.safetensors was not written; download it again",
+        said[cut][-1],
+    ), said[cut]
+    assert (blobs, downloads) == ([0, 0], [])
 
 
 def test_a_queued_jobs_page_says_what_it_waits_for(

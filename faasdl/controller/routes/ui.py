@@ -83,6 +83,7 @@ PAGE = Template("""<!doctype html>
     <p id="job-model" hidden>
       <button type="button" id="download-model">Download the model</button>
       <span id="model-note"></span>
+      <span id="model-progress" role="status"></span>
     </p>
     <h3 id="lanes-title">Units</h3>
     <p class="legend" aria-hidden="true">

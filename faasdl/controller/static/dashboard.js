@@ -162,6 +162,7 @@ function openJob(id) {
   current = { id, view: null, lines: new Map(), rounds: new Map() };
   $("#job-title").textContent = `Job ${id}`;
   $("#job-model").hidden = true;
+  $("#model-progress").textContent = "";
   for (const part of ["#job-summary", "#lanes", "#curves", "#memory tbody", "#events"]) {
     $(part).replaceChildren();
   }
@@ -306,21 +307,70 @@ function renderSummary(view) {
     : `of round ${job.round}, the last this ${job.state} job finished`;
 }
 
-// The model is read with the key (a link cannot send it) and handed to the browser as a file.
+// The model is read with the key (a link cannot send it). Where the browser can write a file as
+// it arrives (the File System Access API, Chromium's), it goes to the file the user picks, its
+// bytes counted beside the button: a model is never held whole in the page (VGG16's with Adam's
+// moments is ~1.6 GB), and one cut short is dropped (the browser writes a copy, moved in place
+// only once whole). Elsewhere it is read whole into memory (a Blob) and handed over as a file.
 async function downloadModel() {
   const id = current && current.id;
   if (!id) return;
+  const name = `${id}.safetensors`;
   try {
-    const blob = await (await api(`/v1/jobs/${id}/model`)).blob();
-    const url = URL.createObjectURL(blob);
-    const link = el("a", { href: url, download: `${id}.safetensors`, hidden: "" });
-    document.body.append(link);
-    link.click();
-    link.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 60_000); // the download has begun by then
+    if (window.showSaveFilePicker) await saveModel(id, name);
+    else await handModel(id, name);
   } catch (error) {
+    if (error.name === "AbortError") return; // the file picker closed without a file
     if (error.message !== "unauthenticated") say(error.message);
   }
+}
+
+async function saveModel(id, name) {
+  // The picker first, while the click still counts as the user's: then the request.
+  const file = await window.showSaveFilePicker({
+    suggestedName: name,
+    types: [{ description: "safetensors", accept: { "application/octet-stream": ".safetensors" } }],
+  });
+  const progress = $("#model-progress");
+  progress.textContent = `downloading ${name}`;
+  try {
+    const response = await api(`/v1/jobs/${id}/model`);
+    const size = Number(response.headers.get("Content-Length")) || null;
+    const of = size ? ` of ${mb(size)}` : "";
+    let got = 0;
+    let shown = 0;
+    const counted = new TransformStream({
+      transform(chunk, stream) {
+        got += chunk.byteLength;
+        if (got - shown >= (size || 0) / 100 || got === size) { // a hundred updates at most
+          shown = got;
+          progress.textContent = `downloading ${name}: ${mb(got)}${of}`;
+        }
+        stream.enqueue(chunk);
+      },
+    });
+    await response.body.pipeThrough(counted).pipeTo(await file.createWritable());
+    progress.textContent = `saved ${file.name} (${mb(got)})`;
+  } catch (error) {
+    if (error.message === "unauthenticated") { // the key's box says so
+      progress.textContent = "";
+      throw error;
+    }
+    progress.textContent = `the download stopped (${error.message}): ${file.name} was not ` +
+      "written; download it again";
+  }
+}
+
+const mb = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
+
+async function handModel(id, name) {
+  const blob = await (await api(`/v1/jobs/${id}/model`)).blob();
+  const url = URL.createObjectURL(blob);
+  const link = el("a", { href: url, download: name, hidden: "" });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000); // the download has begun by then
 }
 
 // One lane per training unit (a shard: the same lane across rounds) and one for aggregation and
