@@ -721,8 +721,8 @@ def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
 
 #: Stands in for the save-file picker, which a headless browser cannot show: the file the user
 #: would pick is one of the page's origin-private file system, named as the page suggests (a real
-#: file, written through the same writable stream), with what the page says beside the button
-#: and any Blob it makes counted.
+#: file, written through the same writable stream), with each text the page puts beside the
+#: button (from the observer's records: two in one task are two) and any Blob it makes counted.
 PICK_A_PRIVATE_FILE = """
 window.showSaveFilePicker = async (options) => {
   const folder = await navigator.storage.getDirectory();
@@ -734,8 +734,8 @@ URL.createObjectURL = (blob) => { window.blobs += 1; return makeUrl(blob); };
 window.said = [];
 document.addEventListener("DOMContentLoaded", () => {
   const progress = document.querySelector("#model-progress");
-  new MutationObserver(() => window.said.push(progress.textContent))
-    .observe(progress, { childList: true, characterData: true, subtree: true });
+  new MutationObserver((records) => records.forEach((record) => record.addedNodes
+    .forEach((node) => window.said.push(node.textContent)))).observe(progress, { childList: true });
 });
 """
 
