@@ -361,7 +361,7 @@ async function saveModel(id, name) {
   }
 }
 
-const mb = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
+const mb = (bytes) => `${fmt(bytes / 1e6, 1)} MB`;
 
 async function handModel(id, name) {
   const blob = await (await api(`/v1/jobs/${id}/model`)).blob();
