@@ -775,7 +775,9 @@ def test_a_model_is_written_to_the_picked_file_as_it_arrives_and_one_cut_short_i
                 model=name,
             )
             assert create(store, done)
-        chunked._write_chunks([(chunked._chunk_key(name, manifest.write_id, 8), b"x" * 65536)])
+            if job_id == cut:
+                damaged = chunked._chunk_key(name, manifest.write_id, 8)
+                chunked._write_chunks([(damaged, b"x" * 65536)])
 
     # Execute: each downloaded from its page, to the file picked.
     said: dict[str, list[str]] = {}
