@@ -4,6 +4,7 @@ job trains on the embedded platform and one of its training containers is killed
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -749,21 +750,25 @@ READ_A_PRIVATE_FILE = """async (name) => {
 }"""
 
 
-def test_a_model_is_written_to_the_picked_file_as_it_arrives_and_one_cut_short_is_not(
+def test_a_model_is_written_to_the_picked_file_as_it_arrives_going_on_where_it_stopped(
     served: tuple[Controller, str, str],
     browser: Any,
     unstarted: tuple[StateStore, str, str],
     own_store: tuple[StateStore, str],
     tmp_path: Path,
 ) -> None:
-    # Arrange: two done jobs whose models (1 MiB each, as the store holds a model) are stored in
-    # 64 KiB chunks, the second's chunk 8 damaged: its answer ends after the eight before it.
+    # Arrange: four done jobs whose models (1 MiB each, as the store holds a model) are stored
+    # in 64 KiB chunks: one whole; the chunk 8 of two damaged, so that their answers end after
+    # the eight before it, one's mended when the page asks for the rest of it, the other's not;
+    # the chunk 0 of the last damaged, so that its answer is an error.
     store, base, key = unstarted
-    whole, cut = "e" * 16, "f" * 16
+    whole, resumed, cut, refused = "c" * 16, "d" * 16, "e" * 16, "f" * 16
+    jobs = (whole, resumed, cut, refused)
     model = os.urandom(1024 * 1024)
     settings = StoreSettings(chunk_bytes=64 * 1024, spill_dir=str(tmp_path / "spill"))
+    damaged: dict[str, str] = {}
     with make_store(settings, own_store[1]) as chunked:
-        for job_id in (whole, cut):
+        for job_id in jobs:
             name = f"jobs/{job_id}/global/00001"
             manifest = chunked.put_blob(name, model)
             done, _ = stored_job(
@@ -775,19 +780,31 @@ def test_a_model_is_written_to_the_picked_file_as_it_arrives_and_one_cut_short_i
                 model=name,
             )
             assert create(store, done)
-            if job_id == cut:
-                damaged = chunked._chunk_key(name, manifest.write_id, 8)
-                chunked._write_chunks([(damaged, b"x" * 65536)])
+            if job_id != whole:
+                chunk = 0 if job_id == refused else 8
+                damaged[job_id] = chunked._chunk_key(name, manifest.write_id, chunk)
+                chunked._write_chunks([(damaged[job_id], b"x" * 65536)])
+    asked: dict[str, list[dict[str, str]]] = {job_id: [] for job_id in jobs}
+
+    def mend(job_id: str, route: Any) -> None:
+        # Each request for the model seen (its Range); the one to mend mended before its rest.
+        headers = route.request.headers
+        asked[job_id].append({h: headers[h] for h in ("range", "if-range") if h in headers})
+        if job_id == resumed and "range" in headers:
+            with make_store(settings, own_store[1]) as chunked:
+                chunked._write_chunks([(damaged[resumed], model[8 * 65536 : 9 * 65536])])
+        route.continue_()
 
     # Execute: each downloaded from its page, to the file picked.
     said: dict[str, list[str]] = {}
     written: dict[str, list[Any]] = {}
     downloads: list[Any] = []
     blobs: list[int] = []
-    for job_id in (whole, cut):
+    for job_id in jobs:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.add_init_script(PICK_A_PRIVATE_FILE)
         page.on("download", lambda download: downloads.append(download))
+        page.route(f"**/v1/jobs/{job_id}/model", functools.partial(mend, job_id))
         sign_in(page, base, key)
         page.goto(f"{base}/ui#job={job_id}")
         page.get_by_role("button", name="Download the model").click()
@@ -800,20 +817,55 @@ def test_a_model_is_written_to_the_picked_file_as_it_arrives_and_one_cut_short_i
         blobs.append(page.evaluate("window.blobs"))
         page.close()
 
-    # Assert: the whole model in the file, its bytes counted as they came; the one cut short
-    # not written, saying so; no Blob made, no download of the browser's own.
-    assert written[whole] == [len(model), hashlib.sha256(model).hexdigest()]
-    assert said[whole][0] == f"downloading {whole}.safetensors"
-    assert said[whole][-2:] == [
-        f"downloading {whole}.safetensors: 1.0 MB of 1.0 MB",
-        f"saved {whole}.safetensors (1.0 MB)",
-    ]
+    # Assert: the whole model in the file, its bytes counted as they came, asked for once.
+    for job_id in (whole, resumed):
+        assert written[job_id] == [len(model), hashlib.sha256(model).hexdigest()], job_id
+        assert said[job_id][0] == f"downloading {job_id}.safetensors"
+        assert said[job_id][-2:] == [
+            f"downloading {job_id}.safetensors: 1.0 MB of 1.0 MB",
+            f"saved {job_id}.safetensors (1.0 MB)",
+        ]
+    assert asked[whole] == [{}]
+    # The one mended: whole too, its rest asked for from what was written of it (the same
+    # model's: If-Range), said. (Chromium drops what it holds of an answer unread when the
+    # answer fails, so that may be less than the eight chunks sent, or nothing.)
+    etag = f'"{manifest.sha256}"'  # the model's ETag: the same for each, of the same bytes
+    [first, rest] = asked[resumed]
+    start = int(rest["range"].removeprefix("bytes=").removesuffix("-"))
+    assert (first, rest) == ({}, {"range": f"bytes={start}-", "if-range": etag})
+    assert 0 <= start <= 8 * 65536, start
+    [going_on] = [text for text in said[resumed] if "going on" in text]
+    shown = re.fullmatch(
+        rf"downloading {resumed}\.safetensors: (\d\.\d) MB of 1\.0 MB, going on after the "
+        r"download stopped \(network error\)",
+        going_on,
+    )
+    assert shown, said[resumed]
+    assert abs(float(shown[1]) - start / 1e6) <= 0.05, said[resumed]
+    # The one still damaged: asked for again up to three times, then not written, saying why
+    # (its chunk's damage where the rest asked for begins there, else the connection lost).
+    assert 2 <= len(asked[cut]) <= 4, asked[cut]
+    assert all(r == {"range": r["range"], "if-range": etag} for r in asked[cut][1:]), asked[cut]
     assert written[cut] == [0, hashlib.sha256(b"").hexdigest()]
-    assert re.fullmatch(
-        rf"the download stopped \(.+\): {cut}\.safetensors was not written; download it again",
-        said[cut][-1],
+    why = (
+        "network error"
+        if asked[cut][-1]["range"] != f"bytes={8 * 65536}-"
+        else f"/v1/jobs/{cut}/model answered 500: blob 'jobs/{cut}/global/00001': chunk 8 does "
+        "not match its checksum"
+    )
+    assert said[cut][-1] == (
+        f"the download stopped ({why}): {cut}.safetensors was not written; download it again"
     ), said[cut]
-    assert (blobs, downloads) == ([0, 0], [])
+    # The one refused: not written, its answer's detail said.
+    assert asked[refused] == [{}]
+    assert written[refused] == [0, hashlib.sha256(b"").hexdigest()]
+    assert said[refused] == [
+        f"downloading {refused}.safetensors",
+        f"the download stopped (/v1/jobs/{refused}/model answered 500: blob "
+        f"'jobs/{refused}/global/00001': chunk 0 does not match its checksum): "
+        f"{refused}.safetensors was not written; download it again",
+    ]
+    assert (blobs, downloads) == ([0, 0, 0, 0], [])
 
 
 def test_a_queued_jobs_page_says_what_it_waits_for(

@@ -13,6 +13,9 @@ const RIGHT = 24;
 // would be too dense to read, and its whole ledger (some 6,000 lines) too much to fetch at each
 // burst of events.
 const LANE_ROUNDS = 20;
+// How many times a model's download cut short goes on from where it stopped (the client's
+// DOWNLOAD_RESUMES).
+const DOWNLOAD_RESUMES = 3;
 const $ = (selector) => document.querySelector(selector);
 
 let following = null; // the AbortController of the job being followed
@@ -53,21 +56,29 @@ function key() {
 
 // A controller with authentication off (FAASDL_API__AUTH=none, as in `faasdl demo`; the page
 // says so in body[data-auth]) needs no key.
-async function api(path, signal) {
-  const headers = key() ? { Authorization: `Bearer ${key()}` } : {};
-  const response = await fetch(path, { headers, signal });
+async function api(path, signal, asked = {}) {
+  const headers = { ...asked, ...(key() ? { Authorization: `Bearer ${key()}` } : {}) };
+  // Not from the browser's cache: a job's view changes, and a Range's part is the model's now.
+  const response = await fetch(path, { headers, signal, cache: "no-store" });
   if (response.status === 401) {
     const had = Boolean(key());
     sessionStorage.removeItem(KEY);
     // Why it was refused, as the API says it (an expired key says when it expired).
-    const why = await response.json().then((body) => body.detail, () => null);
+    const why = await detail(response);
     say(had ? `the key was refused${why ? ` (${why})` : ""}: enter another`
       : "enter an API key to see your jobs");
     throw new Error("unauthenticated");
   }
-  if (!response.ok) throw new Error(`${path} answered ${response.status}`);
+  if (!response.ok) {
+    const why = await detail(response);
+    throw new Error(`${path} answered ${response.status}${why ? `: ${why}` : ""}`);
+  }
   return response;
 }
+
+// The problem's detail an error answer gives (a text), or null.
+const detail = (response) => response.json()
+  .then((body) => (typeof body.detail === "string" ? body.detail : null), () => null);
 
 // ---- routing ------------------------------------------------------------------------------
 
@@ -310,8 +321,9 @@ function renderSummary(view) {
 // The model is read with the key (a link cannot send it). Where the browser can write a file as
 // it arrives (the File System Access API, Chromium's), it goes to the file the user picks, its
 // bytes counted beside the button: a model is never held whole in the page (VGG16's with Adam's
-// moments is ~1.6 GB), and one cut short is dropped (the browser writes a copy, moved in place
-// only once whole). Elsewhere it is read whole into memory (a Blob) and handed over as a file.
+// moments is ~1.6 GB); one cut short goes on from where it stopped, and one that cannot is
+// dropped (the browser writes a copy, moved in place only once whole). Elsewhere it is read
+// whole into memory (a Blob) and handed over as a file.
 async function downloadModel() {
   const id = current && current.id;
   if (!id) return;
@@ -333,31 +345,65 @@ async function saveModel(id, name) {
   });
   const progress = $("#model-progress");
   progress.textContent = `downloading ${name}`;
+  let writable = null;
   try {
-    const response = await api(`/v1/jobs/${id}/model`);
-    const size = Number(response.headers.get("Content-Length")) || null;
-    const of = size ? ` of ${mb(size)}` : "";
-    let got = 0;
-    let shown = 0;
-    const counted = new TransformStream({
-      transform(chunk, stream) {
-        got += chunk.byteLength;
-        if (got - shown >= (size || 0) / 100 || got === size) { // a hundred updates at most
-          shown = got;
-          progress.textContent = `downloading ${name}: ${mb(got)}${of}`;
-        }
-        stream.enqueue(chunk);
-      },
-    });
-    await response.body.pipeThrough(counted).pipeTo(await file.createWritable());
+    writable = await file.createWritable();
+    const got = await receive(`/v1/jobs/${id}/model`, name, writable, progress);
+    await writable.close();
     progress.textContent = `saved ${file.name} (${mb(got)})`;
   } catch (error) {
+    if (writable) await writable.abort().catch(() => {}); // the file is left as it was
     if (error.message === "unauthenticated") { // the key's box says so
       progress.textContent = "";
       throw error;
     }
     progress.textContent = `the download stopped (${error.message}): ${file.name} was not ` +
       "written; download it again";
+  }
+}
+
+// Write the model at `path` into `writable` as it arrives, its bytes counted in `progress`;
+// the bytes written. An answer cut short goes on from what was written of it, up to
+// DOWNLOAD_RESUMES times, asking for the rest of the same model (Range, and If-Range its ETag),
+// as `faasdl model` does: a large model is not downloaded again from its start. (Chromium drops
+// what it holds unread of an answer that fails, so what was written may be less than came, or
+// nothing: that is why a try that wrote nothing counts too.)
+async function receive(path, name, writable, progress) {
+  let got = 0;
+  let shown = 0;
+  let size = null;
+  let tag = null;
+  for (let resumes = 0; ; resumes += 1) {
+    const rest = resumes ? { Range: `bytes=${got}-`, "If-Range": tag } : {};
+    const response = await api(path, undefined, rest);
+    if (resumes && response.status !== 206) {
+      throw new Error(`the controller stopped sending the model after ${mb(got)}, and then ` +
+        "sent another one");
+    }
+    if (!resumes) {
+      tag = response.headers.get("ETag");
+      size = Number(response.headers.get("Content-Length")) || null;
+    }
+    const of = size ? ` of ${mb(size)}` : "";
+    const reader = response.body.getReader();
+    for (;;) {
+      let piece;
+      try {
+        piece = await reader.read();
+      } catch (error) { // the connection lost: go on from what was written
+        if (!tag || resumes === DOWNLOAD_RESUMES) throw error;
+        progress.textContent = `downloading ${name}: ${mb(got)}${of}, going on after the ` +
+          `download stopped (${error.message})`;
+        break;
+      }
+      if (piece.done) return got;
+      await writable.write(piece.value);
+      got += piece.value.byteLength;
+      if (got - shown >= (size || 0) / 100 || got === size) { // a hundred updates at most
+        shown = got;
+        progress.textContent = `downloading ${name}: ${mb(got)}${of}`;
+      }
+    }
   }
 }
 
