@@ -722,13 +722,17 @@ def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
 
 #: Stands in for the save-file picker, which a headless browser cannot show: the file the user
 #: would pick is one of the page's origin-private file system, named as the page suggests (a real
-#: file, written through the same writable stream), with each text the page puts beside the
-#: button (from the observer's records: two in one task are two) and any Blob it makes counted.
+#: file, written through the same writable stream).
 PICK_A_PRIVATE_FILE = """
 window.showSaveFilePicker = async (options) => {
   const folder = await navigator.storage.getDirectory();
   return folder.getFileHandle(options.suggestedName, { create: true });
 };
+"""
+
+#: Each text the page puts beside the button (from the observer's records: two in one task are
+#: two), and each Blob it makes counted.
+OBSERVE_THE_DOWNLOAD = """
 window.blobs = 0;
 const makeUrl = URL.createObjectURL;
 URL.createObjectURL = (blob) => { window.blobs += 1; return makeUrl(blob); };
@@ -750,12 +754,14 @@ READ_A_PRIVATE_FILE = """async (name) => {
 }"""
 
 
-def test_a_model_is_written_to_the_picked_file_as_it_arrives_going_on_where_it_stopped(
+@pytest.mark.parametrize("picker", [True, False], ids=["file-picked", "blob"])
+def test_a_model_is_downloaded_from_the_page_as_it_arrives_going_on_where_it_stopped(
     served: tuple[Controller, str, str],
     browser: Any,
     unstarted: tuple[StateStore, str, str],
     own_store: tuple[StateStore, str],
     tmp_path: Path,
+    picker: bool,
 ) -> None:
     # Arrange: four done jobs whose models (1 MiB each, as the store holds a model) are stored
     # in 64 KiB chunks: one whole; the chunk 8 of two damaged, so that their answers end after
@@ -795,25 +801,35 @@ def test_a_model_is_written_to_the_picked_file_as_it_arrives_going_on_where_it_s
                 chunked._write_chunks([(damaged[resumed], model[8 * 65536 : 9 * 65536])])
         route.continue_()
 
-    # Execute: each downloaded from its page, to the file picked.
+    # Execute: each downloaded from its page, to the file picked (Chromium's), or handed over
+    # whole as a Blob (a browser without the File System Access API: Firefox's, Safari's).
     said: dict[str, list[str]] = {}
     written: dict[str, list[Any]] = {}
     downloads: list[Any] = []
     blobs: list[int] = []
     for job_id in jobs:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.add_init_script(PICK_A_PRIVATE_FILE)
+        page.add_init_script(PICK_A_PRIVATE_FILE if picker else "delete window.showSaveFilePicker")
+        page.add_init_script(OBSERVE_THE_DOWNLOAD)
         page.on("download", lambda download: downloads.append(download))
         page.route(f"**/v1/jobs/{job_id}/model", functools.partial(mend, job_id))
         sign_in(page, base, key)
         page.goto(f"{base}/ui#job={job_id}")
-        page.get_by_role("button", name="Download the model").click()
+        button = page.get_by_role("button", name="Download the model")
+        if picker or job_id in (cut, refused):
+            button.click()
+        else:
+            with page.expect_download() as handed:
+                button.click()
+            got = Path(handed.value.path()).read_bytes()
+            written[job_id] = [len(got), hashlib.sha256(got).hexdigest()]
         page.wait_for_function(
-            "() => /^(saved|the download stopped)/.test("
+            "() => /^(saved|handed|the download stopped)/.test("
             "document.querySelector('#model-progress').textContent)"
         )
         said[job_id] = page.evaluate("window.said")
-        written[job_id] = page.evaluate(READ_A_PRIVATE_FILE, f"{job_id}.safetensors")
+        if picker:
+            written[job_id] = page.evaluate(READ_A_PRIVATE_FILE, f"{job_id}.safetensors")
         blobs.append(page.evaluate("window.blobs"))
         page.close()
 
@@ -823,7 +839,9 @@ def test_a_model_is_written_to_the_picked_file_as_it_arrives_going_on_where_it_s
         assert said[job_id][0] == f"downloading {job_id}.safetensors"
         assert said[job_id][-2:] == [
             f"downloading {job_id}.safetensors: 1.0 MB of 1.0 MB",
-            f"saved {job_id}.safetensors (1.0 MB)",
+            f"saved {job_id}.safetensors (1.0 MB)"
+            if picker
+            else f"handed {job_id}.safetensors to the browser (1.0 MB)",
         ]
     assert asked[whole] == [{}]
     # The one mended: whole too, its rest asked for from what was written of it (the same
@@ -846,7 +864,6 @@ def test_a_model_is_written_to_the_picked_file_as_it_arrives_going_on_where_it_s
     # (its chunk's damage where the rest asked for begins there, else the connection lost).
     assert 2 <= len(asked[cut]) <= 4, asked[cut]
     assert all(r == {"range": r["range"], "if-range": etag} for r in asked[cut][1:]), asked[cut]
-    assert written[cut] == [0, hashlib.sha256(b"").hexdigest()]
     why = (
         "network error"
         if asked[cut][-1]["range"] != f"bytes={8 * 65536}-"
@@ -858,14 +875,23 @@ def test_a_model_is_written_to_the_picked_file_as_it_arrives_going_on_where_it_s
     ), said[cut]
     # The one refused: not written, its answer's detail said.
     assert asked[refused] == [{}]
-    assert written[refused] == [0, hashlib.sha256(b"").hexdigest()]
     assert said[refused] == [
         f"downloading {refused}.safetensors",
         f"the download stopped (/v1/jobs/{refused}/model answered 500: blob "
         f"'jobs/{refused}/global/00001': chunk 0 does not match its checksum): "
         f"{refused}.safetensors was not written; download it again",
     ]
-    assert (blobs, downloads) == ([0, 0, 0, 0], [])
+    # Neither written: the file picked left empty, no Blob made; no download of the browser's
+    # own beside a picked file; each Blob handed over once.
+    if picker:
+        assert written[cut] == written[refused] == [0, hashlib.sha256(b"").hexdigest()]
+        assert (blobs, downloads) == ([0, 0, 0, 0], [])
+    else:
+        assert (blobs, len(downloads)) == ([1, 1, 0, 0], 2)
+        assert [d.suggested_filename for d in downloads] == [
+            f"{whole}.safetensors",
+            f"{resumed}.safetensors",
+        ]
 
 
 def test_a_queued_jobs_page_says_what_it_waits_for(

@@ -16,6 +16,8 @@ const LANE_ROUNDS = 20;
 // How many times a model's download cut short goes on from where it stopped (the client's
 // DOWNLOAD_RESUMES).
 const DOWNLOAD_RESUMES = 3;
+// The bytes of a model gathered into a Blob (where the page cannot write a file) put in at once.
+const GATHER_BYTES = 16 * 1024 * 1024;
 const $ = (selector) => document.querySelector(selector);
 
 let following = null; // the AbortController of the job being followed
@@ -318,48 +320,87 @@ function renderSummary(view) {
     : `of round ${job.round}, the last this ${job.state} job finished`;
 }
 
-// The model is read with the key (a link cannot send it). Where the browser can write a file as
-// it arrives (the File System Access API, Chromium's), it goes to the file the user picks, its
-// bytes counted beside the button: a model is never held whole in the page (VGG16's with Adam's
-// moments is ~1.6 GB); one cut short goes on from where it stopped, and one that cannot is
-// dropped (the browser writes a copy, moved in place only once whole). Elsewhere it is read
-// whole into memory (a Blob) and handed over as a file.
+// The model is read with the key (a link cannot send it), its bytes counted beside the button;
+// one cut short goes on from where it stopped (receive). Where the browser can write a file as
+// it arrives (the File System Access API, Chromium's), it goes to the file the user picks: a
+// model is never held whole in the page (VGG16's with Adam's moments is ~1.6 GB), and one that
+// cannot be had whole is dropped (the browser writes a copy, moved in place only once whole).
+// Elsewhere it is gathered into a Blob and handed over as a file once whole.
 async function downloadModel() {
   const id = current && current.id;
   if (!id) return;
   const name = `${id}.safetensors`;
+  const progress = $("#model-progress");
+  let file = null;
+  let into = null;
   try {
-    if (window.showSaveFilePicker) await saveModel(id, name);
-    else await handModel(id, name);
+    // The picker first, while the click still counts as the user's: then the request.
+    if (window.showSaveFilePicker) {
+      file = await window.showSaveFilePicker({
+        suggestedName: name,
+        types: [{ description: "safetensors", accept: { "application/octet-stream": ".safetensors" } }],
+      });
+    }
+    progress.textContent = `downloading ${name}`;
+    into = file ? await file.createWritable() : new Gathered();
+    const got = await receive(`/v1/jobs/${id}/model`, name, into, progress);
+    await into.close();
+    if (file) progress.textContent = `saved ${file.name} (${mb(got)})`;
+    else {
+      hand(into.blob, name);
+      progress.textContent = `handed ${name} to the browser (${mb(got)})`;
+    }
   } catch (error) {
-    if (error.name === "AbortError") return; // the file picker closed without a file
-    if (error.message !== "unauthenticated") say(error.message);
+    if (error.name === "AbortError" && !into) return; // the file picker closed without a file
+    if (into) await into.abort().catch(() => {}); // a file picked is left as it was
+    if (error.message === "unauthenticated") { // the key's box says so
+      progress.textContent = "";
+      return;
+    }
+    progress.textContent = `the download stopped (${error.message}): ${file ? file.name : name} ` +
+      "was not written; download it again";
   }
 }
 
-async function saveModel(id, name) {
-  // The picker first, while the click still counts as the user's: then the request.
-  const file = await window.showSaveFilePicker({
-    suggestedName: name,
-    types: [{ description: "safetensors", accept: { "application/octet-stream": ".safetensors" } }],
-  });
-  const progress = $("#model-progress");
-  progress.textContent = `downloading ${name}`;
-  let writable = null;
-  try {
-    writable = await file.createWritable();
-    const got = await receive(`/v1/jobs/${id}/model`, name, writable, progress);
-    await writable.close();
-    progress.textContent = `saved ${file.name} (${mb(got)})`;
-  } catch (error) {
-    if (writable) await writable.abort().catch(() => {}); // the file is left as it was
-    if (error.message === "unauthenticated") { // the key's box says so
-      progress.textContent = "";
-      throw error;
-    }
-    progress.textContent = `the download stopped (${error.message}): ${file.name} was not ` +
-      "written; download it again";
+// A model's bytes gathered into a Blob as they come (a writable's methods, as receive writes
+// to): the parts not yet in it are put in at each GATHER_BYTES, the Blob made of the Blob before
+// and them, so that the page does not hold the model twice as the Blob is made.
+class Gathered {
+  constructor() {
+    this.blob = new Blob([], { type: "application/octet-stream" });
+    this.parts = [];
+    this.held = 0;
   }
+
+  async write(piece) {
+    this.parts.push(piece);
+    this.held += piece.byteLength;
+    if (this.held >= GATHER_BYTES) this.settle();
+  }
+
+  settle() {
+    this.blob = new Blob([this.blob, ...this.parts], { type: "application/octet-stream" });
+    this.parts = [];
+    this.held = 0;
+  }
+
+  async close() {
+    this.settle();
+  }
+
+  async abort() {
+    this.blob = null;
+    this.parts = [];
+  }
+}
+
+function hand(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const link = el("a", { href: url, download: name, hidden: "" });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000); // the download has begun by then
 }
 
 // Write the model at `path` into `writable` as it arrives, its bytes counted in `progress`;
@@ -408,16 +449,6 @@ async function receive(path, name, writable, progress) {
 }
 
 const mb = (bytes) => `${fmt(bytes / 1e6, 1)} MB`;
-
-async function handModel(id, name) {
-  const blob = await (await api(`/v1/jobs/${id}/model`)).blob();
-  const url = URL.createObjectURL(blob);
-  const link = el("a", { href: url, download: name, hidden: "" });
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60_000); // the download has begun by then
-}
 
 // One lane per training unit (a shard: the same lane across rounds) and one for aggregation and
 // evaluation; each activation is a bar (queue wait, cold start, training) ending in a commit or
