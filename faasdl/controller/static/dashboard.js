@@ -336,9 +336,10 @@ async function downloadModel() {
   try {
     // The picker first, while the click still counts as the user's: then the request.
     if (window.showSaveFilePicker) {
+      const accept = { "application/octet-stream": ".safetensors" };
       file = await window.showSaveFilePicker({
         suggestedName: name,
-        types: [{ description: "safetensors", accept: { "application/octet-stream": ".safetensors" } }],
+        types: [{ description: "safetensors", accept }],
       });
     }
     progress.textContent = `downloading ${name}`;
