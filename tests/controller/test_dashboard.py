@@ -763,14 +763,16 @@ def test_a_model_is_downloaded_from_the_page_as_it_arrives_going_on_where_it_sto
     tmp_path: Path,
     picker: bool,
 ) -> None:
-    # Arrange: four done jobs whose models (1 MiB each, as the store holds a model) are stored
-    # in 64 KiB chunks: one whole; the chunk 8 of two damaged, so that their answers end after
-    # the eight before it, one's mended when the page asks for the rest of it, the other's not;
-    # the chunk 0 of the last damaged, so that its answer is an error.
+    # Arrange: four done jobs whose models (as the store holds a model) are stored in 64 KiB
+    # chunks: one whole; the chunk 8 of two damaged, so that their answers end after the eight
+    # before it, one's mended when the page asks for the rest of it, the other's not; the chunk 0
+    # of the last damaged, so that its answer is an error. 1 MiB each, or 17 MiB as a Blob: its
+    # bytes put in it at each 16 MiB (GATHER_BYTES), then the rest.
     store, base, key = unstarted
     whole, resumed, cut, refused = "c" * 16, "d" * 16, "e" * 16, "f" * 16
     jobs = (whole, resumed, cut, refused)
-    model = os.urandom(1024 * 1024)
+    model = os.urandom((1 if picker else 17) * 1024 * 1024)
+    size = f"{len(model) / 1e6:.1f} MB"
     settings = StoreSettings(chunk_bytes=64 * 1024, spill_dir=str(tmp_path / "spill"))
     damaged: dict[str, str] = {}
     with make_store(settings, own_store[1]) as chunked:
@@ -838,10 +840,10 @@ def test_a_model_is_downloaded_from_the_page_as_it_arrives_going_on_where_it_sto
         assert written[job_id] == [len(model), hashlib.sha256(model).hexdigest()], job_id
         assert said[job_id][0] == f"downloading {job_id}.safetensors"
         assert said[job_id][-2:] == [
-            f"downloading {job_id}.safetensors: 1.0 MB of 1.0 MB",
-            f"saved {job_id}.safetensors (1.0 MB)"
+            f"downloading {job_id}.safetensors: {size} of {size}",
+            f"saved {job_id}.safetensors ({size})"
             if picker
-            else f"handed {job_id}.safetensors to the browser (1.0 MB)",
+            else f"handed {job_id}.safetensors to the browser ({size})",
         ]
     assert asked[whole] == [{}]
     # The one mended: whole too, its rest asked for from what was written of it (the same
@@ -854,7 +856,7 @@ def test_a_model_is_downloaded_from_the_page_as_it_arrives_going_on_where_it_sto
     assert 0 <= start <= 8 * 65536, start
     [going_on] = [text for text in said[resumed] if "going on" in text]
     shown = re.fullmatch(
-        rf"downloading {resumed}\.safetensors: (\d\.\d) MB of 1\.0 MB, going on after the "
+        rf"downloading {resumed}\.safetensors: (\d\.\d) MB of {size}, going on after the "
         r"download stopped \(network error\)",
         going_on,
     )
