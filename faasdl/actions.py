@@ -3,13 +3,17 @@ deployed per memory/time class (OpenWhisk limits are per action, so each class i
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import os
 from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
 from faasdl import __version__
 from faasdl.errors import ActionNotFound
-from faasdl.platform.base import ActionSpec, Platform, variant_name
+from faasdl.platform.base import Action, ActionSpec, Platform, variant_name
 
 TRAIN = "train"
 AGGREGATE = "aggregate"
@@ -21,6 +25,14 @@ MEMORY_CLASSES_MB = (512, 1024, 2048)
 TIME_CLASSES_S = (60, 300)
 #: Where wskdeploy's manifest of faasdl's actions lives (``faasdl platform manifest`` writes it).
 MANIFEST = "openwhisk_actions/manifest.yaml"
+#: The annotation of a variant that stands for its parameters where the platform shows them
+#: encrypted (OpenWhisk's parameter storage: the record holds ciphertext, new at each deploy): a
+#: salted scrypt digest of them, from which none of them (a store's password) can be read or
+#: cheaply guessed.
+PARAMETERS_DIGEST = "faasdl-parameters"
+#: scrypt's cost (2**14, r=8: 16 MiB and some 30 ms a digest), made at each deploy and compared
+#: only where the parameters are encrypted.
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
 
 
 def action_code(name: str) -> str:
@@ -84,8 +96,7 @@ def _deploy(
         current is None
         or current.limits.memory != memory_mb
         or current.limits.timeout != timeout_ms
-        or {p.key: p.value for p in current.parameters if not p.init} != bound
-        or {p.key: p.value for p in current.parameters if p.init} != environment
+        or not _holds(current, bound, environment)
         or current.exec.image != image
         or current.exec.code != code  # an older faasdl's entry point
     ):
@@ -98,10 +109,47 @@ def _deploy(
                 timeout_ms=timeout_ms,
                 parameters=bound,
                 environment=environment,
+                annotations={PARAMETERS_DIGEST: parameters_digest(bound, environment)},
             )
         )
         return variant, True
     return variant, False
+
+
+def _holds(current: Action, bound: dict[str, Any], environment: dict[str, str]) -> bool:
+    """Whether the variant ``current`` has these parameters (``bound``) and init parameters
+    (``environment``): by their values, or where the platform shows them encrypted, by their
+    names and the digest noted as it was deployed (:data:`PARAMETERS_DIGEST`)."""
+    held = current.parameters
+    if not any(p.encryption for p in held):
+        return {p.key: p.value for p in held if not p.init} == bound and {
+            p.key: p.value for p in held if p.init
+        } == environment
+    if {p.key for p in held if not p.init} != bound.keys() or {
+        p.key for p in held if p.init
+    } != environment.keys():
+        return False
+    noted = str(next((a.value for a in current.annotations if a.key == PARAMETERS_DIGEST), ""))
+    kind, _, rest = noted.partition(":")
+    try:
+        salt = bytes.fromhex(rest.partition(":")[0])
+    except ValueError:  # not a digest of ours
+        return False
+    return (
+        kind == "scrypt"
+        and len(salt) > 0
+        and hmac.compare_digest(parameters_digest(bound, environment, salt=salt), noted)
+    )
+
+
+def parameters_digest(
+    bound: dict[str, Any], environment: dict[str, str], *, salt: bytes | None = None
+) -> str:
+    """``scrypt:SALT:DIGEST`` (hex) of a variant's parameters, with ``salt`` (by default 16
+    random bytes)."""
+    salt = salt or os.urandom(16)
+    text = json.dumps([bound, environment], sort_keys=True).encode()
+    return f"scrypt:{salt.hex()}:{hashlib.scrypt(text, salt=salt, **_SCRYPT).hex()}"
 
 
 def variants(

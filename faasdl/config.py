@@ -7,6 +7,8 @@ The defaults run everything on one machine with no configuration at all.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import difflib
 import os
 import re
@@ -14,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "FAASDL_"
@@ -34,6 +44,8 @@ SECRET_FILE_BYTES = 64 * 1024
 #: milliseconds): a year is a mistake's length already, and past some 292 years Python cannot wait
 #: at all (``FAASDL_STORE__TIMEOUT_S=1e300`` ended in a socket's ``OverflowError``).
 YEAR_S = 365 * 86_400
+#: The bytes of an AES-128 key (the embedded platform's parameter storage key).
+AES_128_KEY_BYTES = 16
 
 
 def read_secret_file(path: Path, field: str) -> SecretStr:
@@ -264,6 +276,28 @@ class LocalPlatformSettings(Section):
     max_activation_records: int = Field(
         100_000, ge=100, description="Oldest finished activation records are dropped beyond this."
     )
+    parameter_storage_key: SecretStr | None = Field(
+        None,
+        description="Encrypt actions' parameters at rest as OpenWhisk's parameter storage does "
+        "(its `whisk.parameter-storage.key`): the base64 of a 16-byte AES-128 key. An action's "
+        'record then shows each value sealed (`"encryption": "aes128"`), and its '
+        "containers get them opened; values must be strings.",
+    )
+
+    @field_validator("parameter_storage_key")
+    @classmethod
+    def _aes_128_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None:
+            try:
+                size = len(base64.b64decode(key.get_secret_value(), validate=True))
+            except binascii.Error as exc:
+                raise ValueError(f"not base64 ({exc})") from None
+            if size != AES_128_KEY_BYTES:
+                raise ValueError(
+                    f"the base64 of {size} bytes: AES-128's key is {AES_128_KEY_BYTES} bytes "
+                    f"(`openssl rand -base64 {AES_128_KEY_BYTES}` makes one)"
+                )
+        return key
 
     @model_validator(mode="after")
     def _ranges(self) -> LocalPlatformSettings:

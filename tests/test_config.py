@@ -133,6 +133,9 @@ def test_factory_builds_the_named_platform_without_io() -> None:
         ("FAASDL_KUBERNETES__RELEASE", "a,b", "'a,b' is not a Kubernetes label's value"),
         # A chunk is held whole: a spilled blob's read asked for 1 TB at once (MemoryError).
         ("FAASDL_STORE__CHUNK_BYTES", str(10**12), "less than or equal to 536870912"),
+        # Read as the platform is made: an AES-128 key's base64.
+        ("FAASDL_LOCAL__PARAMETER_STORAGE_KEY", "s3cret!", "(?s)parameter_storage_key.*not base64"),
+        ("FAASDL_LOCAL__PARAMETER_STORAGE_KEY", "a2V5", "(?s)storage_key.*of 3 bytes: AES-128's"),
     ],
 )
 def test_nonsense_is_refused_naming_the_setting(

@@ -129,6 +129,9 @@ class KeyValue(BaseModel):
     #: An action's init parameter (OpenWhisk's ``"init": true``, written only where true): set in
     #: its container's environment as it starts, never among a run's arguments.
     init: bool | None = None
+    #: How a parameter's value is encrypted at rest, where the platform encrypts them (OpenWhisk's
+    #: parameter storage: ``"aes128"``): its value is then the ciphertext, not the value set.
+    encryption: str | None = None
 
 
 class ActionLimits(BaseModel):

@@ -3,6 +3,7 @@ embedded platform's REST server (the ``make_platform`` fixture is parametrized o
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 import threading
@@ -88,6 +89,54 @@ def test_init_parameters_are_the_containers_environment_and_no_runs_argument(
         ("FAASDL_CONTRACT_PASSWORD", "s3cret", True),
         ("bound", 1, None),
     ]
+
+
+#: A parameter storage key (the base64 of 16 bytes), as OpenWhisk's ``whisk.parameter-storage.key``.
+PARAMETER_STORAGE_KEY = base64.b64encode(bytes(range(16))).decode()
+
+
+def test_parameters_encrypted_at_rest_are_sealed_in_the_record_and_given_to_the_action_as_set(
+    make_platform: PlatformFactory,
+) -> None:
+    # Prepare: a platform that encrypts parameters at rest (OpenWhisk's parameter storage); an
+    # action with a parameter bound and an init parameter.
+    platform = make_platform(parameter_storage_key=PARAMETER_STORAGE_KEY)
+    spec = ActionSpec(
+        name="env",
+        code=actions.ENVIRONMENT,
+        parameters={"bound": "one"},
+        environment={"FAASDL_CONTRACT_PASSWORD": "s3cret"},
+    )
+
+    # Execute: deployed, run, read; then deployed alike again; then one with a number.
+    platform.deploy(spec)
+    record = platform.call("env", {"given": 2})
+    action = platform.get_action("env")
+    platform.deploy(spec)
+    again = platform.get_action("env")
+    with pytest.raises(InvalidAction, match="'bound' is not a string") as refused:
+        platform.deploy(spec.model_copy(update={"name": "number", "parameters": {"bound": 1}}))
+
+    # Assert: the action got them as set; its record holds each sealed as OpenWhisk's does
+    # (aes128: the IV's length, 12, the IV and the ciphertext with its tag, in base64), anew at
+    # each deploy; a value that is no string refused, saying why.
+    assert record.response.result == {
+        "args": {"bound": "one", "given": 2},
+        "env": {"FAASDL_CONTRACT_PASSWORD": "s3cret"},
+    }
+    sealed = {p.key: p for p in action.parameters}
+    assert sorted((p.key, p.init, p.encryption) for p in sealed.values()) == [
+        ("FAASDL_CONTRACT_PASSWORD", True, "aes128"),
+        ("bound", None, "aes128"),
+    ]
+    for key, value in [("FAASDL_CONTRACT_PASSWORD", "s3cret"), ("bound", "one")]:
+        raw = base64.b64decode(sealed[key].value)
+        assert raw[:4] == (12).to_bytes(4, "big")
+        assert len(raw) == 4 + 12 + len(value) + 16
+        assert value.encode() not in raw
+    assert {p.key: p.value for p in again.parameters}.keys() == sealed.keys()
+    assert all(p.value != sealed[p.key].value for p in again.parameters)
+    assert "FAASDL_LOCAL__PARAMETER_STORAGE_KEY" in str(refused.value)
 
 
 def test_a_container_gets_none_of_the_platforms_own_settings(

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import requests
 
-from faasdl.actions import TRAIN, action_code, deploy_variant
+from faasdl.actions import PARAMETERS_DIGEST, TRAIN, action_code, deploy_variant
 from faasdl.config import OpenWhiskSettings
 from faasdl.errors import AuthenticationFailed, PlatformError, PlatformUnavailable, Throttled
 from faasdl.platform import messages
@@ -33,6 +33,7 @@ from tests.conftest import (
     web_server,
 )
 from tests.platform import actions
+from tests.platform.test_contract import PARAMETER_STORAGE_KEY
 
 SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
 
@@ -709,6 +710,73 @@ def test_a_variant_is_deployed_again_once_the_stores_settings_for_its_actions_ch
     assert renewed.version != first.version
     assert {p.key: p.value for p in renewed.parameters if p.init} == second_env
     assert not [p for p in renewed.parameters if not p.init]
+
+
+def test_a_variant_is_kept_where_the_platform_encrypts_its_parameters_until_they_change(
+    make_served: Callable[..., Served],
+) -> None:
+    # Prepare: a platform that encrypts parameters at rest, as OpenWhisk's parameter storage
+    # does: an action's record shows each value sealed, anew at each deploy (so a variant
+    # compared by its values was deployed again at each job, its warm containers lost).
+    served = make_served(parameter_storage_key=PARAMETER_STORAGE_KEY)
+    first_env = {"FAASDL_STORE__PASSWORD": "first", "FAASDL_STORE__SPILL_BYTES": "0"}
+    second_env = first_env | {"FAASDL_STORE__PASSWORD": "second"}
+
+    # Execute: deployed, asked again alike, then with another password, then alike again.
+    asked = [first_env, first_env, second_env, second_env]
+    versions = []
+    for environment in asked:
+        name = deploy_variant(
+            served.client, TRAIN, memory_mb=512, timeout_ms=60_000, environment=environment
+        )
+        versions.append(served.client.get_action(name).version)
+    record = served.client.get_action(name)
+
+    # Assert: kept while its parameters were the same, deployed again with the new ones; the
+    # digest that stands for them is salted scrypt's, no password in it.
+    assert versions[1] == versions[0]
+    assert versions[2] != versions[1]
+    assert versions[3] == versions[2]
+    assert {p.encryption for p in record.parameters} == {"aes128"}
+    [digest] = [a.value for a in record.annotations if a.key == PARAMETERS_DIGEST]
+    kind, salt, hashed = digest.split(":")
+    assert (kind, len(bytes.fromhex(salt)), len(bytes.fromhex(hashed))) == ("scrypt", 16, 32)
+    assert "second" not in digest
+
+
+def test_an_update_keeps_the_parameters_it_names_none_of_or_sends_back_sealed(
+    make_served: Callable[..., Served],
+) -> None:
+    # Prepare: an action whose parameters the platform encrypts at rest.
+    served = make_served(parameter_storage_key=PARAMETER_STORAGE_KEY)
+    api = Api(served)
+    served.client.deploy(
+        ActionSpec(
+            name="env",
+            code=actions.ENVIRONMENT,
+            parameters={"bound": "one"},
+            environment={"FAASDL_CONTRACT_PASSWORD": "s3cret"},
+        )
+    )
+    record = api.session.get(f"{api.base}/actions/env").json()
+
+    # Execute: an update that names no parameters (`wsk action update env --memory 256`), one
+    # that sends back the record's sealed ones, and one that sends one this key did not seal.
+    kept = api.put_action("env", {"limits": {"memory": 256}}, overwrite="true")
+    after_kept = served.client.call("env", {})
+    sent_back = api.put_action("env", {"parameters": record["parameters"]}, overwrite="true")
+    after_sent_back = served.client.call("env", {})
+    forged = [{**p, "value": base64.b64encode(b"x" * 40).decode()} for p in record["parameters"]]
+    refused = api.put_action("env", {"parameters": forged}, overwrite="true")
+
+    # Assert: the action gets its parameters as set after each (opened, not sealed twice);
+    # the forged one refused, the action as it was.
+    as_set = {"args": {"bound": "one"}, "env": {"FAASDL_CONTRACT_PASSWORD": "s3cret"}}
+    assert (kept.status_code, sent_back.status_code) == (200, 200)
+    assert after_kept.response.result == as_set
+    assert after_sent_back.response.result == as_set
+    assert_error(refused, 400, "not a value this platform's key sealed")
+    assert served.client.call("env", {}).response.result == as_set
 
 
 def test_faasdls_actions_are_deployed_in_the_action_image_once_one_is_set(

@@ -52,6 +52,7 @@ from faasdl.platform.local.container import CallResult, Container, KillReason, R
 from faasdl.platform.local.leftovers import PlatformDir, new_tag, remove_leftovers
 from faasdl.platform.local.memory import CGROUP_ROOTS, MemoryGuard, make_guard
 from faasdl.platform.local.pool import ContainerPool, PoolClosed, Work
+from faasdl.platform.local.sealed import ENCRYPTION, Seal
 
 HOST_KIND = f"python:{sys.version_info.major}.{sys.version_info.minor}"
 #: Kinds the embedded platform runs, all with this interpreter. ``python:3`` and
@@ -73,6 +74,11 @@ Callback = Callable[[Activation], None]
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _environment_value(value: Any) -> str:
+    """An init parameter's value as its container's environment holds it."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _bump(version: str) -> str:
@@ -101,6 +107,8 @@ class LocalPlatform(Platform):
         self._workdirs: PlatformDir | None = None
         self._pool: ContainerPool | None = None
         self._container_ids = itertools.count(1)
+        key = self.settings.parameter_storage_key
+        self._seal = Seal(base64.b64decode(key.get_secret_value())) if key else None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -227,11 +235,11 @@ class LocalPlatform(Platform):
                 ),
                 annotations=annotations,
                 parameters=[
-                    KeyValue(key=k, value=v)
+                    self._stored(k, v, init=None)
                     for k, v in spec.parameters.items()
                     if k not in spec.environment
                 ]
-                + [KeyValue(key=k, value=v, init=True) for k, v in spec.environment.items()],
+                + [self._stored(k, v, init=True) for k, v in spec.environment.items()],
                 limits=limits,
                 updated=_now_ms(),
             )
@@ -239,6 +247,30 @@ class LocalPlatform(Platform):
         if existing is not None and self._pool is not None:
             self._pool.drop(existing.key)
         return _without_code(action)
+
+    def _stored(self, key: str, value: Any, *, init: bool | None) -> KeyValue:
+        """A parameter as the action's record keeps it: sealed where the platform encrypts
+        parameters (``parameter_storage_key``), as OpenWhisk's parameter storage does."""
+        if self._seal is None:
+            return KeyValue(key=key, value=value, init=init)
+        if not isinstance(value, str):
+            raise InvalidAction(
+                f"parameter {key!r} is not a string ({type(value).__name__}): this platform "
+                "encrypts parameters (FAASDL_LOCAL__PARAMETER_STORAGE_KEY), strings only"
+            )
+        return KeyValue(key=key, value=self._seal.seal(value), init=init, encryption=ENCRYPTION)
+
+    def parameter_value(self, parameter: KeyValue) -> Any:
+        """A parameter's value as set (opened where the record holds it sealed); ``ValueError``
+        for one sealed otherwise than this platform seals them."""
+        if parameter.encryption is None:
+            return parameter.value
+        if self._seal is None or parameter.encryption != ENCRYPTION:
+            raise ValueError(
+                f"parameter {parameter.key!r} is encrypted ({parameter.encryption}), and this "
+                f"platform opens {ENCRYPTION if self._seal else 'none'}"
+            )
+        return self._seal.open(str(parameter.value))
 
     def _check_limits(self, limits: ActionLimits) -> None:
         s = self.settings
@@ -501,7 +533,8 @@ class LocalPlatform(Platform):
     ) -> dict[str, Any]:
         action = deployed.action
         return {
-            "value": {p.key: p.value for p in action.parameters if not p.init} | params,
+            "value": {p.key: self.parameter_value(p) for p in action.parameters if not p.init}
+            | params,
             "namespace": action.namespace,
             "action_name": f"/{action.namespace}/{action.name}",
             "action_version": action.version,
@@ -521,7 +554,7 @@ class LocalPlatform(Platform):
                 "env": {
                     # Init parameters first: OpenWhisk's own variables are not theirs to set.
                     **{
-                        p.key: p.value if isinstance(p.value, str) else json.dumps(p.value)
+                        p.key: _environment_value(self.parameter_value(p))
                         for p in action.parameters
                         if p.init
                     },

@@ -36,7 +36,14 @@ from faasdl.errors import (
     InvalidAction,
 )
 from faasdl.platform import messages
-from faasdl.platform.base import Action, ActionSpec, Activation, StatusCode, parse_json
+from faasdl.platform.base import (
+    Action,
+    ActionSpec,
+    Activation,
+    KeyValue,
+    StatusCode,
+    parse_json,
+)
 from faasdl.platform.local.embedded import LocalPlatform, decode_code
 from faasdl.serving import CLIENT_CLOSED_REQUEST, AppThread, CloseUnread
 
@@ -485,8 +492,10 @@ def _spec_from_put(platform: LocalPlatform, name: str, body: Any) -> ActionSpec:
                 items = [p.model_dump(exclude_none=True) for p in existing.parameters]
             if noted is None:
                 noted = [a.model_dump(exclude_none=True) for a in existing.annotations]
+        _key_values(items, "parameters")  # its form checked before sealed values are opened
+        items = _opened(platform, items or [])
         parameters = _key_values(items, "parameters")
-        environment = {i["key"]: i.get("value") for i in items or [] if i.get("init") is True}
+        environment = {i["key"]: i.get("value") for i in items if i.get("init") is True}
         parameters = {k: v for k, v in parameters.items() if k not in environment}
         annotations = _key_values(noted, "annotations")
     except ValueError as exc:
@@ -520,6 +529,19 @@ def _int_or(limits: dict[str, Any], key: str, default: int | None) -> int | None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"limits.{key} must be an integer")
     return value
+
+
+def _opened(platform: LocalPlatform, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parameters as set: one the record holds sealed (an update that keeps the action's,
+    or a client that sends back what it read, which OpenWhisk keeps as it is) opened, so that it
+    is not sealed twice; ``ValueError`` for one this platform did not seal."""
+    opened = []
+    for item in items:
+        if item.get("encryption") is not None:
+            value = platform.parameter_value(KeyValue.model_validate(item))
+            item = {k: v for k, v in item.items() if k != "encryption"} | {"value": value}
+        opened.append(item)
+    return opened
 
 
 def _key_values(items: Any, field: str) -> dict[str, Any]:
