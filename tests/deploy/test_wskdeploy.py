@@ -18,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 from yamllint import linter
 
-from faasdl.actions import MANIFEST, action_code, variants
+from faasdl.actions import MANIFEST, PARAMETERS_DIGEST, action_code, variants
 from faasdl.cli import app
 from faasdl.config import Settings
 from faasdl.store import action_environment
@@ -172,8 +172,10 @@ def test_actions_deployed_as_wskdeploy_does_are_faasdls_once_given_the_stores_se
             timeout=10,
         )
         assert response.status_code == 200, response.text
-    changeable = {"version", "updated", "parameters"}  # what faasdl's deploy may set
+    # What faasdl's deploy may set: its parameters, and a digest of them among the annotations.
+    changeable = {"version", "updated", "parameters", "annotations"}
     deployed = {a.name: a.model_dump(exclude=changeable) for a in served.local.list_actions()}
+    noted = {a.name: a.annotations for a in served.local.list_actions()}
     monkeypatch.setenv("FAASDL_PLATFORM", "openwhisk")
     monkeypatch.setenv("FAASDL_OPENWHISK__API_HOST", served.url)
     monkeypatch.setenv("FAASDL_OPENWHISK__ACTION_IMAGE", image)
@@ -190,6 +192,7 @@ def test_actions_deployed_as_wskdeploy_does_are_faasdls_once_given_the_stores_se
         assert served.local.get_action(variant, code=True).exec.code == action_code(base)
         redeployed = served.local.get_action(variant)
         assert redeployed.model_dump(exclude=changeable) == deployed[variant]
+        assert [a for a in redeployed.annotations if a.key != PARAMETERS_DIGEST] == noted[variant]
         assert {p.key: p.value for p in redeployed.parameters if p.init} == action_environment(
             Settings().store
         )
