@@ -57,9 +57,9 @@ function key() {
 }
 
 // A controller with authentication off (FAASDL_API__AUTH=none, as in `faasdl demo`; the page
-// says so in body[data-auth]) needs no key.
-async function api(path, signal, asked = {}) {
-  const headers = { ...asked, ...(key() ? { Authorization: `Bearer ${key()}` } : {}) };
+// says so in body[data-auth]) needs no key. `extra`: headers besides the key's (a Range).
+async function api(path, signal, extra = {}) {
+  const headers = { ...extra, ...(key() ? { Authorization: `Bearer ${key()}` } : {}) };
   // Not from the browser's cache: a job's view changes, and a Range's part is the model's now.
   const response = await fetch(path, { headers, signal, cache: "no-store" });
   if (response.status === 401) {
