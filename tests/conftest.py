@@ -3,6 +3,7 @@ talking to the embedded platform's OpenWhisk-compatible server on loopback."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.server
 import json
@@ -173,6 +174,10 @@ def reading_pipe(path: Path) -> Iterator[tuple[Path, list[bytes]]]:
 
 #: The size of :func:`web_server`'s pages.
 PAGE_BYTES = 557
+
+#: An embedded platform's parameter storage key (the base64 of 16 bytes), as OpenWhisk's
+#: ``whisk.parameter-storage.key``.
+PARAMETER_STORAGE_KEY = base64.b64encode(bytes(range(16))).decode()
 
 
 @contextlib.contextmanager

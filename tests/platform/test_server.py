@@ -25,6 +25,7 @@ from faasdl.platform.openwhisk import OpenWhiskPlatform
 from faasdl.serving import LINGER_BYTES
 from tests.conftest import (
     PAGE_BYTES,
+    PARAMETER_STORAGE_KEY,
     Endless,
     Served,
     eventually,
@@ -33,7 +34,6 @@ from tests.conftest import (
     web_server,
 )
 from tests.platform import actions
-from tests.platform.test_contract import PARAMETER_STORAGE_KEY
 
 SWAGGER = json.loads((Path(__file__).parent / "data" / "openwhisk-apiv1swagger.json").read_text())
 
