@@ -148,6 +148,7 @@ class ValidationError(FaasdlError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)
         self.field = field
+        self.message = message
 
     @classmethod
     def from_pydantic(

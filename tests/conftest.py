@@ -175,6 +175,30 @@ def reading_pipe(path: Path) -> Iterator[tuple[Path, list[bytes]]]:
 #: The size of :func:`web_server`'s pages.
 PAGE_BYTES = 557
 
+
+def keras_layer(kind: str, **config: Any) -> dict[str, Any]:
+    """A Keras layer's config as ``model.to_json()`` writes it (what it leaves out takes Keras's
+    defaults)."""
+    return {"module": "keras.layers", "class_name": kind, "config": config, "registered_name": None}
+
+
+def keras_architecture(*, shape: tuple[int, ...] = (8, 8, 1), classes: int = 10) -> dict[str, Any]:
+    """A job's own architecture, written by hand as ``model.to_json()`` writes a Sequential
+    model's: examples of ``shape`` flattened, a hidden layer of 16 and ``classes`` logits."""
+    layers = [
+        keras_layer("InputLayer", batch_shape=[None, *shape], name="pixels"),
+        keras_layer("Flatten", name="flat"),
+        keras_layer("Dense", units=16, activation="relu", name="hidden"),
+        keras_layer("Dense", units=classes, name="logits"),
+    ]
+    return {
+        "module": "keras",
+        "class_name": "Sequential",
+        "config": {"name": "tiny", "layers": layers},
+        "registered_name": None,
+    }
+
+
 #: An embedded platform's parameter storage key (the base64 of 16 bytes), as OpenWhisk's
 #: ``whisk.parameter-storage.key``.
 PARAMETER_STORAGE_KEY = base64.b64encode(bytes(range(16))).decode()

@@ -224,8 +224,8 @@ def init_model_of(store: StateStore, spec: JobSpec, plan: JobPlan) -> str | None
         raise ValidationError(no_model(source), field="init_model")
     trained = JobSpec.model_validate(source.spec)
     had = JobPlan.model_validate(source.plan)
-    theirs = (trained.model, had.input_shape, had.classes)
-    ours = (spec.model, plan.input_shape, plan.classes)
+    theirs = (trained.model_name, had.input_shape, had.classes)
+    ours = (spec.model_name, plan.input_shape, plan.classes)
     if theirs != ours:
         raise ValidationError(
             f"job {source.job_id} trained {_architecture(*theirs)}; this job is "
@@ -806,7 +806,7 @@ class JobRunner:
                     params={
                         "mode": "evaluate",
                         "store_url": self.rt.store_url,
-                        "model": self.spec.model,
+                        **self.spec.model_args(),
                         "classes": self.plan.classes,
                         "weights": weights,
                         "data": test_blob(self.job_id),
@@ -859,7 +859,7 @@ class JobRunner:
             params={
                 "mode": "train",
                 "store_url": self.rt.store_url,
-                "model": spec.model,
+                **spec.model_args(),
                 "classes": self.plan.classes,
                 "shard": shard_blob(self.job_id, shard),
                 "weights_in": weights_in,
@@ -1354,7 +1354,7 @@ class JobRunner:
         variant, _ = self._variant(_Task(kind="train", round=0, level=0, index=0, params={}))
         spec = self.spec
         prime = {
-            "model": spec.model,
+            **spec.model_args(),
             "input_shape": list(self.plan.input_shape),
             "classes": self.plan.classes,
             "batch_size": spec.batch_size,

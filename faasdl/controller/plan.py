@@ -236,7 +236,7 @@ def plan_job(sizer: Sizer, spec: JobSpec, data: DataFacts, *, max_fan_in: int) -
     its shards holding the training examples its validation set leaves."""
     data = held_out(spec, data)
     train = sizer.plan(spec.sizing(), data)
-    profile = sizer.profile(spec.model, data.input_shape, data.classes)
+    profile = sizer.profile(spec, data.input_shape, data.classes)
     return make_plan(
         spec,
         data,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from faasdl.errors import EstimationError, ValidationError, not_unicode
@@ -30,7 +30,14 @@ from faasdl.estimator.timeout import estimate_timeout
 from faasdl.platform.base import PlatformLimits
 from faasdl.store.records import ExecutionHistory
 from faasdl.training.datasets import DatasetSpec, DigitsSpec
-from faasdl.training.models import MODELS, ModelProfile, check_model
+from faasdl.training.models import (
+    CUSTOM,
+    MODELS,
+    ModelProfile,
+    architecture_input,
+    check_model,
+    custom_name,
+)
 
 #: Slack over the largest peak on record for a signature.
 HISTORY_MEMORY_SLACK = 1.1
@@ -44,8 +51,17 @@ class EstimateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
     model: str = Field(
-        description="A model of the zoo (``faasdl.training.models.MODELS``).",
-        json_schema_extra={"enum": list(MODELS)},
+        description="A model of the zoo (``faasdl.training.models.MODELS``), or ``custom``: "
+        "the job's own ``architecture``.",
+        json_schema_extra={"enum": [*MODELS, CUSTOM]},
+    )
+    architecture: dict[str, Any] | None = Field(
+        None,
+        validate_default=True,
+        description="With ``model: custom``: a Keras model's config, as ``model.to_json()`` "
+        "writes it, of Keras's own layers (no Lambda, no custom object), one input layer "
+        "whose dimensions are the data set's examples', and one output of a logit a class; "
+        "its weights start from random, drawn from the seed; at most 512 KiB of JSON.",
     )
     dataset: DatasetSpec = Field(default_factory=DigitsSpec)
     batch_size: int = Field(32, ge=1, le=65_536)
@@ -70,6 +86,49 @@ class EstimateRequest(BaseModel):
                 {"place": place or "the request", "why": why},
             )
         return data
+
+    @field_validator("architecture")
+    @classmethod
+    def _architecture_for_custom(
+        cls, architecture: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        """A job's own architecture with ``model: custom``, checked as it can be before its data
+        set is read; none with a model of the zoo."""
+        model = info.data.get("model")
+        if model is None:  # refused already
+            return architecture
+        if architecture is None:
+            if model == CUSTOM:
+                raise PydanticCustomError(
+                    "architecture",
+                    "model {custom} needs one: a Keras model's config, as model.to_json() "
+                    "writes it",
+                    {"custom": repr(CUSTOM)},
+                )
+            return None
+        if model != CUSTOM:
+            raise PydanticCustomError(
+                "architecture",
+                "is for model {custom}, a job's own; {model} is the zoo's",
+                {"custom": repr(CUSTOM), "model": repr(model)},
+            )
+        try:
+            architecture_input(architecture)
+        except ValidationError as exc:
+            raise PydanticCustomError("architecture", "{why}", {"why": exc.message}) from exc
+        return architecture
+
+    @property
+    def model_name(self) -> str:
+        """The model as actions, plans and the history name it: a zoo model's name, or a job's
+        own architecture's :func:`~faasdl.training.models.custom_name`."""
+        return custom_name(self.architecture) if self.architecture is not None else self.model
+
+    def model_args(self) -> dict[str, Any]:
+        """The model as an action's arguments give it: its name, and a job's own architecture."""
+        if self.architecture is None:
+            return {"model": self.model}
+        return {"model": self.model_name, "architecture": self.architecture}
 
 
 @dataclass(frozen=True)
@@ -157,14 +216,15 @@ def plan_training(
     """Containers, memory and timeout of one training action; raises ``ValidationError`` for a
     job that cannot run as asked and ``EstimationError`` for one no limit of the platform fits.
     ``cold_starts_ms(n)``: the runtime's cold starts to plan ``n`` trainers at once by."""
-    check_model(request.model, data.input_shape, data.classes)
+    check_model(request.model, data.input_shape, data.classes, request.architecture)
 
     # Cached: the container search and the final plan ask for the same counts, and each
     # answer reads the history once.
     @functools.cache
     def sized(containers: int) -> tuple[str, ExecutionHistory | None, float, dict[str, float]]:
         shard = math.ceil(data.examples / containers)
-        sig = signature(request.model, data.input_shape, data.classes, request.batch_size, shard)
+        model = request.model_name
+        sig = signature(model, data.input_shape, data.classes, request.batch_size, shard)
         past = history(sig)
         least = _least_memory_mb(past, step_mb=step_mb, max_mb=limits.memory_max_mb)
         if past is not None and past.runs:

@@ -45,7 +45,7 @@ def load_checked(request: EstimateRequest) -> Dataset:
     """The request's data set, checked against its model: what can be refused with no I/O but
     reading the data is refused here, before anything is opened or written."""
     dataset = load_dataset(request.dataset)
-    check_model(request.model, dataset.input_shape, dataset.classes)
+    check_model(request.model, dataset.input_shape, dataset.classes, request.architecture)
     return dataset
 
 
@@ -58,11 +58,11 @@ def checked_facts(request: EstimateRequest) -> DataFacts:
     spec = request.dataset
     if isinstance(spec, NpzSpec):
         facts = npz_facts(spec)
-        check_model(request.model, facts.input_shape, facts.classes)
+        check_model(request.model, facts.input_shape, facts.classes, request.architecture)
         return facts
     if isinstance(spec, DigitsSpec):
         return facts_of(load_checked(request))
-    check_model(request.model, spec.shape, spec.classes)
+    check_model(request.model, spec.shape, spec.classes, request.architecture)
     return DataFacts(
         examples=spec.train_size,
         # float32 inputs and an int32 label, as the generator makes them
@@ -134,7 +134,7 @@ class Sizer:
         return plan_training(
             request,
             facts,
-            profile=self.profile(request.model, facts.input_shape, facts.classes),
+            profile=self.profile(request, facts.input_shape, facts.classes),
             baseline_mb=runtime.peak_memory_mb,
             init_ms=max(runtime.init_ms, default=0),
             cold_starts_ms=runtime.starts_with,
@@ -144,18 +144,27 @@ class Sizer:
             price_per_gb_s=self.settings.price_per_gb_s,
         )
 
-    def profile(self, model: str, input_shape: tuple[int, ...], classes: int) -> ModelProfile:
+    def profile(
+        self, request: EstimateRequest, input_shape: tuple[int, ...], classes: int
+    ) -> ModelProfile:
+        """The sizes of the request's model for these inputs and classes: those on record, or
+        measured by a probe now (which builds a job's own architecture first: what Keras refuses
+        of it is refused here, ``ValidationError`` naming ``architecture``)."""
+        model = request.model_name
         name = history.profile_name(model, input_shape, classes)
         known = history.read_profile(self.store, name)
         if known is not None:
             return known
         params = {
             "mode": "profile",
-            "model": model,
+            **request.model_args(),
             "input_shape": list(input_shape),
             "classes": classes,
         }
         record = self._probe_record(params)
+        said = str((record.response.result or {}).get("error", ""))
+        if not record.success and said.startswith("architecture: "):
+            raise ValidationError(said.removeprefix("architecture: "), field="architecture")
         failure = classify(record)
         if failure is not None and failure.kind is FailureKind.OUT_OF_MEMORY:
             raise ValidationError(
@@ -163,7 +172,7 @@ class Sizer:
                 "memory as it is built, in the platform's largest action memory "
                 f"({self.platform.limits().memory_max_mb} MB): use a smaller model or smaller "
                 "inputs",
-                field="model",
+                field="model" if request.architecture is None else "architecture",
             )
         result = self._checked(record, params)
         profile = ModelProfile(**{f.name: int(result[f.name]) for f in fields(ModelProfile)})

@@ -19,7 +19,10 @@ that all of it happens in the container's ``/init``: a warm or prewarmed contain
   on a stored data set (the controller's per-round test accuracy), and on a second one (the job's
   validation set) where it names one, and the peak memory (the ledger's, as a trainer's).
 
-Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's application error.
+Each but the baseline may give a job's own model's Keras config (``architecture``), which its
+``model`` then names (``custom-`` and its digest): this process builds it by that name from then
+on. Bad arguments come back as ``{"error": "<field>: <message>"}``, OpenWhisk's application
+error.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,7 +43,12 @@ from faasdl.canary.checkpoint import CanaryArgs, Checkpointer
 from faasdl.store.base import StateStore
 from faasdl.training.datasets import Shard
 from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
-from faasdl.training.models import architecture, build_model, profile_model
+from faasdl.training.models import (
+    architecture,
+    build_model,
+    profile_model,
+    remember_architecture,
+)
 from faasdl.training.tensors import TensorStream, TrainState
 from faasdl.training.usage import Phases, peak_rss_mb, runtime_id
 
@@ -62,6 +70,11 @@ runtime_id()  # cached: its ~10 ms in the cold start's /init, not in a first act
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    architecture: dict[str, Any] | None = Field(
+        None,
+        description="A job's own model's Keras config, which ``model`` (its custom name) names.",
+    )
 
 
 class ProfileArgs(_Args):
@@ -134,6 +147,7 @@ def warm_up(args: dict[str, Any]) -> None:
     if args.get("prime") is None:
         return
     prime = PrimeArgs.model_validate(args["prime"])
+    _remember(prime)
     config = TrainConfig(
         batch_size=prime.batch_size,
         epochs=1,
@@ -149,12 +163,23 @@ def warm_up(args: dict[str, Any]) -> None:
 
 def _dispatch(args: dict[str, Any]) -> dict[str, Any]:
     if args.get("mode") == "profile":
-        return profile(ProfileArgs.model_validate(args))
+        return profile(_remember(ProfileArgs.model_validate(args)))
     if args.get("mode") == "baseline":
         return baseline()
     if args.get("mode") == "evaluate":
-        return evaluate(EvaluateArgs.model_validate(args))
-    return train(TrainArgs.model_validate(args))
+        return evaluate(_remember(EvaluateArgs.model_validate(args)))
+    return train(_remember(TrainArgs.model_validate(args)))
+
+
+_A = TypeVar("_A", ProfileArgs, PrimeArgs, EvaluateArgs, TrainArgs)
+
+
+def _remember(args: _A) -> _A:
+    """``args`` whose job's own architecture, if they give one, this process builds by its name
+    from now on."""
+    if args.architecture is not None:
+        remember_architecture(args.model, args.architecture)
+    return args
 
 
 def profile(args: ProfileArgs) -> dict[str, Any]:

@@ -1,19 +1,24 @@
-"""The model zoo: two small models and four Keras applications, all from random weights.
+"""The model zoo: two small models and four Keras applications, all from random weights; and a
+job's own architecture (``model: custom``): a Keras model's config, as ``model.to_json()`` writes
+it, built in Keras's safe mode.
 
-``check_model`` is pure (no TensorFlow) so that the controller validates a job without it;
-``build_model``, ``profile_model`` and ``load_model`` import Keras when called.
+``check_model`` and ``architecture_input`` are pure (no TensorFlow) so that the controller
+validates a job without it; ``build_model``, ``profile_model`` and ``load_model`` import Keras
+when called.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import mmap
 import os
 import re
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from faasdl.errors import ValidationError
 from faasdl.training.datasets import dims
@@ -42,6 +47,27 @@ MODELS: dict[str, ModelInfo] = {
 }
 
 
+#: The ``model`` of a job that brings its own architecture (its ``architecture``).
+CUSTOM = "custom"
+#: What the name of a job's own architecture starts with where actions, plans and the history
+#: name a model: ``custom-`` and 16 hex digits of its canonical JSON's SHA-256
+#: (:func:`custom_name`), so that the same architecture's runs teach the estimator together.
+CUSTOM_PREFIX = "custom-"
+#: The most an architecture's JSON may take: it travels in the arguments of its job's actions,
+#: which OpenWhisk holds to 1 MiB (``whisk.activation.payload.max``); ResNet50's takes 165 KiB.
+ARCHITECTURE_MAX_BYTES = 512 * 1024
+#: The model classes an architecture's top may name.
+MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
+#: Layers that run code or read files of their own, which no architecture may hold (Keras's safe
+#: mode refuses some of them too, as it builds).
+CODE_LAYERS = frozenset(
+    {"Lambda", "__lambda__", "TorchModuleWrapper", "TFSMLayer", "JaxLayer", "FlaxLayer"}
+)
+#: Architectures an action process has been given, by name (:func:`remember_architecture`).
+_ARCHITECTURES: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
+ARCHITECTURES_KEPT = 16
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """The sizes the memory estimator needs, measured once per (model, input shape, classes)."""
@@ -52,17 +78,40 @@ class ModelProfile:
     layers: int
 
 
-def check_model(name: str, input_shape: tuple[int, ...], classes: int) -> ModelInfo:
-    """The model's requirements, or ``ValidationError`` naming the field that does not fit."""
-    info = MODELS.get(name)
-    if info is None:
+def check_model(
+    name: str,
+    input_shape: tuple[int, ...],
+    classes: int,
+    architecture: Mapping[str, Any] | None = None,
+) -> ModelInfo:
+    """The model's requirements, or ``ValidationError`` naming the field that does not fit. A
+    job's own model (``custom``, or its :func:`custom_name`) is checked against its
+    ``architecture``."""
+    custom = name == CUSTOM or name.startswith(CUSTOM_PREFIX)
+    if name not in MODELS and not custom:
         raise ValidationError(
-            f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}", field="model"
+            f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}, or {CUSTOM!r} with "
+            "an architecture of the job's own",
+            field="model",
         )
     if classes < 2:
         raise ValidationError(
             f"a classifier needs at least 2 classes, got {classes}", field="dataset"
         )
+    if custom:
+        if architecture is None:
+            raise ValidationError(
+                f"model {CUSTOM!r} needs one: a Keras model's config, as model.to_json() writes it",
+                field="architecture",
+            )
+        wanted = architecture_input(architecture)
+        if wanted != tuple(input_shape):
+            raise ValidationError(
+                f"its input is {dims(wanted)}; the data set's examples are {dims(input_shape)}",
+                field="architecture",
+            )
+        return ModelInfo("a Keras model of the job's own", images=len(input_shape) == 3)
+    info = MODELS[name]
     if info.images:
         if len(input_shape) != 3:
             raise ValidationError(
@@ -80,13 +129,18 @@ def check_model(name: str, input_shape: tuple[int, ...], classes: int) -> ModelI
 
 
 def build_model(name: str, input_shape: tuple[int, ...], classes: int, *, seed: int) -> keras.Model:
-    """A freshly initialised model (weights drawn from ``seed``) that outputs logits."""
-    check_model(name, input_shape, classes)
+    """A freshly initialised model (weights drawn from ``seed``) that outputs logits. A job's
+    own (a :func:`custom_name`) is built from the architecture this process was given under
+    that name (:func:`remember_architecture`)."""
+    known = _ARCHITECTURES.get(name) if name.startswith(CUSTOM_PREFIX) else None
+    check_model(name, input_shape, classes, known)
     import keras
     import tensorflow as tf
 
     keras.utils.set_random_seed(seed)
     try:
+        if known is not None:
+            return _custom(known, classes)
         return _BUILDERS[name](input_shape, classes)
     except tf.errors.ResourceExhaustedError as exc:
         # TensorFlow's allocator refused a weight outright (64 × 10⁹ floats for a billion
@@ -100,15 +154,103 @@ def build_model(name: str, input_shape: tuple[int, ...], classes: int, *, seed: 
         ) from exc
 
 
+def canonical(architecture: Mapping[str, Any]) -> bytes:
+    """An architecture's JSON with its keys sorted and no spaces: what names and bounds it."""
+    try:
+        text = json.dumps(
+            architecture, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (ValueError, TypeError) as exc:  # NaN or infinity (Python's JSON reads them), or no JSON
+        raise ValidationError(f"is not JSON's: {exc}", field="architecture") from exc
+    return text.encode()
+
+
+def custom_name(architecture: Mapping[str, Any]) -> str:
+    """The name a job's own architecture goes by where a zoo model's name would (see
+    ``CUSTOM_PREFIX``)."""
+    return CUSTOM_PREFIX + hashlib.sha256(canonical(architecture)).hexdigest()[:16]
+
+
+def architecture_input(architecture: Mapping[str, Any]) -> tuple[int, ...]:
+    """One example's shape as a Keras model's config takes it, the config checked with no
+    TensorFlow: at most ``ARCHITECTURE_MAX_BYTES`` of JSON; a Sequential or Functional model of
+    Keras's own layers (no module but Keras's, no custom object, no ``CODE_LAYERS``) with one
+    input layer whose dimensions are all given. Raises ``ValidationError`` naming
+    ``architecture``."""
+
+    def refused(message: str) -> ValidationError:
+        return ValidationError(message, field="architecture")
+
+    size = len(canonical(architecture))
+    if size > ARCHITECTURE_MAX_BYTES:
+        raise refused(f"is {size:,} bytes of JSON; at most {ARCHITECTURE_MAX_BYTES:,}")
+    config = architecture.get("config")
+    if architecture.get("class_name") not in MODEL_CLASSES or not isinstance(config, Mapping):
+        raise refused(
+            "is not a Keras model's config, as model.to_json() writes it: its class_name "
+            f"{architecture.get('class_name')!r} is none of {', '.join(sorted(MODEL_CLASSES))}, "
+            "or it has no config"
+        )
+    found: list[object] = [architecture]
+    while found:
+        item = found.pop()
+        if isinstance(item, list):
+            found.extend(item)
+        if not isinstance(item, Mapping):
+            continue
+        kind, module = item.get("class_name"), item.get("module")
+        registered = item.get("registered_name")
+        if kind in CODE_LAYERS:
+            raise refused(f"holds a {kind} layer, which runs code of its own: none may")
+        if module is not None and not (module == "keras" or str(module).startswith("keras.")):
+            raise refused(f"{kind}: its module {module!r} is not Keras's; only Keras's own may be")
+        if registered not in (None, kind):
+            raise refused(f"{kind}: a custom object ({registered!r}); only Keras's own may be")
+        found.extend(item.values())
+    layers = config.get("layers")
+    inputs = [
+        layer.get("config")
+        for layer in (layers if isinstance(layers, list) else [])
+        if isinstance(layer, Mapping) and layer.get("class_name") == "InputLayer"
+    ]
+    if len(inputs) != 1:
+        raise refused(f"has {len(inputs)} input layers (InputLayer); a job's model takes one")
+    shape = inputs[0].get("batch_shape") if isinstance(inputs[0], Mapping) else None
+    dims_given = shape[1:] if isinstance(shape, list) and len(shape) >= 2 else []
+    if not dims_given or not all(type(d) is int and d >= 1 for d in dims_given):
+        raise refused(
+            f"its input layer's batch_shape is {shape!r}; it must give each dimension of an "
+            "example, as [null, 8, 8, 1] does"
+        )
+    return tuple(dims_given)
+
+
+def remember_architecture(name: str, architecture: Mapping[str, Any]) -> None:
+    """Take ``architecture`` as the one ``name`` (its :func:`custom_name`) builds in this
+    process; ``ValidationError`` where it is another's."""
+    if custom_name(architecture) != name:
+        raise ValidationError(
+            f"is not the one {name!r} names (its name would be {custom_name(architecture)!r})",
+            field="architecture",
+        )
+    _ARCHITECTURES[name] = architecture
+    _ARCHITECTURES.move_to_end(name)
+    while len(_ARCHITECTURES) > ARCHITECTURES_KEPT:
+        _ARCHITECTURES.popitem(last=False)
+
+
 #: The safetensors metadata key of a trained model's architecture: its name, input shape and
-#: classes as JSON. Trainers write it with their weights, aggregators keep it.
+#: classes as JSON, and a job's own architecture's config. Trainers write it with their weights,
+#: aggregators keep it.
 ARCHITECTURE = "faasdl.architecture"
 
 
 def architecture(name: str, input_shape: tuple[int, ...], classes: int) -> dict[str, str]:
     """The metadata that lets :func:`load_model` build a model's weights' architecture."""
-    shape = list(input_shape)
-    return {ARCHITECTURE: json.dumps({"model": name, "input_shape": shape, "classes": classes})}
+    found: dict[str, Any] = {"model": name, "input_shape": list(input_shape), "classes": classes}
+    if name in _ARCHITECTURES:
+        found["architecture"] = _ARCHITECTURES[name]
+    return {ARCHITECTURE: json.dumps(found)}
 
 
 def load_model(path: str | os.PathLike[str]) -> keras.Model:
@@ -126,7 +268,9 @@ def load_model(path: str | os.PathLike[str]) -> keras.Model:
     try:
         found = json.loads(metadata[ARCHITECTURE])
         name, input_shape, classes = found["model"], tuple(found["input_shape"]), found["classes"]
-    except (KeyError, ValueError, TypeError) as exc:
+        if "architecture" in found:
+            remember_architecture(name, found["architecture"])
+    except (KeyError, ValueError, TypeError, ValidationError) as exc:
         raise ValidationError(
             f"{os.fspath(path)} names no architecture: not a model a faasdl job trained",
             field="model",
@@ -154,6 +298,30 @@ def profile_model(model: keras.Model) -> ModelProfile:
         activations_per_example=activations,
         layers=len(model.layers),
     )
+
+
+def _custom(architecture: Mapping[str, Any], classes: int) -> keras.Model:
+    """A job's own model, built from its config in Keras's safe mode; ``ValidationError``
+    naming ``architecture`` where Keras cannot build it or its output is not one logit a class."""
+    import keras
+
+    try:
+        model = keras.saving.deserialize_keras_object(dict(architecture), safe_mode=True)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # Keras's messages may end with the whole config of the object it could not build.
+        said = str(exc).split(" Full object config:")[0]
+        raise ValidationError(f"Keras cannot build it: {said[:500]}", field="architecture") from exc
+    if not isinstance(model, keras.Model):
+        raise ValidationError(f"builds a {type(model).__name__}, no model", field="architecture")
+    outputs = [tuple(output.shape) for output in model.outputs]
+    if outputs != [(None, classes)]:
+        shown = ", ".join(str(list(shape)).replace("None", "null") for shape in outputs)
+        raise ValidationError(
+            f"its output is {shown}; the data set's {classes} classes need one of [null, "
+            f"{classes}] (a logit a class, no softmax)",
+            field="architecture",
+        )
+    return model
 
 
 def _flat(output: object) -> list[keras.KerasTensor]:

@@ -68,6 +68,8 @@ from faasdl.training.tensors import unpack
 from tests.conftest import (
     QuietHandler,
     eventually,
+    keras_architecture,
+    keras_layer,
     reading_pipe,
     relay,
     serving_http,
@@ -257,6 +259,78 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     accuracy = float((predicted == data.y_test).mean())
     assert accuracy == pytest.approx(record["rounds"][-1]["accuracy"], abs=1e-6)
     assert accuracy > 0.8
+
+
+def test_a_job_trains_an_architecture_of_its_own_whose_model_loads_from_its_file(
+    client: httpx.Client, controller: Controller, tmp_path: Path
+) -> None:
+    # Arrange: a Keras model's config, as model.to_json() writes it (by hand: a hidden layer of
+    # 16, which no model of the zoo has)
+    from faasdl.training.datasets import DigitsSpec, load_dataset
+    from faasdl.training.loop import configure_runtime
+    from faasdl.training.models import custom_name, load_model
+
+    own = keras_architecture()
+    spec = {**DIGITS_JOB, "model": "custom", "architecture": own, "workers": 2, "epochs": 2}
+    spec["learning_rate"] = 0.01
+
+    # Execute
+    job_id = submit(client, spec)["job_id"]
+    events = follow(client, job_id)
+    record = job(client, job_id)["job"]
+    (tmp_path / "model.safetensors").write_bytes(client.get(f"/v1/jobs/{job_id}/model").content)
+    configure_runtime()  # as every test process that runs TensorFlow does, before it runs
+    trained = load_model(tmp_path / "model.safetensors")
+
+    # Assert: trained as asked, sized and known by the architecture's digest, kept as given;
+    # the file builds it where no job ran, and scores the accuracy the job reported
+    assert events[-1] == ("end", {"state": "done", "error": None, "round": 2})
+    assert record["failures"] == []
+    assert (record["spec"]["model"], record["spec"]["architecture"]) == ("custom", own)
+    assert record["plan"]["train"]["signature"].startswith(f"{custom_name(own)}/8x8x1/c10/")
+    assert [w.shape for w in trained.get_weights()] == [(64, 16), (16,), (16, 10), (10,)]
+    data = load_dataset(DigitsSpec())
+    predicted = trained.predict(data.x_test, verbose=0).argmax(axis=1)
+    accuracy = float((predicted == data.y_test).mean())
+    assert accuracy == pytest.approx(record["rounds"][-1]["accuracy"], abs=1e-6)
+    assert accuracy > 0.5  # ten classes: a tenth by chance
+
+
+def test_an_architecture_keras_cannot_build_for_the_data_is_refused_before_a_job_is_made(
+    client: httpx.Client, controller: Controller
+) -> None:
+    # Arrange: one Keras builds with three logits for the digits' ten classes (only building it
+    # tells), one whose input is not the digits' and one with a layer that runs code
+    before = controller.store.scan_versions("job/")
+    lambda_layer = keras_architecture()
+    lambda_layer["config"]["layers"][1] = keras_layer("Lambda", function="lambda x: x")
+    cases = {
+        "outputs": keras_architecture(classes=3),
+        "input": keras_architecture(shape=(4, 4, 1)),
+        "code": lambda_layer,
+    }
+
+    # Execute
+    said = {}
+    for case, architecture in cases.items():
+        spec = {**DIGITS_JOB, "model": "custom", "architecture": architecture}
+        estimated = client.post("/v1/estimate", json=spec)
+        submitted = client.post("/v1/jobs", json=spec)
+        assert estimated.status_code == submitted.status_code == 422, submitted.text
+        assert estimated.json()["detail"] == submitted.json()["detail"]
+        said[case] = submitted.json()["detail"]
+
+    # Assert: what only Keras or the data set tell, as the model is checked against them; what
+    # the spec tells, as pydantic's errors are
+    assert said["outputs"] == (
+        "architecture: its output is [null, 3]; the data set's 10 classes need one of [null, 10]"
+        " (a logit a class, no softmax)"
+    )
+    assert said["input"] == "architecture: its input is 4×4×1; the data set's examples are 8×8×1"
+    [code] = said["code"]
+    assert code["loc"] == ["body", "architecture"]
+    assert code["msg"] == "holds a Lambda layer, which runs code of its own: none may"
+    assert controller.store.scan_versions("job/") == before
 
 
 def test_head_answers_as_get_does_without_the_body(

@@ -346,7 +346,7 @@ def test_a_model_that_cannot_be_built_in_the_largest_memory_is_refused_naming_it
     shape = (2048, 2048, 3)
 
     with pytest.raises(ValidationError, match="runs out of memory as it is built") as caught:
-        sizer.profile("mlp", shape, 10)
+        sizer.profile(EstimateRequest(model="mlp"), shape, 10)
 
     assert caught.value.field == "model"
     assert f"({tf_platform.limits().memory_max_mb} MB)" in str(caught.value)

@@ -1,11 +1,28 @@
+import copy
+import math
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError as PydanticValidationError
 
+from faasdl.controller.validator import JobSpec
 from faasdl.errors import ValidationError
-from faasdl.training.models import MODELS, architecture, build_model, check_model, load_model
+from faasdl.training.models import (
+    ARCHITECTURE_MAX_BYTES,
+    CUSTOM,
+    MODELS,
+    architecture,
+    build_model,
+    check_model,
+    custom_name,
+    load_model,
+    remember_architecture,
+)
 from faasdl.training.tensors import pack
+from tests.conftest import keras_architecture
 
 
 def test_the_zoo_has_the_small_models_and_four_keras_applications() -> None:
@@ -70,3 +87,137 @@ def test_a_file_that_is_not_a_trained_model_is_refused_naming_the_field(tmp_path
         assert raised.value.field == "model"
         assert str(path) in str(raised.value)
         assert said in str(raised.value)
+
+
+def _with(architecture: dict[str, Any], at: int, **changes: Any) -> dict[str, Any]:
+    """``architecture`` with its layer ``at`` changed."""
+    changed = copy.deepcopy(architecture)
+    changed["config"]["layers"][at].update(changes)
+    return changed
+
+
+def _bad_architectures() -> list[tuple[str, dict[str, Any], str]]:
+    good = keras_architecture()
+    lambda_layer = _with(good, 1, class_name="Lambda", config={"function": "x"})
+    two_inputs = copy.deepcopy(good)
+    two_inputs["config"]["layers"].insert(1, good["config"]["layers"][0])
+    huge = copy.deepcopy(good)
+    huge["config"]["name"] = "x" * ARCHITECTURE_MAX_BYTES
+    return [
+        ("a layer", good["config"]["layers"][2], "its class_name 'Dense' is none of"),
+        ("no config", {"class_name": "Sequential"}, "or it has no config"),
+        ("a Lambda", lambda_layer, "holds a Lambda layer, which runs code of its own"),
+        ("another module", _with(good, 1, module="os"), "Flatten: its module 'os' is not Keras's"),
+        ("a custom object", _with(good, 2, registered_name="mine>Dense"), "custom object"),
+        ("two inputs", two_inputs, "has 2 input layers (InputLayer)"),
+        ("no input", _with(good, 0, class_name="Flatten"), "has 0 input layers"),
+        ("an open size", _with(good, 0, config={"batch_shape": [None, None, 8, 1]}), "each dim"),
+        ("no batch", _with(good, 0, config={"batch_shape": [8]}), "batch_shape is [8]"),
+        ("too large", huge, f"at most {ARCHITECTURE_MAX_BYTES:,}"),
+        ("not JSON's", _with(good, 2, config={"units": math.nan}), "is not JSON's"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("architecture", "said"),
+    [pytest.param(a, said, id=case) for case, a, said in _bad_architectures()],
+)
+def test_an_architecture_keras_should_not_build_is_refused_before_keras_sees_it(
+    architecture: dict[str, Any], said: str
+) -> None:
+    # Execute: as a job's spec is validated, and as the model is checked against its data
+    with pytest.raises(PydanticValidationError) as raised:
+        JobSpec.model_validate({"model": "custom", "architecture": architecture})
+    with pytest.raises(ValidationError, match=re.escape(said)) as checked:
+        check_model(CUSTOM, (8, 8, 1), 10, architecture)
+
+    # Assert: both name the field and say why
+    refused = ValidationError.from_pydantic(raised.value, model=JobSpec)
+    assert refused.field == checked.value.field == "architecture"
+    assert said in str(refused)
+
+
+def test_an_architecture_goes_with_model_custom_only_and_must_take_the_data_sets_examples() -> None:
+    # Arrange
+    good = keras_architecture()
+
+    # Execute
+    refused = {}
+    for case, fields in {
+        "none": {"model": "custom"},
+        "a zoo model's": {"model": "mlp", "architecture": good},
+    }.items():
+        with pytest.raises(PydanticValidationError) as raised:
+            JobSpec.model_validate(fields)
+        refused[case] = ValidationError.from_pydantic(raised.value, model=JobSpec)
+    spec = JobSpec.model_validate({"model": "custom", "architecture": good})
+    with pytest.raises(ValidationError) as misfit:
+        check_model(CUSTOM, (64,), 10, good)
+
+    # Assert: the job goes by its architecture's digest, whatever the order of its keys
+    assert str(refused["none"]).startswith("architecture: model 'custom' needs one")
+    assert str(refused["a zoo model's"]) == (
+        "architecture: is for model 'custom', a job's own; 'mlp' is the zoo's"
+    )
+    reordered = dict(reversed(list(good.items())))
+    assert spec.model_name == custom_name(reordered) == spec.model_args()["model"]
+    assert re.fullmatch(r"custom-[0-9a-f]{16}", spec.model_name)
+    assert spec.model_args()["architecture"] == good
+    assert custom_name(keras_architecture(classes=9)) != spec.model_name
+    assert str(misfit.value) == ("architecture: its input is 8×8×1; the data set's examples are 64")
+    assert check_model(CUSTOM, (8, 8, 1), 10, good).images
+
+
+def test_an_architecture_that_is_not_the_one_its_name_names_is_refused() -> None:
+    with pytest.raises(ValidationError, match="is not the one 'custom-0000000000000000' names"):
+        remember_architecture("custom-0000000000000000", keras_architecture())
+
+
+@pytest.mark.tensorflow
+def test_an_architecture_builds_from_its_seed_and_loads_back_from_a_models_file(
+    tmp_path: Path,
+) -> None:
+    # Arrange
+    from faasdl.training.loop import configure_runtime
+
+    configure_runtime()  # as every test process that runs TensorFlow does, before it runs
+    good, three = keras_architecture(), keras_architecture(classes=3)
+    unknown = _with(good, 1, class_name="Flattened")
+    for given in (good, three, unknown):
+        remember_architecture(custom_name(given), given)
+    name = custom_name(good)
+
+    # Execute
+    first, again, other = (build_model(name, (8, 8, 1), 10, seed=s) for s in (1, 1, 2))
+    refused = {}
+    for case, given in {"outputs": three, "keras": unknown}.items():
+        with pytest.raises(ValidationError) as raised:
+            build_model(custom_name(given), (8, 8, 1), 10, seed=0)
+        refused[case] = raised.value
+    path = tmp_path / "model.safetensors"
+    weights = [w + 1 for w in first.get_weights()]
+    path.write_bytes(b"".join(pack(weights, metadata=architecture(name, (8, 8, 1), 10))))
+    _forget(name)
+    loaded = load_model(path)
+
+    # Assert: the same seed, the same weights; what Keras refuses or builds wrong is refused
+    # naming the field; the file holds its architecture, so that it loads where no job ran
+    drawn = first.get_weights()
+    assert [w.shape for w in drawn] == [(64, 16), (16,), (16, 10), (10,)]
+    assert all(np.array_equal(a, b) for a, b in zip(drawn, again.get_weights(), strict=True))
+    assert not np.array_equal(drawn[0], other.get_weights()[0])
+    assert {e.field for e in refused.values()} == {"architecture"}
+    assert str(refused["outputs"]) == (
+        "architecture: its output is [null, 3]; the data set's 10 classes need one of [null, 10]"
+        " (a logit a class, no softmax)"
+    )
+    assert str(refused["keras"]).startswith("architecture: Keras cannot build it: ")
+    assert "Flattened" in str(refused["keras"])
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), weights, strict=True))
+
+
+def _forget(name: str) -> None:
+    """This process no longer knows the architecture ``name`` names (as a fresh one would)."""
+    from faasdl.training import models
+
+    del models._ARCHITECTURES[name]
