@@ -576,6 +576,7 @@ def estimate(
         ),
     ] = False,
     set_: SetOption = None,
+    architecture: ArchitectureOption = None,
 ) -> None:
     """Print a job's plan (its training actions' memory and timeout, rounds, aggregation tree)
     without running it, as the controller would plan it; JSON last."""
@@ -589,6 +590,10 @@ def estimate(
 
     if url is not None and local:
         fail("--url and --local: give one (--url asks a controller, --local plans here)")
+    if architecture is not None and model not in (None, "custom"):
+        fail(f"--model {model} and --architecture: give one (--architecture trains model custom)")
+    if spec is not None and str(spec) == str(architecture) == "-":
+        fail("--spec and --architecture: both from standard input; give one of them a file")
 
     fields: dict[str, Any] = {}
     if spec is not None:
@@ -614,6 +619,7 @@ def estimate(
         "expected_cost": expected_cost,
     }
     fields |= {key: value for key, value in options.items() if value is not None}
+    fields = _with_architecture(fields, architecture)
     try:
         job = JobSpec.model_validate(fields)
     except PydanticValidationError as exc:
@@ -748,6 +754,44 @@ def _expected_cost(plan: JobPlan) -> str:
     )
 
 
+def _with_architecture(fields: dict[str, Any], path: Path | None) -> dict[str, Any]:
+    """``fields`` training the Keras model whose config the file at ``path`` holds, if given."""
+    if path is None:
+        return fields
+    return {**fields, "model": "custom", "architecture": _read_architecture(path)}
+
+
+def _read_architecture(path: Path) -> dict[str, Any]:
+    """The Keras model's config a file holds (``-``: standard input), read as JSON; refused
+    naming ``--architecture``. Read up to the controller's default body limit, 1 MiB: what is
+    larger could not be sent."""
+    from faasdl import jobfile
+
+    try:
+        if str(path) == "-":
+            path = Path("<stdin>")  # as the errors name it
+            raw = sys.stdin.buffer.read(jobfile.MAX_BYTES + 1)
+        else:
+            with path.open("rb") as opened:
+                raw = opened.read(jobfile.MAX_BYTES + 1)
+    except OSError as exc:
+        fail(f"--architecture: cannot read {path}: {exc.strerror}")
+    if len(raw) > jobfile.MAX_BYTES:
+        fail(f"--architecture: {path} holds over {jobfile.MAX_BYTES:,} bytes: too large to send")
+    try:
+        loaded = json.loads(raw)
+    except ValueError as exc:  # not JSON, or not UTF-8 (UnicodeDecodeError)
+        fail(f"--architecture: {path} is not JSON: {exc}")
+    except RecursionError:
+        fail(f"--architecture: {path} is nested too deep to read")
+    if not isinstance(loaded, dict):
+        fail(
+            f"--architecture: {path} holds a JSON {type(loaded).__name__}: a Keras model's "
+            "config is an object, as model.to_json() writes it"
+        )
+    return loaded
+
+
 def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
     """The job fields of a YAML or JSON file (``-``: standard input); an error names it as the
     command's ``given_as``."""
@@ -815,6 +859,13 @@ def _with_set(fields: dict[str, Any], options: list[str]) -> dict[str, Any]:
 #: reads a job's spec or log alone asks for, rather than a long job's every round record.
 NO_ROUNDS: Final = 2**31 - 1
 
+ArchitectureOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Train a Keras model of your own: the file its config was saved to, the JSON "
+        "model.to_json() writes (-: standard input); sets model to custom and this architecture.",
+    ),
+]
 IdempotencyKeyOption = Annotated[
     str | None, typer.Option(help="Sent as Idempotency-Key: a replay returns the same job.")
 ]
@@ -1127,9 +1178,13 @@ def submit(
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
     idempotency_key: IdempotencyKeyOption = None,
     set_: SetOption = None,
+    architecture: ArchitectureOption = None,
 ) -> None:
     """Submit a training job; prints its id (with --watch: its progress, then its result)."""
-    fields = _checked_job(_with_set(_read_spec(spec, given_as="spec"), set_ or []))
+    if str(spec) == str(architecture) == "-":
+        fail("spec and --architecture: both from standard input; give one of them a file")
+    fields = _with_set(_read_spec(spec, given_as="spec"), set_ or [])
+    fields = _checked_job(_with_architecture(fields, architecture))
     with _controller(url) as client:
         _submit(client, fields, watch=watch, idempotency_key=idempotency_key)
 

@@ -333,6 +333,72 @@ def test_an_architecture_keras_cannot_build_for_the_data_is_refused_before_a_job
     assert controller.store.scan_versions("job/") == before
 
 
+def test_the_cli_takes_an_architecture_from_the_file_model_to_json_was_saved_to(
+    api_url: str, admin_key: str, tmp_path: Path
+) -> None:
+    # Arrange: the file, and a job file that names a model of the zoo (the option overrides it)
+    from faasdl.training.models import custom_name
+
+    own = keras_architecture()
+    saved = tmp_path / "tiny.json"
+    saved.write_text(json.dumps(own))
+    misfit = tmp_path / "misfit.json"
+    misfit.write_text(json.dumps(keras_architecture(shape=(4, 4, 1))))
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps([own]))
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(own)[:-1])
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(DIGITS_JOB))
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
+    url = ["--url", api_url]
+
+    # Execute
+    estimated = runner.invoke(app, ["estimate", "--architecture", str(saved), *url], env=env)
+    submitted = runner.invoke(
+        app, ["submit", str(job_file), "--architecture", str(misfit), *url], env=env
+    )
+    refused = {
+        case: runner.invoke(app, ["estimate", *options, *url], env=env)
+        for case, options in {
+            "missing": ["--architecture", str(tmp_path / "none.json")],
+            "list": ["--architecture", str(listed)],
+            "broken": ["--architecture", str(broken)],
+            "two models": ["--model", "mlp", "--architecture", str(saved)],
+        }.items()
+    }
+
+    # Assert: planned by its digest; refused by the controller, and here before it is asked
+    assert estimated.exit_code == 0, estimated.output
+    plan = json.loads(estimated.stdout.splitlines()[-1])
+    assert plan["train"]["signature"].startswith(f"{custom_name(own)}/8x8x1/c10/")
+    assert submitted.exit_code == 2
+    assert "architecture: its input is 4×4×1; the data set's examples are 8×8×1" in (
+        submitted.stderr
+    )
+    said = {case: (r.exit_code, " ".join(r.stderr.split())) for case, r in refused.items()}
+    assert said == {
+        "missing": (
+            2,
+            f"error: --architecture: cannot read {tmp_path}/none.json: No such file or directory",
+        ),
+        "list": (
+            2,
+            f"error: --architecture: {listed} holds a JSON list: a Keras model's config "
+            "is an object, as model.to_json() writes it",
+        ),
+        "broken": (
+            2,
+            f"error: --architecture: {broken} is not JSON: Expecting ',' delimiter: "
+            f"line 1 column {len(json.dumps(own))} (char {len(json.dumps(own)) - 1})",
+        ),
+        "two models": (
+            2,
+            "error: --model mlp and --architecture: give one (--architecture trains model custom)",
+        ),
+    }
+
+
 def test_head_answers_as_get_does_without_the_body(
     client: httpx.Client, finished: tuple[str, list[tuple[str, dict[str, Any]]]]
 ) -> None:
