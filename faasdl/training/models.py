@@ -162,6 +162,8 @@ def canonical(architecture: Mapping[str, Any]) -> bytes:
         )
     except (ValueError, TypeError) as exc:  # NaN or infinity (Python's JSON reads them), or no JSON
         raise ValidationError(f"is not JSON's: {exc}", field="architecture") from exc
+    except RecursionError as exc:
+        raise ValidationError("is nested too deep to write", field="architecture") from exc
     return text.encode()
 
 
@@ -184,12 +186,11 @@ def architecture_input(architecture: Mapping[str, Any]) -> tuple[int, ...]:
     size = len(canonical(architecture))
     if size > ARCHITECTURE_MAX_BYTES:
         raise refused(f"is {size:,} bytes of JSON; at most {ARCHITECTURE_MAX_BYTES:,}")
-    config = architecture.get("config")
-    if architecture.get("class_name") not in MODEL_CLASSES or not isinstance(config, Mapping):
+    config, top = architecture.get("config"), architecture.get("class_name")
+    if not isinstance(top, str) or top not in MODEL_CLASSES or not isinstance(config, Mapping):
         raise refused(
             "is not a Keras model's config, as model.to_json() writes it: its class_name "
-            f"{architecture.get('class_name')!r} is none of {', '.join(sorted(MODEL_CLASSES))}, "
-            "or it has no config"
+            f"{_shown(top)} is none of {', '.join(sorted(MODEL_CLASSES))}, or it has no config"
         )
     found: list[object] = [architecture]
     while found:
@@ -200,12 +201,17 @@ def architecture_input(architecture: Mapping[str, Any]) -> tuple[int, ...]:
             continue
         kind, module = item.get("class_name"), item.get("module")
         registered = item.get("registered_name")
-        if kind in CODE_LAYERS:
+        if isinstance(kind, str) and kind in CODE_LAYERS:
             raise refused(f"holds a {kind} layer, which runs code of its own: none may")
+        named = kind if isinstance(kind, str) and len(kind) <= 60 else _shown(kind)
         if module is not None and not (module == "keras" or str(module).startswith("keras.")):
-            raise refused(f"{kind}: its module {module!r} is not Keras's; only Keras's own may be")
+            raise refused(
+                f"{named}: its module {_shown(module)} is not Keras's; only Keras's own may be"
+            )
         if registered not in (None, kind):
-            raise refused(f"{kind}: a custom object ({registered!r}); only Keras's own may be")
+            raise refused(
+                f"{named}: a custom object ({_shown(registered)}); only Keras's own may be"
+            )
         found.extend(item.values())
     layers = config.get("layers")
     inputs = [
@@ -219,10 +225,17 @@ def architecture_input(architecture: Mapping[str, Any]) -> tuple[int, ...]:
     dims_given = shape[1:] if isinstance(shape, list) and len(shape) >= 2 else []
     if not dims_given or not all(type(d) is int and d >= 1 for d in dims_given):
         raise refused(
-            f"its input layer's batch_shape is {shape!r}; it must give each dimension of an "
+            f"its input layer's batch_shape is {_shown(shape)}; it must give each dimension of an "
             "example, as [null, 8, 8, 1] does"
         )
     return tuple(dims_given)
+
+
+def _shown(value: object) -> str:
+    """A value of an architecture as a message shows it: its repr, cut short past 60 characters
+    (a name may take the architecture's 512 KiB)."""
+    said = repr(value)
+    return said if len(said) <= 60 else said[:59] + "…"
 
 
 def remember_architecture(name: str, architecture: Mapping[str, Any]) -> None:

@@ -103,11 +103,18 @@ def _bad_architectures() -> list[tuple[str, dict[str, Any], str]]:
     two_inputs["config"]["layers"].insert(1, good["config"]["layers"][0])
     huge = copy.deepcopy(good)
     huge["config"]["name"] = "x" * ARCHITECTURE_MAX_BYTES
+    deep: dict[str, Any] = {}
+    for _ in range(3000):  # past Python's recursion limit, as a JSON encoder walks it
+        deep = {"a": deep}
+    nested = copy.deepcopy(good)
+    nested["config"]["name"] = deep
     return [
         ("a layer", good["config"]["layers"][2], "its class_name 'Dense' is none of"),
+        ("a listed name", {**good, "class_name": ["Sequential"]}, "class_name ['Sequential'] is"),
         ("no config", {"class_name": "Sequential"}, "or it has no config"),
         ("a Lambda", lambda_layer, "holds a Lambda layer, which runs code of its own"),
         ("another module", _with(good, 1, module="os"), "Flatten: its module 'os' is not Keras's"),
+        ("a long module", _with(good, 1, module="x" * 100), f"module '{'x' * 58}… is not"),
         ("a custom object", _with(good, 2, registered_name="mine>Dense"), "custom object"),
         ("two inputs", two_inputs, "has 2 input layers (InputLayer)"),
         ("no input", _with(good, 0, class_name="Flatten"), "has 0 input layers"),
@@ -115,6 +122,7 @@ def _bad_architectures() -> list[tuple[str, dict[str, Any], str]]:
         ("no batch", _with(good, 0, config={"batch_shape": [8]}), "batch_shape is [8]"),
         ("too large", huge, f"at most {ARCHITECTURE_MAX_BYTES:,}"),
         ("not JSON's", _with(good, 2, config={"units": math.nan}), "is not JSON's"),
+        ("nested too deep", nested, "is nested too deep to write"),
     ]
 
 
