@@ -26,8 +26,9 @@ from faasdl.platform.local import LocalPlatform
 from faasdl.store import StateStore, action_environment, make_store
 from faasdl.store.records import CheckpointHead, FunctionInfo, UnitState, fn_key, load, update
 from faasdl.training.datasets import DigitsSpec, load_dataset, split_shards
+from faasdl.training.models import custom_name
 from faasdl.training.tensors import decode, pack, unpack
-from tests.conftest import eventually
+from tests.conftest import eventually, keras_architecture
 from tests.store.conftest import private_redis
 
 pytestmark = pytest.mark.tensorflow
@@ -181,18 +182,28 @@ def test_a_prewarmed_container_answers_a_warmup_at_once(
     assert record.duration < 500
 
 
+@pytest.mark.parametrize("own", [False, True], ids=["zoo", "own architecture"])
 def test_a_replica_primed_by_its_warm_up_call_trains_at_once_and_the_same_weights(
-    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str
+    tf_platform: LocalPlatform, tf_store: Store, train: str, shard: str, own: bool
 ) -> None:
-    # Arrange: a variant of its own, so that its one container is the primed replica.
+    # Arrange: a variant of its own, so that its one container is the primed replica; a model of
+    # the zoo's, or a job's own architecture, which the warm-up call and each unit give.
     _, url = tf_store
-    replica = deploy_variant(tf_platform, TRAIN, memory_mb=1088, timeout_ms=120_000, environment={})
-    prime = {"model": "small_cnn", "input_shape": [8, 8, 1], "classes": 10, "batch_size": 8}
+    memory = 1088 + own  # a variant of each case's
+    replica = deploy_variant(
+        tf_platform, TRAIN, memory_mb=memory, timeout_ms=120_000, environment={}
+    )
+    model: dict[str, object] = {"model": "small_cnn"}
+    if own:
+        architecture = keras_architecture()
+        model = {"model": custom_name(architecture), "architecture": architecture}
+    prime = {**model, "input_shape": [8, 8, 1], "classes": 10, "batch_size": 8}
+    primed_to, plain_to = f"test/primed-{own}", f"test/plain-{own}"
 
     # Execute
     ready = tf_platform.prewarm(replica, 1, {"warmup": True, "prime": prime})
-    primed = tf_platform.call(replica, params(url, shard, weights_out="test/primed"))
-    plain = tf_platform.call(train, params(url, shard, weights_out="test/plain"))
+    primed = tf_platform.call(replica, params(url, shard, weights_out=primed_to, **model))
+    plain = tf_platform.call(train, params(url, shard, weights_out=plain_to, **model))
 
     # Assert: no cold start, no build, and the weights of any other container.
     assert ready == 1
@@ -201,7 +212,7 @@ def test_a_replica_primed_by_its_warm_up_call_trains_at_once_and_the_same_weight
     assert primed.response.result["trainer_reused"] is True
     assert plain.success, plain.error
     store, _ = tf_store
-    assert store.get_blob("test/primed") == store.get_blob("test/plain")
+    assert store.get_blob(primed_to) == store.get_blob(plain_to)
 
 
 def test_a_warm_up_call_naming_a_bad_trainer_fails_the_replica(
