@@ -9,6 +9,7 @@ when called.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -319,7 +320,9 @@ def _custom(architecture: Mapping[str, Any], classes: int) -> keras.Model:
     import keras
 
     try:
-        model = keras.saving.deserialize_keras_object(dict(architecture), safe_mode=True)
+        # A copy: Keras takes fields out of a Functional model's config as it builds it.
+        config = copy.deepcopy(dict(architecture))
+        model = keras.saving.deserialize_keras_object(config, safe_mode=True)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         # Keras's messages may end with the whole config of the object it could not build.
         said = str(exc).split(" Full object config:")[0]

@@ -1,4 +1,5 @@
 import copy
+import json
 import math
 import re
 from pathlib import Path
@@ -229,3 +230,41 @@ def _forget(name: str) -> None:
     from faasdl.training import models
 
     del models._ARCHITECTURES[name]
+
+
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("zoo", ["mobilenet_v2", None], ids=["MobileNetV2", "a residual block"])
+def test_the_config_keras_writes_of_a_functional_model_builds_it_again(zoo: str | None) -> None:
+    # Arrange: a model built with Keras's API, and its config as model.to_json() writes it (the
+    # zoo's MobileNetV2's: 157 KiB; or a block whose input is added back to its output)
+    import keras
+
+    from faasdl.training.loop import configure_runtime
+
+    configure_runtime()  # as every test process that runs TensorFlow does, before it runs
+    shape = (32, 32, 3)
+    if zoo is not None:
+        made = build_model(zoo, shape, 10, seed=0)
+    else:
+        pixels = keras.Input(shape)
+        conv = keras.layers.Conv2D(3, 3, padding="same", activation="relu")(pixels)
+        added = keras.layers.Add()([pixels, conv])
+        pooled = keras.layers.GlobalAveragePooling2D()(added)
+        made = keras.Model(pixels, keras.layers.Dense(10)(pooled))
+    own = json.loads(made.to_json())
+    name = custom_name(own)
+
+    # Execute
+    remember_architecture(name, own)
+    built = build_model(name, shape, 10, seed=0)
+
+    # Assert: left as it was given (Keras took fields out of the one it built: the name would
+    # no longer be its digest), checked as the controller checks it, and the same layers and
+    # weights' shapes
+    assert custom_name(own) == name
+    assert check_model(CUSTOM, shape, 10, own).images
+    assert own["class_name"] == "Functional"
+    assert [type(layer).__name__ for layer in built.layers] == [
+        type(layer).__name__ for layer in made.layers
+    ]
+    assert [w.shape for w in built.get_weights()] == [w.shape for w in made.get_weights()]
