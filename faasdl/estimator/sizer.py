@@ -162,9 +162,12 @@ class Sizer:
             "classes": classes,
         }
         record = self._probe_record(params)
+        # The model refused as it was built: a job's own architecture Keras cannot build, or
+        # weights TensorFlow cannot allocate.
         said = str((record.response.result or {}).get("error", ""))
-        if not record.success and said.startswith("architecture: "):
-            raise ValidationError(said.removeprefix("architecture: "), field="architecture")
+        field, _, why = said.partition(": ")
+        if not record.success and field in ("model", "architecture") and why:
+            raise ValidationError(why, field=field)
         failure = classify(record)
         if failure is not None and failure.kind is FailureKind.OUT_OF_MEMORY:
             raise ValidationError(

@@ -151,7 +151,7 @@ def build_model(name: str, input_shape: tuple[int, ...], classes: int, *, seed: 
         raise ValidationError(
             f"{name} for {dims(input_shape)} inputs and {classes:,} classes cannot be "
             f"allocated{tensor}: use a smaller model, fewer classes or smaller inputs",
-            field="model",
+            field="model" if known is None else "architecture",
         ) from exc
 
 

@@ -364,6 +364,36 @@ def test_a_model_that_cannot_be_built_in_the_largest_memory_is_refused_naming_it
     assert history.read_profile(store, history.profile_name("mlp", shape, 10)) is None
 
 
+@pytest.mark.parametrize("own", [False, True], ids=["zoo", "own architecture"])
+def test_a_model_whose_weights_cannot_be_allocated_is_refused_by_its_probe_naming_it(
+    tf_platform: LocalPlatform, tf_store: Store, own: bool
+) -> None:
+    # Arrange: a last layer of 16 or 64 × 2³¹ − 1 floats, which TensorFlow's allocator refuses
+    # outright as the probe builds it (no memory is taken)
+    store, _ = tf_store
+    sizer = Sizer(platform=tf_platform, store=store, settings=Settings())
+    classes = 2**31 - 1
+    request = EstimateRequest(model="mlp")
+    if own:
+        architecture = keras_architecture(classes=classes)
+        request = EstimateRequest(model="custom", architecture=architecture)
+
+    # Execute
+    with pytest.raises(ValidationError) as caught:
+        sizer.profile(request, (8, 8, 1), classes)
+
+    # Assert: refused naming the field, not as the estimator's "measuring profile failed"
+    field = "architecture" if own else "model"
+    assert caught.value.field == field
+    assert f"{request.model_name} for 8×8×1 inputs and 2,147,483,647 classes cannot be" in (
+        str(caught.value)
+    )
+    assert (
+        history.read_profile(store, history.profile_name(request.model_name, (8, 8, 1), classes))
+        is None
+    )
+
+
 def test_the_training_action_loads_tensorflow_without_scikit_learn_which_stays_importable() -> None:
     # Keras imports scikit-learn as TensorFlow loads, for its scikit-learn wrappers, which no
     # action uses: a second of every cold start here (of ~4 s) and 55 MB of a trainer's memory.
