@@ -40,7 +40,7 @@ from faasdl.store.records import (
     job_key,
     update,
 )
-from tests.conftest import eventually
+from tests.conftest import eventually, keras_architecture
 from tests.controller.conftest import round_result
 
 pytestmark = pytest.mark.tensorflow
@@ -718,6 +718,33 @@ def test_a_job_that_keeps_its_best_round_says_which_on_its_page(
     assert drawn == [
         f"round {n}: validation loss {v}" for n, v in [(1, "0.300"), (2, "0.200"), (3, "0.250")]
     ]
+
+
+def test_a_job_of_its_own_architecture_is_named_on_its_page_as_its_keras_config_names_it(
+    served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
+) -> None:
+    # Arrange: jobs as the store holds them: a model of the zoo's, an architecture of the job's
+    # own whose config names it "tiny", and one whose config names it no text
+    store, base, key = unstarted
+    zoo, named, unnamed = "d" * 16, "e" * 16, "f" * 16
+    nameless = keras_architecture()
+    nameless["config"]["name"] = ["tiny"]
+    own = {"model": "custom", "architecture": keras_architecture()}
+    for job_id, spec in [
+        (zoo, {}),
+        (named, own),
+        (unnamed, {**own, "architecture": nameless}),
+    ]:
+        made, _ = stored_job(served[0], job_id=job_id, created_ms=int(time.time() * 1000))
+        assert create(store, made.model_copy(update={"spec": {**made.spec, **spec}}))
+
+    # Execute
+    said = [
+        summary_facts(browser, base, key, job_id, "Model")[0] for job_id in (zoo, named, unnamed)
+    ]
+
+    # Assert
+    assert said == [f"Model {JOB['model']}", "Model custom: tiny", "Model custom"]
 
 
 #: Stands in for the save-file picker, which a headless browser cannot show: the file the user

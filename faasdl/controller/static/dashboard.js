@@ -270,6 +270,13 @@ function render(job) {
   $("#events").replaceChildren(...events);
 }
 
+/** A job's model as its page names it: a model of the zoo's name, or a job's own architecture's
+ * (model custom) as its Keras config names it. */
+function modelOf(spec) {
+  const named = spec.architecture && spec.architecture.config && spec.architecture.config.name;
+  return spec.model === "custom" && typeof named === "string" ? `custom: ${named}` : spec.model;
+}
+
 function renderSummary(view) {
   const job = view.job;
   const named = job.spec.name ? `: ${job.spec.name}` : "";
@@ -279,7 +286,7 @@ function renderSummary(view) {
   const facts = [
     ["State", job.state, `state state-${job.state}`],
     ["Tenant", job.tenant],
-    ["Model", job.spec.model],
+    ["Model", modelOf(job.spec)],
     ["Rounds", `${job.round}/${rounds}`],
     ["Workers", job.plan ? job.plan.train.containers : "?"],
     ["Loss", last ? fmt(last.test_loss) : "–"],
