@@ -320,8 +320,9 @@ def _custom(architecture: Mapping[str, Any], classes: int) -> keras.Model:
     import keras
 
     try:
-        # A copy: Keras takes fields out of a Functional model's config as it builds it.
-        config = copy.deepcopy(dict(architecture))
+        # A copy: Keras takes fields out of a Functional model's config as it builds it. Its
+        # compile_config (a compiled model's) is left out: the job's optimizer and loss train it.
+        config = copy.deepcopy({k: v for k, v in architecture.items() if k != "compile_config"})
         model = keras.saving.deserialize_keras_object(config, safe_mode=True)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         # Keras's messages may end with the whole config of the object it could not build.

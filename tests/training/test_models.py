@@ -251,6 +251,7 @@ def test_the_config_keras_writes_of_a_functional_model_builds_it_again(zoo: str 
         added = keras.layers.Add()([pixels, conv])
         pooled = keras.layers.GlobalAveragePooling2D()(added)
         made = keras.Model(pixels, keras.layers.Dense(10)(pooled))
+        made.compile(optimizer="rmsprop", loss="mse")  # its config then has its compile_config
     own = json.loads(made.to_json())
     name = custom_name(own)
 
@@ -260,8 +261,10 @@ def test_the_config_keras_writes_of_a_functional_model_builds_it_again(zoo: str 
 
     # Assert: left as it was given (Keras took fields out of the one it built: the name would
     # no longer be its digest), checked as the controller checks it, and the same layers and
-    # weights' shapes
+    # weights' shapes; not compiled as its config said (the job's optimizer and loss train it)
     assert custom_name(own) == name
+    assert bool(own.get("compile_config")) is (zoo is None)
+    assert not built.compiled
     assert check_model(CUSTOM, shape, 10, own).images
     assert own["class_name"] == "Functional"
     assert [type(layer).__name__ for layer in built.layers] == [
