@@ -767,15 +767,7 @@ def _read_architecture(path: Path) -> dict[str, Any]:
     larger could not be sent."""
     from faasdl import jobfile
 
-    try:
-        if str(path) == "-":
-            path = Path("<stdin>")  # as the errors name it
-            raw = sys.stdin.buffer.read(jobfile.MAX_BYTES + 1)
-        else:
-            with path.open("rb") as opened:
-                raw = opened.read(jobfile.MAX_BYTES + 1)
-    except OSError as exc:
-        fail(f"--architecture: cannot read {path}: {exc.strerror}")
+    path, raw = _read_up_to(path, jobfile.MAX_BYTES + 1, given_as="--architecture")
     if len(raw) > jobfile.MAX_BYTES:
         fail(f"--architecture: {path} holds over {jobfile.MAX_BYTES:,} bytes: too large to send")
     try:
@@ -792,6 +784,18 @@ def _read_architecture(path: Path) -> dict[str, Any]:
     return loaded
 
 
+def _read_up_to(path: Path, size: int, *, given_as: str) -> tuple[Path, bytes]:
+    """Up to ``size`` bytes of a file (``-``: standard input, then named ``<stdin>``), and its
+    name as errors give it; one that cannot be read is refused naming ``given_as``."""
+    try:
+        if str(path) == "-":
+            return Path("<stdin>"), sys.stdin.buffer.read(size)
+        with path.open("rb") as opened:
+            return path, opened.read(size)
+    except OSError as exc:
+        fail(f"{given_as}: cannot read {path}: {exc.strerror}")
+
+
 def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
     """The job fields of a YAML or JSON file (``-``: standard input); an error names it as the
     command's ``given_as``."""
@@ -799,18 +803,11 @@ def _read_spec(path: Path, *, given_as: str) -> dict[str, Any]:
 
     from faasdl import jobfile
 
+    path, raw = _read_up_to(path, jobfile.MAX_BYTES + 1, given_as=given_as)
+    if len(raw) > jobfile.MAX_BYTES:
+        fail(f"{given_as}: {path} holds over {jobfile.MAX_BYTES:,} bytes: a job is a few lines")
     try:
-        if str(path) == "-":
-            path = Path("<stdin>")  # as the errors name it
-            raw = sys.stdin.buffer.read(jobfile.MAX_BYTES + 1)
-        else:
-            with path.open("rb") as opened:
-                raw = opened.read(jobfile.MAX_BYTES + 1)
-        if len(raw) > jobfile.MAX_BYTES:
-            fail(f"{given_as}: {path} holds over {jobfile.MAX_BYTES:,} bytes: a job is a few lines")
         loaded = jobfile.load(raw.decode("utf-8"))
-    except OSError as exc:
-        fail(f"{given_as}: cannot read {path}: {exc.strerror}")
     except UnicodeDecodeError as exc:
         fail(f"{given_as}: {path} is not UTF-8 text: {exc.reason} at byte {exc.start}")
     except jobfile.Refused as exc:
