@@ -325,9 +325,9 @@ def _custom(architecture: Mapping[str, Any], classes: int) -> keras.Model:
         config = copy.deepcopy({k: v for k, v in architecture.items() if k != "compile_config"})
         model = keras.saving.deserialize_keras_object(config, safe_mode=True)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        # Keras's messages may end with the whole config of the object it could not build.
-        said = str(exc).split(" Full object config:")[0]
-        raise ValidationError(f"Keras cannot build it: {said[:500]}", field="architecture") from exc
+        raise ValidationError(
+            f"Keras cannot build it: {_keras_said(exc)}", field="architecture"
+        ) from exc
     if not isinstance(model, keras.Model):
         raise ValidationError(f"builds a {type(model).__name__}, no model", field="architecture")
     outputs = [tuple(output.shape) for output in model.outputs]
@@ -339,6 +339,16 @@ def _custom(architecture: Mapping[str, Any], classes: int) -> keras.Model:
             field="architecture",
         )
     return model
+
+
+def _keras_said(exc: Exception) -> str:
+    """What Keras said of a config it could not build, on one line and at most 500 characters:
+    the layer's own error where Keras wraps it with the whole config ("Exception encountered:"),
+    without a config it adds ("Full object config:", "Full config:") or its terminal's bold."""
+    said = str(exc).rsplit("Exception encountered: ", 1)[-1]
+    said = re.split(r"\s+Full (?:object )?config:", said)[0]
+    said = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", said).split())
+    return said if len(said) <= 500 else said[:499] + "…"
 
 
 def _flat(output: object) -> list[keras.KerasTensor]:

@@ -192,14 +192,16 @@ def test_an_architecture_builds_from_its_seed_and_loads_back_from_a_models_file(
     configure_runtime()  # as every test process that runs TensorFlow does, before it runs
     good, three = keras_architecture(), keras_architecture(classes=3)
     unknown = _with(good, 1, class_name="Flattened")
-    for given in (good, three, unknown):
+    negative = copy.deepcopy(good)
+    negative["config"]["layers"][2]["config"]["units"] = -1
+    for given in (good, three, unknown, negative):
         remember_architecture(custom_name(given), given)
     name = custom_name(good)
 
     # Execute
     first, again, other = (build_model(name, (8, 8, 1), 10, seed=s) for s in (1, 1, 2))
     refused = {}
-    for case, given in {"outputs": three, "keras": unknown}.items():
+    for case, given in {"outputs": three, "keras": unknown, "layer": negative}.items():
         with pytest.raises(ValidationError) as raised:
             build_model(custom_name(given), (8, 8, 1), 10, seed=0)
         refused[case] = raised.value
@@ -222,6 +224,11 @@ def test_an_architecture_builds_from_its_seed_and_loads_back_from_a_models_file(
     )
     assert str(refused["keras"]).startswith("architecture: Keras cannot build it: ")
     assert "Flattened" in str(refused["keras"])
+    # The layer's own words, not Keras's wrapping of them with the whole config
+    assert str(refused["layer"]) == (
+        "architecture: Keras cannot build it: Received an invalid value for `units`, expected a "
+        "positive integer. Received: units=-1"
+    )
     assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), weights, strict=True))
 
 
