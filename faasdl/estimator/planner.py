@@ -217,13 +217,13 @@ def plan_training(
     job that cannot run as asked and ``EstimationError`` for one no limit of the platform fits.
     ``cold_starts_ms(n)``: the runtime's cold starts to plan ``n`` trainers at once by."""
     check_model(request.model, data.input_shape, data.classes, request.architecture)
+    model = request.model_name  # a job's own architecture's digest: once, not at each count
 
     # Cached: the container search and the final plan ask for the same counts, and each
     # answer reads the history once.
     @functools.cache
     def sized(containers: int) -> tuple[str, ExecutionHistory | None, float, dict[str, float]]:
         shard = math.ceil(data.examples / containers)
-        model = request.model_name
         sig = signature(model, data.input_shape, data.classes, request.batch_size, shard)
         past = history(sig)
         least = _least_memory_mb(past, step_mb=step_mb, max_mb=limits.memory_max_mb)

@@ -235,8 +235,12 @@ def architecture_input(architecture: Mapping[str, Any]) -> tuple[int, ...]:
 def _shown(value: object) -> str:
     """A value of an architecture as a message shows it: its repr, cut short past 60 characters
     (a name may take the architecture's 512 KiB)."""
-    said = repr(value)
-    return said if len(said) <= 60 else said[:59] + "…"
+    return _clipped(repr(value), 60)
+
+
+def _clipped(text: str, most: int) -> str:
+    """``text``, cut short with an ellipsis past ``most`` characters."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def remember_architecture(name: str, architecture: Mapping[str, Any]) -> None:
@@ -348,7 +352,7 @@ def _keras_said(exc: Exception) -> str:
     said = str(exc).rsplit("Exception encountered: ", 1)[-1]
     said = re.split(r"\s+Full (?:object )?config:", said)[0]
     said = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", said).split())
-    return said if len(said) <= 500 else said[:499] + "…"
+    return _clipped(said, 500)
 
 
 def _flat(output: object) -> list[keras.KerasTensor]:
