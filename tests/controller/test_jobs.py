@@ -272,7 +272,7 @@ def test_a_job_trains_an_architecture_of_its_own_whose_model_loads_from_its_file
 
     own = keras_architecture()
     spec = {**DIGITS_JOB, "model": "custom", "architecture": own, "workers": 2, "epochs": 2}
-    spec["learning_rate"] = 0.01
+    spec |= {"learning_rate": 0.01}  # two epochs of a layer of 16 learn the digits at this rate
 
     # Execute
     job_id = submit(client, spec)["job_id"]
