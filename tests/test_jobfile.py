@@ -6,6 +6,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faasdl import jobfile
+from tests.conftest import keras_architecture
+
+
+def test_a_keras_config_pasted_into_a_job_file_reads_as_the_json_it_is() -> None:
+    # Arrange: what model.to_json() writes, pasted after "architecture:" (the README's way)
+    own = keras_architecture()
+    text = f"model: custom\narchitecture: {json.dumps(own, indent=2)}\n"
+
+    # Execute
+    loaded = jobfile.load(text)
+
+    # Assert
+    assert loaded == {"model": "custom", "architecture": own}
 
 
 def test_a_job_file_reads_as_json_values_with_dates_kept_as_text() -> None:
