@@ -182,13 +182,15 @@ def keras_layer(kind: str, **config: Any) -> dict[str, Any]:
     return {"module": "keras.layers", "class_name": kind, "config": config, "registered_name": None}
 
 
-def keras_architecture(*, shape: tuple[int, ...] = (8, 8, 1), classes: int = 10) -> dict[str, Any]:
+def keras_architecture(
+    *, shape: tuple[int, ...] = (8, 8, 1), classes: int = 10, hidden: int = 16
+) -> dict[str, Any]:
     """A job's own architecture, written by hand as ``model.to_json()`` writes a Sequential
-    model's: examples of ``shape`` flattened, a hidden layer of 16 and ``classes`` logits."""
+    model's: examples of ``shape`` flattened, a ``hidden`` layer and ``classes`` logits."""
     layers = [
         keras_layer("InputLayer", batch_shape=[None, *shape], name="pixels"),
         keras_layer("Flatten", name="flat"),
-        keras_layer("Dense", units=16, activation="relu", name="hidden"),
+        keras_layer("Dense", units=hidden, activation="relu", name="hidden"),
         keras_layer("Dense", units=classes, name="logits"),
     ]
     return {

@@ -261,22 +261,40 @@ def test_a_four_unit_job_completes_and_its_model_evaluates(
     assert accuracy > 0.8
 
 
+#: A job of an architecture of its own: a Keras model's config, as model.to_json() writes it (by
+#: hand: a hidden layer of 16, which no model of the zoo has). Two epochs of it learn the digits
+#: at this learning rate.
+OWN_JOB: dict[str, Any] = {
+    **DIGITS_JOB,
+    "model": "custom",
+    "architecture": keras_architecture(),
+    "workers": 2,
+    "epochs": 2,
+    "learning_rate": 0.01,
+}
+
+
+@pytest.fixture(scope="module")
+def own_finished(client: httpx.Client) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """``OWN_JOB``, run to its end, and the events it streamed."""
+    job_id = submit(client, OWN_JOB)["job_id"]
+    return job_id, follow(client, job_id)
+
+
 def test_a_job_trains_an_architecture_of_its_own_whose_model_loads_from_its_file(
-    client: httpx.Client, controller: Controller, tmp_path: Path
+    client: httpx.Client,
+    own_finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+    tmp_path: Path,
 ) -> None:
-    # Arrange: a Keras model's config, as model.to_json() writes it (by hand: a hidden layer of
-    # 16, which no model of the zoo has)
+    # Arrange
     from faasdl.training.datasets import DigitsSpec, load_dataset
     from faasdl.training.loop import configure_runtime
     from faasdl.training.models import custom_name, load_model
 
-    own = keras_architecture()
-    spec = {**DIGITS_JOB, "model": "custom", "architecture": own, "workers": 2, "epochs": 2}
-    spec |= {"learning_rate": 0.01}  # two epochs of a layer of 16 learn the digits at this rate
+    own = OWN_JOB["architecture"]
 
     # Execute
-    job_id = submit(client, spec)["job_id"]
-    events = follow(client, job_id)
+    job_id, events = own_finished
     record = job(client, job_id)["job"]
     (tmp_path / "model.safetensors").write_bytes(client.get(f"/v1/jobs/{job_id}/model").content)
     configure_runtime()  # as every test process that runs TensorFlow does, before it runs
@@ -294,6 +312,35 @@ def test_a_job_trains_an_architecture_of_its_own_whose_model_loads_from_its_file
     accuracy = float((predicted == data.y_test).mean())
     assert accuracy == pytest.approx(record["rounds"][-1]["accuracy"], abs=1e-6)
     assert accuracy > 0.5  # ten classes: a tenth by chance
+
+
+def test_a_job_trains_on_from_a_model_of_its_own_architecture_and_not_of_another(
+    client: httpx.Client,
+    controller: Controller,
+    own_finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+) -> None:
+    # Arrange: the done job of its own architecture, and one whose hidden layer is 32 wide
+    from faasdl.training.models import custom_name
+
+    source_id = own_finished[0]
+    other = keras_architecture(hidden=32)
+    onward = {**OWN_JOB, "epochs": 1, "init_model": source_id}
+
+    # Execute
+    record = controller.wait(submit(client, onward)["job_id"], timeout_s=300)
+    refused = client.post("/v1/jobs", json={**onward, "architecture": other})
+
+    # Assert: its first round started from the other's model, the same architecture's; one of
+    # another architecture is refused naming both
+    assert record.state is JobState.DONE, record.error
+    first = bytes(controller.store.get_blob(f"jobs/{record.job_id}/global/00000"))
+    assert first == client.get(f"/v1/jobs/{source_id}/model").content
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == (
+        f"init_model: job {source_id} trained {custom_name(OWN_JOB['architecture'])} for 8×8×1 "
+        f"inputs and 10 classes; this job is {custom_name(other)} for 8×8×1 inputs and 10 "
+        "classes: they must be the same"
+    )
 
 
 def test_an_architecture_keras_cannot_build_for_the_data_is_refused_before_a_job_is_made(
@@ -339,7 +386,7 @@ def test_the_cli_takes_an_architecture_from_the_file_model_to_json_was_saved_to(
     # Arrange: the file, and a job file that names a model of the zoo (the option overrides it)
     from faasdl.training.models import custom_name
 
-    own = keras_architecture()
+    own = OWN_JOB["architecture"]
     saved = tmp_path / "tiny.json"
     saved.write_text(json.dumps(own))
     misfit = tmp_path / "misfit.json"
