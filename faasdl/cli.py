@@ -1335,7 +1335,7 @@ def jobs(
             submitted,  # this machine's time
             j["tenant"],
             j["state"],
-            str(j["model"]),
+            str(j.get("model_called") or j["model"]),  # a controller before sends none
             f"{j['round']}/{j['rounds']}",
             accuracy,
             f"{j['cost_usd']:.6f}",

@@ -90,6 +90,7 @@ from faasdl.store.records import (
     round_prefix,
     update,
 )
+from faasdl.training.models import model_called
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,11 @@ class JobLine(BaseModel):
     tenant: str
     state: JobState
     model: str | None
+    model_called: str | None = Field(
+        None,
+        description="Its model as people read it: model, or for a job's own architecture (model "
+        "custom) 'custom: ' and the name its Keras config gives the model.",
+    )
     round: int
     rounds: int
     workers: int
@@ -939,12 +945,14 @@ def job_line(job: JobInfo) -> JobLine:
     plan = JobPlan.model_validate(job.plan)
     last = job.rounds[-1] if job.rounds else None
     kept = job.kept_best if job.finished else None
+    model = job.spec.get("model")
     return JobLine(
         job_id=job.job_id,
         name=job.spec.get("name"),
         tenant=job.tenant,
         state=job.state,
-        model=job.spec.get("model"),
+        model=model,
+        model_called=model and model_called(model, job.spec.get("architecture")),
         round=job.round,
         rounds=plan.rounds,
         workers=plan.workers,

@@ -28,6 +28,7 @@ from tenacity import (
 from faasdl.controller.client import ENDED
 from faasdl.errors import PlatformUnavailable
 from faasdl.store.records import LedgerTotals
+from faasdl.training.models import model_called
 
 #: How often the job is read while it runs.
 POLL_S = 0.5
@@ -260,7 +261,7 @@ def _what(job: dict[str, Any]) -> str:
     spec, plan = job["spec"], job["plan"]
     data = spec["dataset"]
     named = data["path"] if data["name"] == "npz" else data["name"]
-    line = f"{spec['model']} on {named}"
+    line = f"{model_called(spec['model'], spec.get('architecture'))} on {named}"
     if spec.get("init_model"):
         line += f" from job {spec['init_model']}'s model"
     if plan:  # a record has one from its submission on

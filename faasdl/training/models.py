@@ -232,6 +232,17 @@ def architecture_input(architecture: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(dims_given)
 
 
+def model_called(model: str, architecture: object = None) -> str:
+    """A job's model as people read it: a zoo model's name, or, for a job's own architecture,
+    ``custom: `` and the name its Keras config gives the model (cut short past 60 characters;
+    ``custom`` alone where the config gives none as text)."""
+    config = architecture.get("config") if isinstance(architecture, Mapping) else None
+    named = config.get("name") if isinstance(config, Mapping) else None
+    if model != CUSTOM or not isinstance(named, str):
+        return model
+    return f"{CUSTOM}: {_clipped(named, 60)}"
+
+
 def _shown(value: object) -> str:
     """A value of an architecture as a message shows it: its repr, cut short past 60 characters
     (a name may take the architecture's 512 KiB)."""

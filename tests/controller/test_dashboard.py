@@ -40,6 +40,7 @@ from faasdl.store.records import (
     job_key,
     update,
 )
+from faasdl.training.models import model_called
 from tests.conftest import eventually, keras_architecture
 from tests.controller.conftest import round_result
 
@@ -724,27 +725,37 @@ def test_a_job_of_its_own_architecture_is_named_on_its_page_as_its_keras_config_
     served: tuple[Controller, str, str], browser: Any, unstarted: tuple[StateStore, str, str]
 ) -> None:
     # Arrange: jobs as the store holds them: a model of the zoo's, an architecture of the job's
-    # own whose config names it "tiny", and one whose config names it no text
+    # own whose config names it "tiny", one whose config names it no text, and one whose config
+    # names it at length
     store, base, key = unstarted
-    zoo, named, unnamed = "d" * 16, "e" * 16, "f" * 16
-    nameless = keras_architecture()
+    zoo, named, unnamed, long = "d" * 16, "e" * 16, "f" * 16, "c" * 16
+    nameless, lengthy = keras_architecture(), keras_architecture()
     nameless["config"]["name"] = ["tiny"]
+    lengthy["config"]["name"] = "🧠" * 100  # a code point of two UTF-16 units
     own = {"model": "custom", "architecture": keras_architecture()}
     for job_id, spec in [
         (zoo, {}),
         (named, own),
         (unnamed, {**own, "architecture": nameless}),
+        (long, {**own, "architecture": lengthy}),
     ]:
         made, _ = stored_job(served[0], job_id=job_id, created_ms=int(time.time() * 1000))
         assert create(store, made.model_copy(update={"spec": {**made.spec, **spec}}))
 
     # Execute
     said = [
-        summary_facts(browser, base, key, job_id, "Model")[0] for job_id in (zoo, named, unnamed)
+        summary_facts(browser, base, key, job_id, "Model")[0]
+        for job_id in (zoo, named, unnamed, long)
     ]
 
-    # Assert
-    assert said == [f"Model {JOB['model']}", "Model custom: tiny", "Model custom"]
+    # Assert: as model_called calls them
+    assert said == [
+        f"Model {model_called(JOB['model'])}",
+        "Model custom: tiny",
+        "Model custom",
+        f"Model {model_called('custom', lengthy)}",
+    ]
+    assert said[-1].endswith("🧠" * 59 + "…")
 
 
 #: Stands in for the save-file picker, which a headless browser cannot show: the file the user

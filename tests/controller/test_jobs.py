@@ -314,6 +314,30 @@ def test_a_job_trains_an_architecture_of_its_own_whose_model_loads_from_its_file
     assert accuracy > 0.5  # ten classes: a tenth by chance
 
 
+def test_a_job_of_its_own_architecture_is_listed_and_summed_up_as_its_keras_config_names_it(
+    client: httpx.Client,
+    own_finished: tuple[str, list[tuple[str, dict[str, Any]]]],
+    api_url: str,
+    admin_key: str,
+) -> None:
+    # Arrange
+    job_id = own_finished[0]
+    env = {"FAASDL_CLIENT__API_KEY": admin_key, "COLUMNS": "300"}
+
+    # Execute
+    [line] = [j for j in client.get("/v1/jobs").json() if j["job_id"] == job_id]
+    listed = runner.invoke(app, ["jobs", "--url", api_url], env=env)
+    status = runner.invoke(app, ["status", job_id, "--url", api_url], env=env)
+
+    # Assert: "custom: tiny" (its config's name), where each said "custom" of every such job
+    assert (line["model"], line["model_called"]) == ("custom", "custom: tiny")
+    assert listed.exit_code == 0, listed.output
+    [row] = [text for text in listed.stdout.splitlines() if job_id in text and "│" in text]
+    assert "│ custom: tiny │" in row
+    assert status.exit_code == 0, status.output
+    assert "custom: tiny on digits: 2 worker(s) of " in " ".join(status.stdout.split())
+
+
 def test_a_job_trains_on_from_a_model_of_its_own_architecture_and_not_of_another(
     client: httpx.Client,
     controller: Controller,

@@ -20,6 +20,7 @@ from faasdl.training.models import (
     check_model,
     custom_name,
     load_model,
+    model_called,
     remember_architecture,
 )
 from faasdl.training.tensors import pack
@@ -180,6 +181,33 @@ def test_an_architecture_goes_with_model_custom_only_and_must_take_the_data_sets
 def test_an_architecture_that_is_not_the_one_its_name_names_is_refused() -> None:
     with pytest.raises(ValidationError, match="is not the one 'custom-0000000000000000' names"):
         remember_architecture("custom-0000000000000000", keras_architecture())
+
+
+def test_a_model_is_called_by_its_zoo_name_or_by_the_name_its_own_keras_config_gives_it() -> None:
+    # Arrange: configs that name their model in words, in a list, at length, or not at all
+    good = keras_architecture()
+    listed, long, unnamed = (copy.deepcopy(good) for _ in range(3))
+    listed["config"]["name"] = ["tiny"]
+    long["config"]["name"] = "x" * 100
+    del unnamed["config"]["name"]
+
+    # Execute
+    called = [
+        model_called(model, given)
+        for model, given in [
+            ("mlp", None),
+            ("mlp", good),
+            (CUSTOM, good),
+            (CUSTOM, listed),
+            (CUSTOM, long),
+            (CUSTOM, unnamed),
+            (CUSTOM, {"config": "tiny"}),
+        ]
+    ]
+
+    # Assert
+    clipped = f"custom: {'x' * 59}…"
+    assert called == ["mlp", "mlp", "custom: tiny", "custom", clipped, "custom", "custom"]
 
 
 @pytest.mark.tensorflow

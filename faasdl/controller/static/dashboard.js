@@ -271,10 +271,15 @@ function render(job) {
 }
 
 /** A job's model as its page names it: a model of the zoo's name, or a job's own architecture's
- * (model custom) as its Keras config names it. */
+ * (model custom) as its Keras config names it, cut short past 60 characters (as
+ * faasdl.training.models.model_called does). */
 function modelOf(spec) {
   const named = spec.architecture && spec.architecture.config && spec.architecture.config.name;
-  return spec.model === "custom" && typeof named === "string" ? `custom: ${named}` : spec.model;
+  if (spec.model !== "custom" || typeof named !== "string") {
+    return spec.model;
+  }
+  const chars = [...named]; // code points, as Python counts them
+  return `custom: ${chars.length > 60 ? `${chars.slice(0, 59).join("")}…` : named}`;
 }
 
 function renderSummary(view) {
