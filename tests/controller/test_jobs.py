@@ -322,7 +322,7 @@ def test_a_job_of_its_own_architecture_is_listed_and_summed_up_as_its_keras_conf
 ) -> None:
     # Arrange
     job_id = own_finished[0]
-    env = {"FAASDL_CLIENT__API_KEY": admin_key, "COLUMNS": "300"}
+    env = {"FAASDL_CLIENT__API_KEY": admin_key}
 
     # Execute
     [line] = [j for j in client.get("/v1/jobs").json() if j["job_id"] == job_id]
@@ -332,10 +332,10 @@ def test_a_job_of_its_own_architecture_is_listed_and_summed_up_as_its_keras_conf
     # Assert: "custom: tiny" (its config's name), where each said "custom" of every such job
     assert (line["model"], line["model_called"]) == ("custom", "custom: tiny")
     assert listed.exit_code == 0, listed.output
-    [row] = [text for text in listed.stdout.splitlines() if job_id in text and "│" in text]
+    [row] = [text for text in listed.stderr.splitlines() if job_id in text]  # the table
     assert "│ custom: tiny │" in row
     assert status.exit_code == 0, status.output
-    assert "custom: tiny on digits: 2 worker(s) of " in " ".join(status.stdout.split())
+    assert "custom: tiny on digits: 2 worker(s) of " in " ".join(status.stderr.split())
 
 
 def test_a_job_trains_on_from_a_model_of_its_own_architecture_and_not_of_another(
