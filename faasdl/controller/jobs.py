@@ -115,6 +115,13 @@ class Replicas(BaseModel):
     ready: int
 
 
+#: What a job's view and its line in a listing say ``model_called`` is.
+MODEL_CALLED = (
+    "Its model as people read it: model, or for a job's own architecture (model custom) "
+    "'custom: ' and the name its Keras config gives the model."
+)
+
+
 class JobView(BaseModel):
     """A job as the API shows it: its record, its place in the admission queue (while queued),
     the units of its current round with their state and attempts, and its warm replicas."""
@@ -128,6 +135,7 @@ class JobView(BaseModel):
     )
     units: list[FunctionInfo]
     replicas: Replicas | None = None
+    model_called: str | None = Field(None, description=MODEL_CALLED)
 
 
 class JobLine(BaseModel):
@@ -138,11 +146,7 @@ class JobLine(BaseModel):
     tenant: str
     state: JobState
     model: str | None
-    model_called: str | None = Field(
-        None,
-        description="Its model as people read it: model, or for a job's own architecture (model "
-        "custom) 'custom: ' and the name its Keras config gives the model.",
-    )
+    model_called: str | None = Field(None, description=MODEL_CALLED)
     round: int
     rounds: int
     workers: int
@@ -549,6 +553,7 @@ class Controller:
             waiting_for=waiting_for,
             units=units,
             replicas=replicas,
+            model_called=_model_called(job),
         )
 
     def _rounds_from(self, job: JobInfo, round_from: int) -> JobInfo:
@@ -941,18 +946,23 @@ def _demand(job: JobInfo) -> Demand:
     )
 
 
+def _model_called(job: JobInfo) -> str | None:
+    """The job's model as people read it (:func:`~faasdl.training.models.model_called`)."""
+    model = job.spec.get("model")
+    return model and model_called(model, job.spec.get("architecture"))
+
+
 def job_line(job: JobInfo) -> JobLine:
     plan = JobPlan.model_validate(job.plan)
     last = job.rounds[-1] if job.rounds else None
     kept = job.kept_best if job.finished else None
-    model = job.spec.get("model")
     return JobLine(
         job_id=job.job_id,
         name=job.spec.get("name"),
         tenant=job.tenant,
         state=job.state,
-        model=model,
-        model_called=model and model_called(model, job.spec.get("architecture")),
+        model=job.spec.get("model"),
+        model_called=_model_called(job),
         round=job.round,
         rounds=plan.rounds,
         workers=plan.workers,

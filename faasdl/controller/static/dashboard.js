@@ -270,18 +270,6 @@ function render(job) {
   $("#events").replaceChildren(...events);
 }
 
-/** A job's model as its page names it: a model of the zoo's name, or a job's own architecture's
- * (model custom) as its Keras config names it, cut short past 60 characters (as
- * faasdl.training.models.model_called does). */
-function modelOf(spec) {
-  const named = spec.architecture && spec.architecture.config && spec.architecture.config.name;
-  if (spec.model !== "custom" || typeof named !== "string") {
-    return spec.model;
-  }
-  const chars = [...named]; // code points, as Python counts them
-  return `custom: ${chars.length > 60 ? `${chars.slice(0, 59).join("")}…` : named}`;
-}
-
 function renderSummary(view) {
   const job = view.job;
   const named = job.spec.name ? `: ${job.spec.name}` : "";
@@ -291,7 +279,7 @@ function renderSummary(view) {
   const facts = [
     ["State", job.state, `state state-${job.state}`],
     ["Tenant", job.tenant],
-    ["Model", modelOf(job.spec)],
+    ["Model", view.model_called],
     ["Rounds", `${job.round}/${rounds}`],
     ["Workers", job.plan ? job.plan.train.containers : "?"],
     ["Loss", last ? fmt(last.test_loss) : "–"],
