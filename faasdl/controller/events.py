@@ -118,8 +118,20 @@ UNSTOPPED_LOOK_S = 5.0
 #: without progress before the job fails for want of a larger one: one such attempt may have lost
 #: its time to a cold start or a slow node; two show that the unit does not fit (checkpointing
 #: resumes a unit from what an attempt saved, so a unit longer than the limit fits if each attempt
-#: saves something).
+#: saves something). One that ran out of time as its container started is not counted: it never
+#: ran the unit (a loaded node's cold start; ``max_attempts`` bounds those).
 FRUITLESS_AT_MAX = 2
+
+
+def stuck_at_max(failure: Failure, *, progressed: bool, before: int) -> int:
+    """A unit's attempts in a row at the platform's largest limits without progress, the one
+    that failed with ``failure`` included (``before``: those before it): none once an attempt
+    progressed; one out of time as its container started never ran the unit, and is not counted
+    (see :data:`FRUITLESS_AT_MAX`)."""
+    if progressed:
+        return 0
+    return before if failure.starting else before + 1
+
 
 Kind = Literal["train", "aggregate", "evaluate"]
 
@@ -1214,7 +1226,7 @@ class JobRunner:
                 max_timeout_ms=limits.timeout_max_ms,
             )
         except EstimationError as exc:
-            stuck = 0 if progressed else task.stuck_at_max + 1
+            stuck = stuck_at_max(failure, progressed=progressed, before=task.stuck_at_max)
             if stuck < FRUITLESS_AT_MAX:
                 return None, stuck
             raise JobFailed(

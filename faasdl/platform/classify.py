@@ -26,6 +26,12 @@ class Failure:
     kind: FailureKind
     message: str
 
+    @property
+    def starting(self) -> bool:
+        """Out of time while its container started (initialised the action), as OpenWhisk's
+        message says: the attempt never ran its work."""
+        return self.kind is FailureKind.OUT_OF_TIME and self.message.endswith(messages.DURING_INIT)
+
 
 _CRASH_TEXTS = (messages.ABNORMAL_RUN, messages.ABNORMAL_INIT, messages.COMMAND_EXITED)
 _PLATFORM_PREFIXES = (

@@ -26,8 +26,12 @@ MISSING_MAIN = "Missing main/no code to execute."
 COMMAND_EXITED = "command exited"
 
 
+#: How OpenWhisk's time-out message ends where the container's initialisation ran out of time.
+DURING_INIT = " during initialization."
+
+
 def timed_out(timeout_ms: int, *, init: bool = False) -> str:
-    suffix = " during initialization." if init else "."
+    suffix = DURING_INIT if init else "."
     return f"The action exceeded its time limits of {timeout_ms} milliseconds{suffix}"
 
 

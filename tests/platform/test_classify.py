@@ -101,6 +101,22 @@ def test_classification(activation: Activation, kind: FailureKind) -> None:
     assert failure.message == activation.error
 
 
+def test_a_time_out_as_the_container_started_is_told_from_one_as_the_action_ran() -> None:
+    # Arrange: OpenWhisk's words for each (an invoker's, and the embedded platform's)
+    said = {
+        "init": "The action exceeded its time limits of 12000 milliseconds during initialization.",
+        "run": "The action exceeded its time limits of 12000 milliseconds.",
+        "init crash": "The action did not initialize and exited unexpectedly.",
+    }
+
+    # Execute
+    failures = {case: classify(record(DEV, error)) for case, error in said.items()}
+
+    # Assert
+    starting = {case: f is not None and f.starting for case, f in failures.items()}
+    assert starting == {"init": True, "run": False, "init crash": False}
+
+
 @pytest.mark.parametrize(
     "error",
     ["The action did not produce a valid response and exited unexpectedly.", "command exited"],
