@@ -359,6 +359,7 @@ class JobRunner:
         # The runner is the only writer of its job's plan: it reads spec and plan once and keeps
         # the plan in step with the store when it corrects limits.
         self.spec: JobSpec
+        self._model_args: dict[str, Any]  # the spec's: a job's own architecture's digest once
         self.plan: JobPlan
         self.strategy: RecoveryStrategy
         self._ledger_by_round: bool  # how its lines are kept: read with the spec
@@ -498,6 +499,7 @@ class JobRunner:
     def _run(self) -> None:
         job = self._job()
         self.spec = JobSpec.model_validate(job.spec)
+        self._model_args = self.spec.model_args()
         self.plan = JobPlan.model_validate(job.plan)
         self.strategy = self.spec.fault_tolerance.strategy()
         self._ledger_by_round = job.ledger_by_round
@@ -818,7 +820,7 @@ class JobRunner:
                     params={
                         "mode": "evaluate",
                         "store_url": self.rt.store_url,
-                        **self.spec.model_args(),
+                        **self._model_args,
                         "classes": self.plan.classes,
                         "weights": weights,
                         "data": test_blob(self.job_id),
@@ -871,7 +873,7 @@ class JobRunner:
             params={
                 "mode": "train",
                 "store_url": self.rt.store_url,
-                **spec.model_args(),
+                **self._model_args,
                 "classes": self.plan.classes,
                 "shard": shard_blob(self.job_id, shard),
                 "weights_in": weights_in,
@@ -1366,7 +1368,7 @@ class JobRunner:
         variant, _ = self._variant(_Task(kind="train", round=0, level=0, index=0, params={}))
         spec = self.spec
         prime = {
-            **spec.model_args(),
+            **self._model_args,
             "input_shape": list(self.plan.input_shape),
             "classes": self.plan.classes,
             "batch_size": spec.batch_size,
