@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -42,7 +41,14 @@ from faasdl.actionkit import action_store, serve
 from faasdl.canary.checkpoint import CanaryArgs, Checkpointer
 from faasdl.store.base import StateStore
 from faasdl.training.datasets import Shard
-from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
+from faasdl.training.loop import (
+    UNUSED_BY_ACTIONS,
+    TrainConfig,
+    Trainer,
+    configure_runtime,
+    importing_without,
+    steps_per_epoch,
+)
 from faasdl.training.models import (
     architecture,
     build_model,
@@ -52,19 +58,11 @@ from faasdl.training.models import (
 from faasdl.training.tensors import TensorStream, TrainState
 from faasdl.training.usage import Phases, peak_rss_mb, runtime_id
 
-# Keras imports scikit-learn as TensorFlow loads it, for its scikit-learn wrappers, which no
-# action uses (its data come from the store): without it a cold start's /init took 2.9 s here
-# against 3.9 s, and a trainer's peak 572 MB against 626 MB. A module that is None in
-# sys.modules is one Python's import system refuses (Keras then goes without its wrappers); it
-# can be imported afterwards, should anything ask for it.
-_hidden = "sklearn" not in sys.modules  # not where it was imported already
-if _hidden:
-    sys.modules["sklearn"] = None  # type: ignore[assignment]  # Python's mark: not importable
-try:
+# TensorFlow loads here, in the cold start's /init, without what it imports for parts no action
+# uses (scikit-learn, first kept out, had taken /init from 2.9 s to 3.9 s here, a trainer's peak
+# from 572 MB to 626 MB).
+with importing_without(UNUSED_BY_ACTIONS):
     configure_runtime(intra_op_threads=int(os.environ.get("FAASDL_ACTION_THREADS", "1")))
-finally:
-    if _hidden:
-        del sys.modules["sklearn"]
 runtime_id()  # cached: its ~10 ms in the cold start's /init, not in a first activation
 
 

@@ -394,18 +394,20 @@ def test_a_model_whose_weights_cannot_be_allocated_is_refused_by_its_probe_namin
     )
 
 
-def test_the_training_action_loads_tensorflow_without_scikit_learn_which_stays_importable() -> None:
-    # Keras imports scikit-learn as TensorFlow loads, for its scikit-learn wrappers, which no
-    # action uses: a second of every cold start here (of ~4 s) and 55 MB of a trainer's memory.
+def test_an_action_loads_tensorflow_without_modules_no_action_uses_which_stay_importable() -> None:
+    # Keras imports scikit-learn and matplotlib as TensorFlow loads, TensorFlow's Keras 2 SciPy:
+    # for wrappers, galleries and sparse inputs no action uses, a second of every cold start.
     code = (
         "import sys, faasdl.training.action\n"
-        "print('sklearn' in sys.modules)\n"
+        "print(sorted(m for m in ('sklearn', 'matplotlib', 'scipy') if m in sys.modules))\n"
         "import sklearn.datasets\n"
         "print(sklearn.datasets.load_digits().data.shape)\n"
+        "import matplotlib.pyplot, scipy.sparse\n"
+        "print(scipy.sparse.csr_matrix([[0, 1]]).nnz, matplotlib.pyplot.figure().number)\n"
     )
 
     ran = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
 
-    assert ran.stdout.splitlines() == ["False", "(1797, 64)"]
+    assert ran.stdout.splitlines() == ["[]", "(1797, 64)", "1 1"]
