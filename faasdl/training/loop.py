@@ -39,8 +39,8 @@ UNUSED_BY_ACTIONS = ("sklearn", "matplotlib", "scipy")
 @contextlib.contextmanager
 def importing_without(names: Iterable[str]) -> Iterator[None]:
     """Within the block, the modules ``names`` cannot be imported (Python's mark: None in
-    ``sys.modules``), unless imported already; after it, they can. For a process's one thread:
-    another thread importing one of them meanwhile would fail too."""
+    ``sys.modules``), unless imported already; after it, they can. For a process's start, on its
+    one thread: another thread importing one of them meanwhile would fail too."""
     hidden = [name for name in names if name not in sys.modules]
     sys.modules.update(dict.fromkeys(hidden))  # type: ignore[arg-type]
     try:

@@ -396,7 +396,7 @@ def test_a_model_whose_weights_cannot_be_allocated_is_refused_by_its_probe_namin
 
 def test_an_action_loads_tensorflow_without_modules_no_action_uses_which_stay_importable() -> None:
     # Keras imports scikit-learn and matplotlib as TensorFlow loads, TensorFlow's Keras 2 SciPy:
-    # for wrappers, galleries and sparse inputs no action uses, a second of every cold start.
+    # for wrappers, galleries and sparse inputs no action uses, 1.5 s of every cold start here.
     code = (
         "import sys, faasdl.training.action\n"
         "print(sorted(m for m in ('sklearn', 'matplotlib', 'scipy') if m in sys.modules))\n"
