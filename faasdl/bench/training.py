@@ -76,7 +76,8 @@ def bare_metal(
     from faasdl.training.models import build_model
     from faasdl.training.usage import peak_rss_mb
 
-    configure_runtime(intra_op_threads=multiprocessing.cpu_count())
+    # Bare metal: TensorFlow loaded whole, as a plain script loads it.
+    configure_runtime(intra_op_threads=multiprocessing.cpu_count(), without=())
     data = load_dataset(TypeAdapter(DatasetSpec).validate_python(dataset))
     trainer = Trainer(
         build_model(model, data.input_shape, data.classes, seed=seed),

@@ -413,17 +413,10 @@ class Training(Workload):
     def context(self, params: Params) -> Any:
         assert isinstance(params, TrainingParams)
         from faasdl.training.datasets import DigitsSpec, load_dataset
-        from faasdl.training.loop import (
-            UNUSED_BY_ACTIONS,
-            TrainConfig,
-            Trainer,
-            configure_runtime,
-            importing_without,
-        )
+        from faasdl.training.loop import TrainConfig, Trainer, configure_runtime
         from faasdl.training.models import build_model
 
-        with importing_without(UNUSED_BY_ACTIONS):  # as the training action's
-            configure_runtime()
+        configure_runtime()
         data = load_dataset(DigitsSpec())
         model = build_model(params.model, data.input_shape, data.classes, seed=0)
         trainer = Trainer(model, TrainConfig(batch_size=params.batch_size, epochs=1))

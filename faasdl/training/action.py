@@ -41,14 +41,7 @@ from faasdl.actionkit import action_store, serve
 from faasdl.canary.checkpoint import CanaryArgs, Checkpointer
 from faasdl.store.base import StateStore
 from faasdl.training.datasets import Shard
-from faasdl.training.loop import (
-    UNUSED_BY_ACTIONS,
-    TrainConfig,
-    Trainer,
-    configure_runtime,
-    importing_without,
-    steps_per_epoch,
-)
+from faasdl.training.loop import TrainConfig, Trainer, configure_runtime, steps_per_epoch
 from faasdl.training.models import (
     architecture,
     build_model,
@@ -59,10 +52,9 @@ from faasdl.training.tensors import TensorStream, TrainState
 from faasdl.training.usage import Phases, peak_rss_mb, runtime_id
 
 # TensorFlow loads here, in the cold start's /init, without what it imports for parts no action
-# uses (scikit-learn, the first kept out: /init 2.9 s without it against 3.9 s here, a trainer's
-# peak 572 MB against 626 MB).
-with importing_without(UNUSED_BY_ACTIONS):
-    configure_runtime(intra_op_threads=int(os.environ.get("FAASDL_ACTION_THREADS", "1")))
+# uses (`UNUSED_BY_ACTIONS`; scikit-learn, the first kept out: /init 2.9 s without it against 3.9
+# s here, a trainer's peak 572 MB against 626 MB).
+configure_runtime(intra_op_threads=int(os.environ.get("FAASDL_ACTION_THREADS", "1")))
 runtime_id()  # cached: its ~10 ms in the cold start's /init, not in a first activation
 
 

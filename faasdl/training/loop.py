@@ -37,7 +37,7 @@ UNUSED_BY_ACTIONS = ("sklearn", "matplotlib", "scipy")
 
 
 @contextlib.contextmanager
-def importing_without(names: Iterable[str]) -> Iterator[None]:
+def _importing_without(names: Iterable[str]) -> Iterator[None]:
     """Within the block, the modules ``names`` cannot be imported (Python's mark: None in
     ``sys.modules``), unless imported already; after it, they can. For a process's start, on its
     one thread: another thread importing one of them meanwhile would fail too."""
@@ -81,10 +81,17 @@ class TrainReport:
         return max(0.0, self.first_steps_s[0] - self.first_steps_s[1])
 
 
-def configure_runtime(*, intra_op_threads: int = 1, inter_op_threads: int = 1) -> None:
-    """Op determinism and thread counts; once per process, before TensorFlow runs anything."""
+def configure_runtime(
+    *,
+    intra_op_threads: int = 1,
+    inter_op_threads: int = 1,
+    without: Iterable[str] = UNUSED_BY_ACTIONS,
+) -> None:
+    """Op determinism and thread counts; once per process, before TensorFlow runs anything.
+    TensorFlow, if this imports it, loads without the modules ``without``."""
     global _configured
-    import tensorflow as tf
+    with _importing_without(without):
+        import tensorflow as tf
 
     if not _configured:
         tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
