@@ -13,6 +13,11 @@ of an experiment's workload (:mod:`.workloads`) as a Canary stateful function.
   container at a named crash point (failure injection); ``marks`` names a file the attempt
   appends its progress to, a line ``<steps done> <unix time>`` as its first step starts and as
   each step ends (the experiments read a killed attempt's to know how far it had got).
+
+An attempt's answer says what CPU it took: ``cpu_s``, its process's (every thread's), and
+``writer_cpu_s``, its checkpoint writer's beside it (``None`` without one, or where the kernel
+does not say): the writer runs on another core, but on a machine whose cores slow each other
+(this VM's two vCPUs) it slows the function as it runs.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faasdl.actionkit import action_store, action_writer, serve
 from faasdl.canary.checkpoint import HOST, CanaryArgs, Checkpointer
+from faasdl.canary.writer import ProcessWriter
 from faasdl.experiments.workloads import Params, State, Workload, workload
 
 CrashPoint = Literal["before_checkpoint", "blob_written", "committed"]
@@ -107,6 +113,7 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
     canary = args.canary
     writer = action_writer(args.store_url) if canary.checkpoints else None
     store = action_store(args.store_url)
+    cpu_started, writer_started = time.process_time(), _writer_cpu_s(writer)
     with (
         Checkpointer(store, canary, probe=_crasher(args.crash), writer=writer) as ckpt,
         _marking(args.marks) as mark,
@@ -131,6 +138,7 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
             ):
                 ckpt.checkpoint(_taken(found, params, context, state), State.pieces, state.done)
         ckpt.commit(state.result())
+    writer_ended = _writer_cpu_s(writer)
     return {
         "result": state.result(),
         "resumed_from": resumed_from,
@@ -144,7 +152,26 @@ def _handle(raw: dict[str, Any]) -> dict[str, Any]:
             round(1000 * statistics.median(ckpt.stalls_s), 3) if ckpt.stalls_s else None
         ),
         "host": HOST,
+        "cpu_s": round(time.process_time() - cpu_started, 4),
+        "writer_cpu_s": (
+            round(writer_ended - writer_started, 4)
+            if writer_ended is not None and writer_started is not None
+            else None
+        ),
     }
+
+
+def _writer_cpu_s(writer: ProcessWriter | None) -> float | None:
+    """The CPU time the checkpoint writer process has run so far (its one thread's, in ns in
+    ``/proc/PID/schedstat``: ``/proc/PID/stat``'s ticks are 10 ms, as long as a checkpoint's
+    writes); ``None`` without a writer or where the kernel keeps no such file."""
+    if writer is None:
+        return None
+    try:
+        with open(f"/proc/{writer.pid}/schedstat") as fh:
+            return int(fh.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _taken(found: Workload, params: Params, context: Any, state: State) -> Callable[[], State]:

@@ -362,6 +362,7 @@ def recovery(
                 passes,
             )
             | _overhead_parts(*turns)
+            | _cpu_figures(*turns)
             | {"overhead_ci95": (interval := _overhead_interval(*turns))}
             | {"overhead_verdict": verdict(interval, TARGETS["overhead_vs_ideal"])}
         )
@@ -397,8 +398,9 @@ def recovery(
         f"failure-free runs came out {w['ideal_spread']:.1%} apart and canary's "
         f"{w['canary_spread']:.1%}; "
         f"of the overhead, the invocations without failures account for "
-        f"{w['overhead_checkpoints']:+.1%} (the checkpoints' cost), those with failures for "
-        f"{w['overhead_failures']:+.1%}. {_verdict_words(w['overhead_verdict'])}"
+        f"{w['overhead_checkpoints']:+.1%} (the checkpoints' cost{_cpu_words(w['cpu_s_mean'])}"
+        f"), those with failures for {w['overhead_failures']:+.1%}. "
+        f"{_verdict_words(w['overhead_verdict'])}"
         for name, w in per_workload.items()
     ]
     findings += [words for name in names if (words := _takeover_words(name, rows))]
@@ -580,6 +582,31 @@ def _overhead_parts(*passes: Turns) -> dict[str, float]:
     }
 
 
+def _cpu_figures(*passes: Turns) -> dict[str, dict[str, float | None]]:
+    """What CPU the invocations of the blocks without failures took, on average (the pairs
+    that make ``overhead_checkpoints``): the function's process's in the failure-free run
+    (``ideal``) and in canary's (``canary``), and canary's checkpoint writer's beside it
+    (``canary_writer``); ``None`` where no invocation's answer said."""
+    answers: dict[str, list[dict[str, Any]]] = {"ideal": [], "canary": []}
+    for (_, _, ideal), (_, _, canary) in passes:
+        for plain, checkpointed in zip(ideal, canary, strict=True):
+            if not checkpointed.injected:
+                answers["ideal"] += [o.final for o in plain.outcomes]
+                answers["canary"] += [o.final for o in checkpointed.outcomes]
+
+    def mean(kind: str, key: str) -> float | None:
+        values = [float(a[key]) for a in answers[kind] if a.get(key) is not None]
+        return round(statistics.mean(values), 4) if values else None
+
+    return {
+        "cpu_s_mean": {
+            "ideal": mean("ideal", "cpu_s"),
+            "canary": mean("canary", "cpu_s"),
+            "canary_writer": mean("canary", "writer_cpu_s"),
+        }
+    }
+
+
 def _overhead_interval(*passes: Turns) -> list[float]:
     """A 95% interval of canary's overhead over the failure-free run: a bootstrap
     (percentile) over the pairs of blocks that took turns, resampling those with failures and
@@ -646,6 +673,18 @@ def _recovery_figures(runs: dict[str, dict[str, Any]], passes: int = PASSES) -> 
             "canary": round(canary_recovery, 4) if canary_recovery is not None else None,
         },
     }
+
+
+def _cpu_words(cpu: dict[str, float | None]) -> str:
+    """What the CPU figures of the invocations without failures say, in words (nothing where
+    an answer lacked one)."""
+    if None in cpu.values():
+        return ""
+    return (
+        f"; the function's process took {cpu['canary']:.3f} s of CPU an invocation in them "
+        f"against {cpu['ideal']:.3f} s failure-free, its checkpoint writer "
+        f"{cpu['canary_writer']:.3f} s beside it"
+    )
 
 
 def _recovered(w: dict[str, Any]) -> str:

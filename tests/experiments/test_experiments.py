@@ -289,6 +289,12 @@ def check_recovery(
         low, high = figures["overhead_ci95"]  # (the runs' times are rounded to the ms)
         assert low - 1e-3 <= figures["overhead_vs_ideal"] <= high + 1e-3
         assert figures["overhead_verdict"] == verdict([low, high], 0.05)
+        # What CPU the invocations without failures took, the function's and its writer's.
+        cpu = figures["cpu_s_mean"]
+        assert cpu["ideal"] > 0, cpu
+        assert cpu["canary"] > 0, cpu
+        if Path("/proc/self/schedstat").exists():  # where the kernel keeps tasks' CPU in ns
+            assert cpu["canary_writer"] > 0, cpu  # its checkpoints were written beside it
     assert summary["overhead_undecided"] == [
         n for n, w in workloads.items() if w["overhead_verdict"] == "undecided"
     ]

@@ -219,6 +219,8 @@ def test_a_killed_retry_invocation_starts_over_and_commits_once(lab: Lab) -> Non
     assert hit.attempts == 2
     assert hit.failures == ["crash"]
     assert hit.final["resumed_from"] is None  # retry keeps no checkpoint
+    assert hit.final["cpu_s"] > 0
+    assert hit.final["writer_cpu_s"] is None  # nor a checkpoint writer
     # The killed attempt's progress marks came back with the hit: it had begun at step 0.
     (killed,) = report.injected
     assert killed.marks[0][0] == 0
@@ -248,6 +250,10 @@ def test_a_killed_canary_invocation_resumes_from_its_checkpoint_and_commits_once
     assert hit.failures == ["crash"]
     assert hit.final["resumed_from"] >= 2
     assert hit.final["steps_run"] == 8 - hit.final["resumed_from"]
+    # Its writer persisted its checkpoints beside it: its CPU is the attempt's answer's too.
+    assert hit.final["cpu_s"] > 0
+    if hit.final["checkpoints"] and Path("/proc/self/schedstat").exists():  # CPU time in ns
+        assert hit.final["writer_cpu_s"] > 0
     (killed,) = report.injected
     assert_marked_until_the_hit(killed, lab)
     # Its newest checkpoint was at most as far as the steps it had ended.
