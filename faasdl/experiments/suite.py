@@ -16,7 +16,7 @@ import math
 import shlex
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -559,14 +559,19 @@ def _taking_turns(bench: _Bench, k: int, plan: FailurePlan, progress: Console) -
 RESAMPLES = 4000
 
 
+def _turned(*passes: Turns) -> Iterator[tuple[RunReport, RunReport]]:
+    """The blocks that took turns, as pairs: the failure-free block, canary's."""
+    for (_, _, ideal), (_, _, canary) in passes:
+        yield from zip(ideal, canary, strict=True)
+
+
 def _pairs(*passes: Turns) -> dict[str, np.ndarray]:
     """The blocks that took turns as pairs (the failure-free block's time, canary's), those
     without failures (``checkpoints``) and those with (``failures``) apart: arrays of n × 2."""
     pairs: dict[str, list[tuple[float, float]]] = {"checkpoints": [], "failures": []}
-    for (_, _, ideal), (_, _, canary) in passes:
-        for plain, checkpointed in zip(ideal, canary, strict=True):
-            part = "failures" if checkpointed.injected else "checkpoints"
-            pairs[part].append((plain.makespan_s, checkpointed.makespan_s))
+    for plain, checkpointed in _turned(*passes):
+        part = "failures" if checkpointed.injected else "checkpoints"
+        pairs[part].append((plain.makespan_s, checkpointed.makespan_s))
     return {k: np.array(v, dtype=float).reshape(-1, 2) for k, v in pairs.items()}
 
 
@@ -588,11 +593,10 @@ def _cpu_figures(*passes: Turns) -> dict[str, dict[str, float | None]]:
     (``ideal``) and in canary's (``canary``), and canary's checkpoint writer's beside it
     (``canary_writer``); ``None`` where no invocation's answer said."""
     answers: dict[str, list[dict[str, Any]]] = {"ideal": [], "canary": []}
-    for (_, _, ideal), (_, _, canary) in passes:
-        for plain, checkpointed in zip(ideal, canary, strict=True):
-            if not checkpointed.injected:
-                answers["ideal"] += [o.final for o in plain.outcomes]
-                answers["canary"] += [o.final for o in checkpointed.outcomes]
+    for plain, checkpointed in _turned(*passes):
+        if not checkpointed.injected:
+            answers["ideal"] += [o.final for o in plain.outcomes]
+            answers["canary"] += [o.final for o in checkpointed.outcomes]
 
     def mean(kind: str, key: str) -> float | None:
         values = [float(a[key]) for a in answers[kind] if a.get(key) is not None]

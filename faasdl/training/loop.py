@@ -90,7 +90,9 @@ def configure_runtime(
     """Op determinism and thread counts; once per process, before TensorFlow runs anything.
     TensorFlow, if this imports it, loads without the modules ``without``."""
     global _configured
-    with _importing_without(without):
+    # Hidden only while TensorFlow loads: a later call, in a process whose other threads may be
+    # importing, hides nothing.
+    with _importing_without(() if "tensorflow" in sys.modules else without):
         import tensorflow as tf
 
     if not _configured:
