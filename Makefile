@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest redis-server chromium openwhisk-js helm bench clean
+.PHONY: demo test lint typecheck pytest redis-server chromium exfat openwhisk-js helm bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/faasdl demo
 
 ## make test: lint, type checks, then the whole test suite.
-test: $(STAMP) redis-server chromium openwhisk-js helm lint typecheck pytest
+test: $(STAMP) redis-server chromium exfat openwhisk-js helm lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check faasdl tests
@@ -56,6 +56,14 @@ chromium:
 	  echo "installing chromium with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@chromium --version 2>/dev/null
+
+# An upload test mounts an exFAT file system (no hard links) through FUSE, with Debian's
+# exfatprogs and exfat-fuse; where they cannot be installed, or mounted, it is skipped, saying so.
+exfat:
+	@command -v mount.exfat-fuse >/dev/null && command -v mkfs.exfat >/dev/null || { \
+	  echo "installing exfatprogs and exfat-fuse with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq exfatprogs \
+	    exfat-fuse >/dev/null || echo "not installed: the exFAT upload test will be skipped"; }
 
 # OpenWhisk's own JavaScript client, which a test runs against the embedded platform's REST API,
 # where Node.js is there to run it (the test is skipped, saying so, where it is not).

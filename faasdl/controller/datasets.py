@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -54,6 +55,9 @@ RESUMABLE = ".sha256-"
 LOCK_WAIT_S = 10.0
 #: How long what is held of an upload may be waited for to settle before it is told.
 SETTLE_S = 2.0
+#: What link(2) fails with on a file system without hard links: exFAT and FAT (EPERM), an SMB
+#: share (EOPNOTSUPP), a FUSE file system that does not make them (ENOSYS).
+NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS})
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +421,8 @@ async def _locked(kept: Path, path: Path, name: str) -> BinaryIO:
 def _created(kept: Path, path: Path) -> BinaryIO | None:
     """``path`` made, empty, open to append to and locked before it is there to be seen (what
     is held of an upload is told once no request holds it: one just made holds nothing yet
-    only in its request's eyes); ``None`` where it is there already."""
+    only in its request's eyes); ``None`` where it is there already. On a file system without
+    hard links it is made in place, then locked (:func:`_created_in_place`)."""
     fd, fresh = partial_file(kept)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -426,11 +431,35 @@ def _created(kept: Path, path: Path) -> BinaryIO | None:
     except FileExistsError:
         os.close(fd)
         return None
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in NO_HARD_LINKS:
+            raise
+        return _created_in_place(path)
     except BaseException:
         os.close(fd)
         raise
     finally:
         os.unlink(fresh)
+    return os.fdopen(fd, "ab")
+
+
+def _created_in_place(path: Path) -> BinaryIO | None:
+    """``path`` made, empty, open to append to and locked, in two steps: between them another
+    request of the same upload may find it and lock it first (this one then waits for that one,
+    as for any other), and what is held of it is told as nothing (its client sends it all)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    except FileExistsError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
     return os.fdopen(fd, "ab")
 
 

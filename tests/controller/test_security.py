@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import socket
+import subprocess
 import time
 import zipfile
 from collections.abc import Iterator
@@ -927,6 +928,82 @@ def test_a_part_sent_while_a_request_writes_the_same_file_waits_for_it_to_end(
     )
     assert rest.status_code == 201, rest.text
     assert rest.json()["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def without_hard_links(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a file system without hard links (as FAT's, or an SMB share's): a 32 MiB
+    exFAT image on a loop device, mounted through FUSE (Debian's exfatprogs and exfat-fuse, which
+    `make test` installs where it can)."""
+    image, folder = tmp_path / "exfat.img", tmp_path / "exfat"
+    folder.mkdir()
+    with image.open("wb") as fh:
+        fh.truncate(32 * 2**20)
+
+    def run(*command: str) -> str:
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+        except FileNotFoundError:
+            pytest.skip(f"no {command[0]} here (Debian's exfatprogs, exfat-fuse and mount)")
+        if done.returncode != 0:
+            pytest.skip(
+                f"cannot mount an exFAT file system here ({' '.join(command[:2])}, as "
+                f"root with /dev/fuse and loop devices): {done.stderr.strip()}"
+            )
+        return done.stdout.strip()
+
+    run("mkfs.exfat", str(image))
+    device = run("losetup", "--find", "--show", str(image))
+    try:
+        run("mount.exfat-fuse", device, str(folder))
+        try:
+            yield folder
+        finally:
+            subprocess.run(["umount", str(folder)], check=True)
+    finally:
+        subprocess.run(["losetup", "--detach", device], check=True)
+
+
+def test_an_upload_cut_short_goes_on_in_a_folder_on_a_file_system_without_hard_links(
+    tf_platform: LocalPlatform,
+    tf_store: tuple[StateStore, str],
+    without_hard_links: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An unfinished upload's file is made locked under another name and linked into place: on a
+    # file system without hard links every upload sent with its digest was a 503 that told the
+    # operator to make the upload folder one the controller can write.
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    half = len(data) // 2
+    uploads = without_hard_links / "uploads"
+    with serve(tf_platform, tf_store, upload_dir=str(uploads)) as (url, controller):
+        api = (url, controller)
+        key = create_key(controller.store, tenant="fay")[1]
+        probe = uploads / "probe"
+        probe.parent.mkdir()
+        probe.touch()
+        with pytest.raises(PermissionError):  # the premise: no hard links there
+            probe.with_name("linked").hardlink_to(probe)
+        probe.unlink()
+
+        # Execute: the first half sent, then the rest as it is written (waited for 0.5 s), then
+        # once its link is lost.
+        monkeypatch.setattr(datasets_module, "LOCK_WAIT_S", 0.5)
+        with sending_half(api, key, "fat", data), client(api, key) as fay:
+            busy = fay.put("/v1/datasets/fat", **part_of(data, half))
+        monkeypatch.undo()
+        held = held_of(api, key, "fat")
+        with client(api, key) as fay:
+            rest = fay.put("/v1/datasets/fat", **part_of(data, half))
+
+    # Assert: the half held, and locked while its request wrote it; the rest made it whole.
+    assert busy.status_code == 409, busy.text
+    assert held == [half]
+    assert rest.status_code == 201, rest.text
+    assert rest.json()["sha256"] == hashlib.sha256(data).hexdigest()
+    assert (uploads / "fay" / "fat.npz").read_bytes() == data
+    assert sorted(p.name for p in (uploads / "fay").iterdir()) == [".fat.npz.sha256", "fat.npz"]
 
 
 def test_a_part_refused_leaves_what_was_held_and_a_wrong_file_nothing(
