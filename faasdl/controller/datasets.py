@@ -200,12 +200,50 @@ class _Digest(BaseModel):
 
 
 def tenant_dir(api: ApiSettings, tenant: str) -> Path:
+    """The tenant's folder of uploads, resolved. ``AccessError`` where it is there as another
+    tenant's whose name differs by case alone (:func:`_named_otherwise`): their uploads would be
+    one."""
+    path = _tenant_path(api, tenant)
+    if _named_otherwise(path) is not None:
+        raise AccessError(
+            "the controller keeps uploads on a file system that does not tell names apart by "
+            "case, and another tenant's name is yours in another case: your uploads cannot be "
+            "kept apart from theirs there; ask its operator to keep FAASDL_API__UPLOAD_DIR on one "
+            "that does"
+        )
+    return path
+
+
+def _tenant_path(api: ApiSettings, tenant: str) -> Path:
     return (api.upload_dir / tenant).resolve()
 
 
 def upload_path(api: ApiSettings, tenant: str, name: str) -> Path:
-    """Where the tenant's upload ``name`` is kept: the resolved path its jobs keep."""
-    return tenant_dir(api, tenant) / f"{name}{SUFFIX}"
+    """Where the tenant's upload ``name`` is kept: the resolved path its jobs keep.
+    ``UploadConflict`` where another upload of theirs is there, named so in another case."""
+    path = tenant_dir(api, tenant) / f"{name}{SUFFIX}"
+    if (other := _named_otherwise(path)) is not None:
+        raise UploadConflict(
+            f"your data set {other.removesuffix(SUFFIX)!r} is the same file as {name!r} on the "
+            "controller's file system, which does not tell names apart by case: name it so, or "
+            "delete that one first"
+        )
+    return path
+
+
+def _named_otherwise(path: Path) -> str | None:
+    """The name ``path`` is found by where its folder holds it by another that differs by case
+    alone (a file system that does not tell names apart by case: exFAT, an SMB share, macOS's
+    by default); ``None`` where it is not there, or there by its own name."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return None
+    if path.name in names:
+        return None
+    return next((n for n in names if n.casefold() == path.name.casefold()), path.name)
 
 
 def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
@@ -223,11 +261,13 @@ def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
             "FAASDL_API__DATASET_ROOTS)",
             field="dataset.path",
         )
-    # os.path.isfile, not Path.is_file: a name too long for the file system (ENAMETOOLONG) is
-    # no file either, where Path.is_file raised it (a 500).
-    if not given.is_absolute() and not os.path.isfile(resolved):  # without the server's path
+    if not given.is_absolute() and not _own_file(resolved):  # without the server's path
         named = f"{spec.dataset.path}{SUFFIX}"
-        hint = f" (did you mean {named!r}?)" if os.path.isfile(own / named) else ""
+        # One there in another case, on a file system that does not tell them apart, is not it.
+        meant = _named_otherwise(resolved) or _named_otherwise(own / named)
+        if meant is None and _own_file(own / named):
+            meant = named
+        hint = f" (did you mean {meant!r}?)" if meant else ""
         raise ValidationError(
             f"no upload of yours is named {spec.dataset.path!r}{hint}: upload one with "
             "faasdl datasets upload FILE, or PUT /v1/datasets/NAME",
@@ -237,11 +277,18 @@ def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
     return spec.model_copy(update={"dataset": dataset})
 
 
+def _own_file(path: Path) -> bool:
+    """Whether ``path`` is a file there by its own name. ``os.path.isfile``, not
+    ``Path.is_file``: a name too long for the file system (ENAMETOOLONG) is no file either, where
+    ``Path.is_file`` raised it (a 500)."""
+    return os.path.isfile(path) and _named_otherwise(path) is None
+
+
 def shown_path(path: str, api: ApiSettings, tenant: str) -> str:
     """A job's resolved ``dataset.path`` as its tenant sees it: an upload's by its name, as the
     job may give it (the server's directories are its own), any other as it is."""
     resolved = Path(path)
-    return resolved.name if resolved.parent == tenant_dir(api, tenant) else path
+    return resolved.name if resolved.parent == _tenant_path(api, tenant) else path
 
 
 def uploads(api: ApiSettings, tenant: str) -> list[UploadedDataset]:
@@ -642,8 +689,8 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Pa
 def delete_upload(api: ApiSettings, tenant: str, name: str) -> bool:
     """Remove an upload, its digest and what is held of unfinished uploads of its name; whether
     there was any. Raises ``UploadConflict``, removing nothing, while a request writes one."""
-    found = delete_unfinished(api, tenant, name)
     path = upload_path(api, tenant, name)
+    found = delete_unfinished(api, tenant, name)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
         found = True

@@ -1006,6 +1006,75 @@ def test_an_upload_cut_short_goes_on_in_a_folder_on_a_file_system_without_hard_l
     assert sorted(p.name for p in (uploads / "fay").iterdir()) == [".fat.npz.sha256", "fat.npz"]
 
 
+def test_names_that_differ_by_case_alone_are_kept_apart_or_refused_where_the_files_are_one(
+    tf_platform: LocalPlatform,
+    tf_store: tuple[StateStore, str],
+    without_hard_links: Path,
+    tmp_path: Path,
+) -> None:
+    # exFAT (as an SMB share, or macOS's file system by default) does not tell names apart by
+    # case: tenant ada's folder of uploads was tenant Ada's, her uploads listed and trained on by
+    # ada; and Ada's data set "set" replaced her "Set", and a job naming "set.npz" trained on it.
+    data = save_npz(tmp_path / "d.npz").read_bytes()
+    uploads = without_hard_links / "uploads"
+    with serve(tf_platform, tf_store, upload_dir=str(uploads)) as (url, controller):
+        keys = {t: create_key(controller.store, tenant=t)[1] for t in ("Ada", "ada", "bo")}
+        with (
+            client((url, controller), keys["Ada"]) as upper,
+            client((url, controller), keys["ada"]) as lower,
+            client((url, controller), keys["bo"]) as bo,
+        ):
+            # Execute
+            kept = upper.put("/v1/datasets/Set", content=data)
+            theirs = {
+                "list": lower.get("/v1/datasets"),
+                "upload": lower.put("/v1/datasets/Set", content=data),
+                "job": lower.post(
+                    "/v1/jobs", json={**MLP, "dataset": {"name": "npz", "path": "Set.npz"}}
+                ),
+            }
+            other_case = {
+                "upload": upper.put("/v1/datasets/set", content=data),
+                "delete": upper.delete("/v1/datasets/set"),
+                "job": upper.post(
+                    "/v1/jobs", json={**MLP, "dataset": {"name": "npz", "path": "set.npz"}}
+                ),
+            }
+            own = upper.get("/v1/datasets").json()
+            elsewhere = bo.put("/v1/datasets/set", content=data)
+
+    # Assert: ada is refused all her uploads; Ada's name in another case is not her data set;
+    # a tenant of a name of its own uploads as it would anywhere.
+    assert kept.status_code == 201, kept.text
+    said = {what: (r.status_code, r.json()["detail"]) for what, r in theirs.items()}
+    refusal = (
+        403,
+        "the controller keeps uploads on a file system that does not tell names apart by case, "
+        "and another tenant's name is yours in another case: your uploads cannot be kept apart "
+        "from theirs there; ask its operator to keep FAASDL_API__UPLOAD_DIR on one that does",
+    )
+    assert said == {"list": refusal, "upload": refusal, "job": refusal}
+    conflict = (
+        409,
+        "your data set 'Set' is the same file as 'set' on the controller's file system, which "
+        "does not tell names apart by case: name it so, or delete that one first",
+    )
+    said = {what: (r.status_code, r.json()["detail"]) for what, r in other_case.items()}
+    assert said == {
+        "upload": conflict,
+        "delete": conflict,
+        "job": (
+            422,
+            "dataset.path: no upload of yours is named 'set.npz' (did you mean 'Set.npz'?): "
+            "upload one with faasdl datasets upload FILE, or PUT /v1/datasets/NAME",
+        ),
+    }
+    assert [d["name"] for d in own] == ["Set"]
+    assert (uploads / "Ada" / "Set.npz").read_bytes() == data
+    assert elsewhere.status_code == 201, elsewhere.text
+    assert sorted(os.listdir(uploads)) == ["Ada", "bo"]
+
+
 def test_a_part_refused_leaves_what_was_held_and_a_wrong_file_nothing(
     api: tuple[str, Controller], roots: dict[str, Path], tmp_path: Path
 ) -> None:
