@@ -234,7 +234,8 @@ def upload_path(api: ApiSettings, tenant: str, name: str) -> Path:
 def _named_otherwise(path: Path) -> str | None:
     """The name ``path`` is found by where its folder holds it by another that differs by case
     alone (a file system that does not tell names apart by case: exFAT, an SMB share, macOS's
-    by default); ``None`` where it is not there, or there by its own name."""
+    by default); ``None`` where it is not there (or was deleted as it was looked for), or there
+    by its own name."""
     if not os.path.lexists(path):
         return None
     try:
@@ -243,7 +244,7 @@ def _named_otherwise(path: Path) -> str | None:
         return None
     if path.name in names:
         return None
-    return next((n for n in names if n.casefold() == path.name.casefold()), path.name)
+    return next((n for n in names if n.casefold() == path.name.casefold()), None)
 
 
 def confine(spec: JobSpec, api: ApiSettings) -> JobSpec:
