@@ -235,8 +235,9 @@ def _named_otherwise(path: Path) -> str | None:
     """The name ``path`` is found by where its folder holds it by another that differs by case
     alone (a file system that does not tell names apart by case: exFAT, an SMB share, macOS's
     by default); ``None`` where it is not there (or was deleted as it was looked for), or there
-    by its own name."""
-    if not os.path.lexists(path):
+    by its own name. Its folder is listed only where its name in the other case is there too: on
+    a file system that tells them apart (the usual one) that is another file, seldom there."""
+    if not os.path.lexists(path) or not os.path.lexists(path.with_name(path.name.swapcase())):
         return None
     try:
         names = os.listdir(path.parent)
@@ -470,7 +471,9 @@ def _created(kept: Path, path: Path) -> BinaryIO | None:
     """``path`` made, empty, open to append to and locked before it is there to be seen (what
     is held of an upload is told once no request holds it: one just made holds nothing yet
     only in its request's eyes); ``None`` where it is there already. On a file system without
-    hard links it is made in place, then locked (:func:`_created_in_place`)."""
+    hard links it is made in place, unlocked, and ``None``: the caller opens and locks it as one
+    there already (another request of the same upload may lock it first, and be waited for; a
+    ``GET`` in between tells it as holding nothing, and its client sends it all)."""
     fd, fresh = partial_file(kept)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -483,31 +486,14 @@ def _created(kept: Path, path: Path) -> BinaryIO | None:
         os.close(fd)
         if exc.errno not in NO_HARD_LINKS:
             raise
-        return _created_in_place(path)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        return None
     except BaseException:
         os.close(fd)
         raise
     finally:
         os.unlink(fresh)
-    return os.fdopen(fd, "ab")
-
-
-def _created_in_place(path: Path) -> BinaryIO | None:
-    """``path`` made, empty, open to append to and locked, in two steps: between them another
-    request of the same upload may find it and lock it first (this one then waits for that one,
-    as for any other), and what is held of it is told as nothing (its client sends it all)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-    except FileExistsError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
     return os.fdopen(fd, "ab")
 
 
