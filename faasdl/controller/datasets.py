@@ -652,7 +652,7 @@ def _check_quota(api: ApiSettings, tenant: str, name: str, size: int, *, own: Pa
     quota = api.tenant_max_upload_bytes
     if not quota:
         return
-    directory = tenant_dir(api, tenant)
+    directory = own.parent  # the tenant's folder, its name checked as ``own`` was made
     replaced = f"{name}{SUFFIX}"
     others = [p for p in _upload_files(directory) if p.name != replaced]
     others += [p for p in _upload_files(directory, f".*{PARTIAL}") if p.name != own.name]
